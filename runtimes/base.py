@@ -1,0 +1,52 @@
+"""The Runtime protocol: what the engine needs from a back-end.
+
+A runtime owns one model and one KV cache for one sequence. The engine keeps the invariant
+that the target's cache never holds the last emitted token (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What two runtimes must agree on before one may draft for the other."""
+
+    n_vocab: int
+    vocab_type: str  # e.g. "gpt2" (byte-level BPE), "llama" (SentencePiece)
+    bos_id: int | None
+    eos_id: int | None
+    eog_ids: frozenset[int]  # every end-of-generation token (eos, eot, im_end, ...)
+    token_text_hash: str  # sha256 over the text of every token, in id order
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    n_vocab: int
+    n_ctx: int
+    n_past: int  # tokens in the KV cache
+
+    def forward(self, tokens: Sequence[int]) -> np.ndarray:
+        """Append tokens at n_past; return [len(tokens), n_vocab] float32 logits."""
+        ...
+
+    def rollback(self, n_past: int) -> None:
+        """Drop the cache after the first n_past tokens."""
+        ...
+
+    def reset(self) -> None: ...
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]: ...
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes: ...
+
+    def vocab_info(self) -> VocabInfo: ...
+
+    def chat_template(self) -> str | None: ...
+
+    def token_text(self, token: int) -> bytes: ...
