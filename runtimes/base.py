@@ -31,8 +31,12 @@ class Runtime(Protocol):
     n_ctx: int
     n_past: int  # tokens in the KV cache
 
-    def forward(self, tokens: Sequence[int]) -> np.ndarray:
-        """Append tokens at n_past; return [len(tokens), n_vocab] float32 logits."""
+    def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+        """Append tokens at n_past; return [len(tokens), n_vocab] float32 logits.
+
+        last_only=True returns [1, n_vocab], the last token's row only (prefill, drafting):
+        a back-end then computes and copies one row instead of len(tokens).
+        """
         ...
 
     def rollback(self, n_past: int) -> None:

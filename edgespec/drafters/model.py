@@ -1,0 +1,71 @@
+"""A second, smaller model of the same family as drafter.
+
+It keeps its own KV cache and resyncs from the context it is given: the common prefix of
+what it has cached and the context stays, the rest is rolled back and re-forwarded, so
+every outcome of verification (all accepted, early rejection) takes the same path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from edgespec.drafters.base import Draft
+from edgespec.runtimes.base import Runtime
+from edgespec.sampling import SamplingParams, logits_to_probs, sample
+
+
+class ModelDrafter:
+    name = "model"
+
+    def __init__(self, runtime: Runtime, seed: int | None = None) -> None:
+        self.runtime = runtime
+        self.rng = np.random.default_rng(seed)
+        self.cached: list[int] = []  # tokens in the draft runtime's KV cache
+
+    def reset(self) -> None:
+        self.runtime.reset()
+        self.cached = []
+
+    def reseed(self, seed: int | None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
+        room = self.runtime.n_ctx - len(context)
+        k = min(k, room)
+        if k <= 0:
+            return Draft.empty()
+        logits = self.catch_up(context)  # [V]
+        tokens = np.empty(k, dtype=np.int32)
+        q = None if sp.greedy else np.empty((k, len(logits)), dtype=np.float32)
+        for i in range(k):
+            if q is None:
+                tokens[i] = int(np.argmax(logits))
+            else:
+                q[i] = logits_to_probs(logits, sp)
+                tokens[i] = sample(q[i], self.rng)
+            if i + 1 < k:
+                logits = self.runtime.forward([int(tokens[i])])[-1]
+        self.cached.extend(int(t) for t in tokens[:-1])
+        return Draft(tokens, q)
+
+    def accept(self, n_accepted: int) -> None:
+        pass
+
+    def catch_up(self, context: Sequence[int]) -> np.ndarray:
+        """Make the cache hold context[:-1] plus the last token; return the next logits [V]."""
+        keep = common_prefix_len(self.cached, context)
+        keep = min(keep, len(context) - 1)  # re-forward at least one token to get its logits
+        self.runtime.rollback(keep)
+        logits = self.runtime.forward(context[keep:], last_only=True)[-1]
+        self.cached = list(context)
+        return logits
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n

@@ -1,0 +1,278 @@
+"""SpeculativeDecoder: draft k tokens, verify them in one target pass, keep the target's output.
+
+One loop serves speculative and plain decoding: a plain step is a verify step with an empty
+draft, so the reference decoder and the fast one share every line but the drafting.
+
+Invariant: the target's cache never holds the last emitted token. Each step forwards
+[last, *draft], and ends with rollback(n0 + 1 + n_accepted).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgespec.controller import FixedPolicy, Policy
+from edgespec.drafters.base import Draft, Drafter
+from edgespec.errors import ContextOverflowError, EdgespecError
+from edgespec.runtimes.base import Runtime
+from edgespec.sampling import SamplingParams, logits_to_probs
+from edgespec.textstream import TextStream
+from edgespec.verify import Verdict, verify_greedy, verify_stochastic
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Stats:
+    n_prompt: int = 0
+    n_generated: int = 0
+    n_steps: int = 0  # target verify passes, plain ones included
+    n_plain_steps: int = 0  # steps with nothing drafted
+    n_draft_tokens: int = 0
+    n_accepted: int = 0
+    drafted_by_pos: list[int] = field(default_factory=list)
+    accepted_by_pos: list[int] = field(default_factory=list)
+    steps_by_drafter: dict[str, int] = field(default_factory=dict)
+    t_prefill: float = 0.0
+    t_draft: float = 0.0
+    t_verify: float = 0.0  # target forward passes after the prefill
+    t_total: float = 0.0
+
+    @property
+    def n_drafts(self) -> int:
+        return self.n_steps - self.n_plain_steps
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.n_accepted / self.n_draft_tokens if self.n_draft_tokens else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """Tokens emitted per target pass (1.0 for plain decoding)."""
+        return self.n_generated / self.n_steps if self.n_steps else 0.0
+
+    @property
+    def acceptance_by_pos(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_pos, self.drafted_by_pos)]
+
+    @property
+    def t_decode(self) -> float:
+        return self.t_total - self.t_prefill
+
+    @property
+    def t_loop(self) -> float:
+        """The loop's own time: verification maths, bookkeeping, detokenizing."""
+        return self.t_decode - self.t_draft - self.t_verify
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Decode throughput, prefill excluded."""
+        return self.n_generated / self.t_decode if self.t_decode > 0 else 0.0
+
+    def record(self, drafter: str | None, k: int, n_accepted: int) -> None:
+        self.n_steps += 1
+        if k == 0:
+            self.n_plain_steps += 1
+            return
+        assert drafter is not None
+        self.steps_by_drafter[drafter] = self.steps_by_drafter.get(drafter, 0) + 1
+        self.n_draft_tokens += k
+        self.n_accepted += n_accepted
+        grow = k - len(self.drafted_by_pos)
+        if grow > 0:
+            self.drafted_by_pos += [0] * grow
+            self.accepted_by_pos += [0] * grow
+        for i in range(k):
+            self.drafted_by_pos[i] += 1
+            self.accepted_by_pos[i] += i < n_accepted
+
+    def as_dict(self) -> dict:
+        return {
+            "n_prompt": self.n_prompt,
+            "n_generated": self.n_generated,
+            "n_steps": self.n_steps,
+            "n_drafts": self.n_drafts,
+            "n_plain_steps": self.n_plain_steps,
+            "steps_by_drafter": dict(self.steps_by_drafter),
+            "n_draft_tokens": self.n_draft_tokens,
+            "n_accepted": self.n_accepted,
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "mean_acceptance_length": round(self.mean_acceptance_length, 4),
+            "acceptance_by_pos": [round(a, 4) for a in self.acceptance_by_pos],
+            "t_prefill_s": round(self.t_prefill, 6),
+            "t_draft_s": round(self.t_draft, 6),
+            "t_verify_s": round(self.t_verify, 6),
+            "t_loop_s": round(self.t_loop, 6),
+            "t_total_s": round(self.t_total, 6),
+            "tokens_per_second": round(self.tokens_per_second, 3),
+        }
+
+    def summary(self) -> str:
+        return (
+            f"{self.n_generated} tokens, {self.tokens_per_second:.1f} tok/s, "
+            f"acceptance {self.acceptance_rate:.0%}, "
+            f"{self.mean_acceptance_length:.2f} tokens/step over {self.n_steps} steps "
+            f"({self.n_plain_steps} plain); draft {self.t_draft:.2f}s, "
+            f"verify {self.t_verify:.2f}s, loop {self.t_loop * 1e3:.0f}ms"
+        )
+
+
+@dataclass(frozen=True)
+class Event:
+    text: str  # new text, whole characters only
+    tokens: tuple[int, ...]  # new token ids
+    finish_reason: str | None = None  # "stop" | "length" on the last event
+    stats: Stats | None = None  # on the last event
+
+
+@dataclass(frozen=True)
+class Result:
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    stats: Stats
+
+
+class SpeculativeDecoder:
+    def __init__(
+        self,
+        target: Runtime,
+        drafters: Sequence[Drafter] = (),
+        policy: Policy | None = None,
+    ) -> None:
+        self.target = target
+        self.drafters = {d.name: d for d in drafters}
+        if policy is None:
+            policy = FixedPolicy(drafters[0].name if drafters else None, 4 if drafters else 0)
+        self.policy = policy
+        self.eog_ids = target.vocab_info().eog_ids
+
+    def generate(self, prompt: str | Sequence[int], **kwargs) -> Result:
+        text, tokens = [], []
+        for event in self.stream(prompt, **kwargs):
+            text.append(event.text)
+            tokens.extend(event.tokens)
+        assert event.finish_reason is not None and event.stats is not None
+        return Result("".join(text), tokens, event.finish_reason, event.stats)
+
+    def stream(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int = 256,
+        sp: SamplingParams = SamplingParams(),
+        stop: Sequence[str] = (),
+        speculative: bool = True,
+    ) -> Iterator[Event]:
+        """Yield an Event per target pass; the last one carries finish_reason and stats."""
+        if max_tokens < 1:
+            raise EdgespecError(f"max_tokens must be >= 1, got {max_tokens}")
+        tokens = self.prompt_tokens(prompt)
+        stats = Stats(n_prompt=len(tokens))
+        rng = np.random.default_rng(sp.seed)
+        text = TextStream(stop)
+        t_start = time.perf_counter()
+        self.begin(tokens, sp)
+        stats.t_prefill = time.perf_counter() - t_start
+        finish: str | None = None
+        while finish is None:
+            room = min(max_tokens - stats.n_generated, self.target.n_ctx - self.target.n_past)
+            if room <= 0:
+                finish = "length"
+                emitted, piece = [], ""
+            else:
+                verdict = self.step(tokens, sp, rng, stats, room, speculative)
+                emitted, piece, finish = self.emit(verdict, tokens, text, stats, max_tokens)
+            if finish is not None:
+                piece += text.finish()
+                stats.t_total = time.perf_counter() - t_start
+                yield Event(piece, tuple(emitted), finish, stats)
+            elif emitted or piece:
+                yield Event(piece, tuple(emitted))
+
+    def begin(self, tokens: list[int], sp: SamplingParams) -> None:
+        """Reset per-request state and prefill the target with all but the last prompt token."""
+        self.target.reset()
+        for drafter in self.drafters.values():
+            drafter.reset()
+            if hasattr(drafter, "reseed"):
+                drafter.reseed(sp.seed)
+        self.policy.begin(self.drafters)
+        if len(tokens) > 1:
+            self.target.forward(tokens[:-1], last_only=True)
+
+    def step(
+        self,
+        tokens: list[int],
+        sp: SamplingParams,
+        rng: np.random.Generator,
+        stats: Stats,
+        room: int,
+        speculative: bool,
+    ) -> Verdict:
+        """One draft-verify step; room bounds 1 + k by max_tokens and the context."""
+        n0 = self.target.n_past
+        t0 = time.perf_counter()
+        drafter, k = self.policy.plan(tokens, sp) if speculative else (None, 0)
+        k = min(k, room - 1)
+        draft = drafter.propose(tokens, k, sp) if drafter and k > 0 else Draft.empty()
+        t1 = time.perf_counter()
+        logits = self.target.forward([tokens[-1], *draft.tokens.tolist()])  # [k+1, V]
+        t2 = time.perf_counter()
+        if sp.greedy:
+            verdict = verify_greedy(draft.tokens, logits)
+        else:
+            verdict = verify_stochastic(draft.tokens, draft.q, logits_to_probs(logits, sp), rng)
+        self.target.rollback(n0 + 1 + verdict.n_accepted)
+        k = len(draft.tokens)
+        name = drafter.name if drafter and k else None
+        if drafter and k:
+            drafter.accept(verdict.n_accepted)
+        self.policy.observe(name, k, verdict.n_accepted, t1 - t0, t2 - t1)
+        stats.record(name, k, verdict.n_accepted)
+        stats.t_draft += t1 - t0
+        stats.t_verify += t2 - t1
+        return verdict
+
+    def emit(
+        self, verdict: Verdict, tokens: list[int], text: TextStream, stats: Stats, max_tokens: int
+    ) -> tuple[list[int], str, str | None]:
+        """Append the verdict's tokens until a stop condition; return them, their text, why."""
+        emitted: list[int] = []
+        pieces: list[str] = []
+        for token in verdict.tokens.tolist():
+            tokens.append(token)
+            if token in self.eog_ids:
+                return emitted, "".join(pieces), "stop"
+            emitted.append(token)
+            stats.n_generated += 1
+            pieces.append(text.push(self.target.detokenize([token])))
+            if text.stopped:
+                return emitted, "".join(pieces), "stop"
+            if stats.n_generated >= max_tokens:
+                return emitted, "".join(pieces), "length"
+        return emitted, "".join(pieces), None
+
+    def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            tokens = self.target.tokenize(prompt, special=True)
+        else:
+            tokens = [int(t) for t in prompt]
+        if not tokens:
+            raise EdgespecError("the prompt is empty; give at least one token of text")
+        if len(tokens) >= self.target.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt is {len(tokens)} tokens but the context holds {self.target.n_ctx}; "
+                "shorten the prompt or raise the context size (--n-ctx)"
+            )
+        bad = [t for t in tokens if not 0 <= t < self.target.n_vocab]
+        if bad:
+            raise EdgespecError(
+                f"token id {bad[0]} is outside the vocabulary (0..{self.target.n_vocab - 1})"
+            )
+        return tokens

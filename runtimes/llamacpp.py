@@ -1,0 +1,273 @@
+"""GGUF models through llama-cpp-python's low-level API: one model, one context, one sequence.
+
+The verify step decodes [last, *draft] as one batch and asks llama.cpp for logits of only the
+rows it needs; rollback is llama.cpp's sequence removal, so no token is re-evaluated.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import hashlib
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.errors import ModelFileError
+from edgespec.runtimes.base import VocabInfo
+
+log = logging.getLogger(__name__)
+
+GGUF_MAGIC = b"GGUF"
+VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
+_recent_llama_log: collections.deque[str] = collections.deque(maxlen=20)
+_backend_ready = False
+
+
+def import_llama_cpp():
+    try:
+        import llama_cpp
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ModelFileError(
+            "the llama.cpp back-end needs llama-cpp-python: pip install 'edgespec[llama]'"
+        ) from e
+    return llama_cpp
+
+
+def init_backend() -> None:
+    """Once per process: route llama.cpp's log to Python logging and start its backend."""
+    global _backend_ready, _log_callback
+    if _backend_ready:
+        return
+    llama_cpp = import_llama_cpp()
+
+    @llama_cpp.llama_log_callback
+    def _on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+        line = text.decode("utf-8", "replace").rstrip()
+        if line:
+            _recent_llama_log.append(line)
+            log.debug("llama.cpp: %s", line)
+
+    _log_callback = _on_log  # keep a reference: llama.cpp holds only the C pointer
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+    llama_cpp.llama_backend_init()
+    _backend_ready = True
+
+
+def check_gguf_file(path: Path) -> None:
+    """Refuse what llama.cpp would refuse, with a message that says what is wrong."""
+    if not path.exists():
+        raise ModelFileError(f"model file not found: {path}; check the path")
+    if not path.is_file():
+        raise ModelFileError(f"model path is not a file: {path}; give the .gguf file itself")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != GGUF_MAGIC:
+        raise ModelFileError(
+            f"{path} is not a GGUF file (starts with {magic!r}, expected b'GGUF'); "
+            "convert it with `edgespec export` or download the .gguf file again"
+        )
+
+
+class LlamaCppRuntime:
+    """The Runtime protocol over a GGUF file."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        n_batch: int = 512,
+    ) -> None:
+        self.path = Path(path)
+        check_gguf_file(self.path)
+        init_backend()
+        self.llama = import_llama_cpp()
+        self.model = self.load_model(n_gpu_layers)
+        self.vocab = self.llama.llama_model_get_vocab(self.model)
+        self.n_vocab = int(self.llama.llama_vocab_n_tokens(self.vocab))
+        n_train = int(self.llama.llama_model_n_ctx_train(self.model))
+        self.n_ctx = min(n_ctx, n_train) if n_train > 0 else n_ctx
+        self.n_batch = min(n_batch, self.n_ctx)
+        self.n_threads = n_threads or default_threads()
+        self.ctx = self.new_context()
+        self.memory = self.llama.llama_get_memory(self.ctx)
+        self.batch = self.llama.llama_batch_init(self.n_batch, 0, 1)
+        self.n_past = 0
+        self._vocab_info: VocabInfo | None = None
+        self._pieces: dict[int, bytes] = {}
+
+    # --- loading -------------------------------------------------------------------------
+
+    def load_model(self, n_gpu_layers: int):
+        params = self.llama.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        _recent_llama_log.clear()
+        model = self.llama.llama_model_load_from_file(str(self.path).encode(), params)
+        if not model:
+            reason = last_llama_error() or "llama.cpp could not read it"
+            raise ModelFileError(
+                f"cannot load {self.path}: {reason}; the file may be truncated or corrupt "
+                "(compare its size and sha256 with the source, or export it again)"
+            )
+        return model
+
+    def new_context(self):
+        params = self.llama.llama_context_default_params()
+        params.n_ctx = self.n_ctx
+        params.n_batch = self.n_batch
+        params.n_ubatch = self.n_batch
+        params.n_seq_max = 1
+        params.n_threads = self.n_threads
+        params.n_threads_batch = self.n_threads
+        params.no_perf = True
+        ctx = self.llama.llama_init_from_model(self.model, params)
+        if not ctx:
+            raise ModelFileError(
+                f"cannot create a llama.cpp context for {self.path} with n_ctx={self.n_ctx}: "
+                f"{last_llama_error() or 'out of memory?'}; try a smaller --n-ctx"
+            )
+        return ctx
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            self.llama.llama_batch_free(self.batch)
+            self.llama.llama_free(self.ctx)
+            self.llama.llama_model_free(self.model)
+            self.ctx = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    # --- the Runtime protocol ---------------------------------------------------------------
+
+    def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+        n = len(tokens)
+        if n == 0:
+            return np.zeros((0, self.n_vocab), dtype=np.float32)
+        if self.n_past + n > self.n_ctx:
+            raise RuntimeError(
+                f"forward of {n} tokens at position {self.n_past} overflows n_ctx={self.n_ctx}"
+            )
+        rows = []
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            want_rows = not last_only or start + len(chunk) == n
+            self.decode(chunk, all_rows=want_rows and not last_only, last_row=want_rows)
+            if want_rows:
+                rows.append(self.read_logits(len(chunk) if not last_only else 1))
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def decode(self, tokens: Sequence[int], *, all_rows: bool, last_row: bool) -> None:
+        b = self.batch
+        n = len(tokens)
+        for i, token in enumerate(tokens):
+            b.token[i] = int(token)
+            b.pos[i] = self.n_past + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = all_rows or (last_row and i == n - 1)
+        b.n_tokens = n
+        status = self.llama.llama_decode(self.ctx, b)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} at n_past={self.n_past}")
+        self.n_past += n
+
+    def read_logits(self, n_rows: int) -> np.ndarray:
+        """The rows llama.cpp just computed, copied out of its buffer: [n_rows, V] float32."""
+        ptr = self.llama.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab)).copy()
+
+    def rollback(self, n_past: int) -> None:
+        if not 0 <= n_past <= self.n_past:
+            raise ValueError(f"cannot roll back to {n_past}: the cache holds {self.n_past}")
+        if n_past < self.n_past:
+            self.llama.llama_memory_seq_rm(self.memory, 0, n_past, -1)
+            self.n_past = n_past
+
+    def reset(self) -> None:
+        self.llama.llama_memory_clear(self.memory, True)
+        self.n_past = 0
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        n_max = len(data) + 8
+        buf = (self.llama.llama_token * n_max)()
+        n = self.llama.llama_tokenize(self.vocab, data, len(data), buf, n_max, True, special)
+        if n < 0:
+            n_max = -n
+            buf = (self.llama.llama_token * n_max)()
+            n = self.llama.llama_tokenize(self.vocab, data, len(data), buf, n_max, True, special)
+        return list(buf[:n])
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        return b"".join(self.piece(int(t)) for t in tokens)
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for in generated text (control tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = self.llama.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = self.llama.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def token_text(self, token: int) -> bytes:
+        return self.llama.llama_vocab_get_text(self.vocab, token) or b""
+
+    def vocab_info(self) -> VocabInfo:
+        if self._vocab_info is None:
+            lib, v = self.llama, self.vocab
+            digest = hashlib.sha256()
+            eog = set()
+            for t in range(self.n_vocab):
+                digest.update(self.token_text(t) + b"\0")
+                if lib.llama_vocab_is_eog(v, t):
+                    eog.add(t)
+            self._vocab_info = VocabInfo(
+                n_vocab=self.n_vocab,
+                vocab_type=VOCAB_TYPES.get(int(lib.llama_vocab_type(v)), "unknown"),
+                bos_id=none_if_negative(lib.llama_vocab_bos(v)),
+                eos_id=none_if_negative(lib.llama_vocab_eos(v)),
+                eog_ids=frozenset(eog),
+                token_text_hash=digest.hexdigest(),
+            )
+        return self._vocab_info
+
+    def chat_template(self) -> str | None:
+        raw = self.llama.llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def special_token_text(self, token: int | None) -> str:
+        return "" if token is None else self.token_text(token).decode("utf-8", "replace")
+
+    def metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = self.llama.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+
+def default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def none_if_negative(token: int) -> int | None:
+    return int(token) if token >= 0 else None
+
+
+def last_llama_error() -> str | None:
+    for line in reversed(_recent_llama_log):
+        if "error" in line.lower() or "failed" in line.lower():
+            return line
+    return _recent_llama_log[-1] if _recent_llama_log else None

@@ -1,0 +1,93 @@
+"""A small deterministic runtime for unit tests of the loop's logic (never the only test).
+
+Its logits are a fixed function of the last two tokens and the position, so a fresh runtime
+fed the same tokens gives the same logits, exactly as a real model's cache should.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from edgespec.drafters.base import Draft
+from edgespec.runtimes.base import VocabInfo
+from edgespec.sampling import SamplingParams
+
+
+class FakeRuntime:
+    def __init__(self, n_vocab: int = 16, n_ctx: int = 64, seed: int = 0, scale: float = 2.0):
+        self.n_vocab = n_vocab
+        self.n_ctx = n_ctx
+        self.seed = seed
+        self.scale = scale
+        self.cache: list[int] = []
+        self.eog = n_vocab - 1
+        self.forward_calls: list[int] = []  # widths of forward passes, for tests of the loop
+
+    @property
+    def n_past(self) -> int:
+        return len(self.cache)
+
+    def logits_after(self, prefix: Sequence[int]) -> np.ndarray:
+        key = (self.seed, len(prefix), *prefix[-2:])
+        rng = np.random.default_rng(abs(hash(key)) % (2**32))
+        return (rng.standard_normal(self.n_vocab) * self.scale).astype(np.float32)
+
+    def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise RuntimeError("fake runtime: context overflow")
+        self.forward_calls.append(len(tokens))
+        rows = []
+        for t in tokens:
+            self.cache.append(int(t))
+            rows.append(self.logits_after(self.cache))
+        out = np.stack(rows)
+        return out[-1:] if last_only else out
+
+    def rollback(self, n_past: int) -> None:
+        del self.cache[n_past:]
+
+    def reset(self) -> None:
+        self.cache.clear()
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]:
+        return [ord(c) % (self.n_vocab - 1) for c in text]
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        return b"".join(bytes([97 + t % 26]) for t in tokens)
+
+    def token_text(self, token: int) -> bytes:
+        return self.detokenize([token])
+
+    def vocab_info(self) -> VocabInfo:
+        return VocabInfo(self.n_vocab, "fake", None, self.eog, frozenset({self.eog}), "fake")
+
+    def chat_template(self) -> str | None:
+        return None
+
+
+class ScriptedDrafter:
+    """Proposes the target's greedy continuation, wrong exactly at draft position `wrong_at`."""
+
+    name = "scripted"
+
+    def __init__(self, oracle: FakeRuntime, wrong_at: int | None) -> None:
+        self.oracle = oracle
+        self.wrong_at = wrong_at
+
+    def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
+        ctx = list(context)
+        out = []
+        for i in range(k):
+            best = int(np.argmax(self.oracle.logits_after(ctx)))
+            token = (best + 1) % self.oracle.n_vocab if i == self.wrong_at else best
+            out.append(token)
+            ctx.append(token)
+        return Draft(np.asarray(out, dtype=np.int32), None)
+
+    def accept(self, n_accepted: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
