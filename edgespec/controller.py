@@ -8,6 +8,7 @@ acceptance estimates, and k = 0 (a plain step) when speculation would lose.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from edgespec.drafters.base import Drafter
@@ -50,3 +51,181 @@ class FixedPolicy:
         self, drafter: str | None, k: int, n_accepted: int, t_draft: float, t_verify: float
     ) -> None:
         pass
+
+
+# --- the adaptive controller -----------------------------------------------------------------
+
+
+@dataclass
+class CostCurve:
+    """Measured seconds for one target pass over n tokens (logits for every row), n = 1..len.
+
+    Starts from a calibration (or stored tune data) and follows what each verify step costs.
+    """
+
+    target_s: list[float]  # [n_max] seconds for n = 1..n_max
+    draft_s: float = 0.0  # seconds per drafted token of the model drafter
+    smoothing: float = 0.1
+
+    def target(self, n: int) -> float:
+        t = self.target_s
+        if n <= len(t):
+            return t[n - 1]
+        slope = t[-1] - t[-2] if len(t) > 1 else t[-1]
+        return t[-1] + slope * (n - len(t))  # beyond the calibration: linear in n
+
+    def observe_target(self, n: int, seconds: float) -> None:
+        if 1 <= n <= len(self.target_s):
+            self.target_s[n - 1] += self.smoothing * (seconds - self.target_s[n - 1])
+
+    def observe_draft(self, k: int, seconds: float) -> None:
+        if k > 0:
+            self.draft_s += self.smoothing * (seconds / k - self.draft_s)
+
+    def ratios(self) -> list[float]:
+        return [t / self.target_s[0] for t in self.target_s]
+
+
+def expected_tokens(alphas: Sequence[float]) -> float:
+    """Tokens one step emits when draft position i is accepted with probability alphas[i]
+    given all before it were: 1 + sum_j prod_{i<=j} alphas[i] (the bonus/recovered token is 1).
+    """
+    total, survive = 1.0, 1.0
+    for a in alphas:
+        survive *= a
+        total += survive
+    return total
+
+
+@dataclass(frozen=True)
+class Choice:
+    drafter: str | None
+    k: int
+    tokens_per_second: float
+
+
+def best_choice(
+    curve: CostCurve,
+    model_alphas: Sequence[float] | None,  # per draft position; None = no model drafter
+    ngram_alpha: float | None,  # per token for the current match; None = no match
+    ngram_available: int,
+    k_max: int,
+    ngram_cost_s: float = 0.0,
+) -> Choice:
+    """The drafter and k that maximise expected tokens / expected seconds; k = 0 is plain.
+
+    A pure function of the cost curve and the acceptance estimates (unit-tested on its own).
+    """
+    best = Choice(None, 0, 1.0 / curve.target(1))
+    if model_alphas is not None:
+        for k in range(1, min(k_max, len(model_alphas)) + 1):
+            rate = expected_tokens(model_alphas[:k]) / (k * curve.draft_s + curve.target(k + 1))
+            if rate > best.tokens_per_second:
+                best = Choice("model", k, rate)
+    if ngram_alpha is not None:
+        for k in range(1, min(k_max, ngram_available) + 1):
+            rate = expected_tokens([ngram_alpha] * k) / (ngram_cost_s + curve.target(k + 1))
+            if rate > best.tokens_per_second:
+                best = Choice("ngram", k, rate)
+    return best
+
+
+class AdaptivePolicy:
+    """Per step, choose the drafter and k from the cost curve and online acceptance.
+
+    Acceptance is an exponential moving average, reset per request: per draft position for
+    the model drafter, per match length for prompt lookup. A drafter left unused is probed
+    again after probe_every steps (doubling after each probe that fails to pay, up to
+    max_probe_every), so a change of text (prose -> code block) is noticed.
+    """
+
+    def __init__(
+        self,
+        curve: CostCurve,
+        *,
+        k_max: int = 8,
+        smoothing: float = 0.3,
+        model_prior: float = 0.6,
+        ngram_prior: float = 0.5,
+        probe_every: int = 16,
+        max_probe_every: int = 128,
+    ) -> None:
+        self.curve = curve
+        self.k_max = k_max
+        self.smoothing = smoothing
+        self.model_prior = model_prior
+        self.ngram_prior = ngram_prior
+        self.probe_every = probe_every
+        self.max_probe_every = max_probe_every
+        self.drafters: dict[str, Drafter] = {}
+        self.begin({})
+
+    def begin(self, drafters: Mapping[str, Drafter]) -> None:
+        self.drafters = dict(drafters)
+        self.model_alphas = [self.model_prior] * self.k_max
+        self.ngram_alphas: dict[int, float] = {}
+        self.idle = {name: 0 for name in self.drafters}  # steps since each drafter last ran
+        self.interval = {name: self.probe_every for name in self.drafters}
+        self.last_match = 0
+        self.probing: str | None = None
+
+    def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
+        ngram = self.drafters.get("ngram")
+        match_len, available = ngram.lookahead(context) if ngram else (0, 0)  # type: ignore[attr-defined]
+        self.last_match = match_len
+        choice = best_choice(
+            self.curve,
+            self.model_alphas if "model" in self.drafters else None,
+            self.ngram_alphas.get(match_len, self.ngram_prior) if match_len else None,
+            available,
+            self.k_max,
+        )
+        self.probing = None
+        if choice.k == 0:
+            choice = self.probe(available)
+        return (self.drafters[choice.drafter] if choice.drafter else None), choice.k
+
+    def probe(self, ngram_available: int) -> Choice:
+        """A drafter idle for its interval gets a short draft, to refresh its estimates."""
+        for name in ("ngram", "model"):
+            if name not in self.drafters or self.idle[name] < self.interval[name]:
+                continue
+            if name == "ngram" and ngram_available == 0:
+                continue
+            self.probing = name
+            k = min(2, self.k_max, ngram_available if name == "ngram" else self.k_max)
+            return Choice(name, k, 0.0)
+        return Choice(None, 0, 0.0)
+
+    def observe(
+        self, drafter: str | None, k: int, n_accepted: int, t_draft: float, t_verify: float
+    ) -> None:
+        self.curve.observe_target(k + 1, t_verify)
+        for name in self.idle:
+            self.idle[name] += 1
+        if drafter is None or k == 0:
+            return
+        self.idle[drafter] = 0
+        if drafter == "model":
+            self.curve.observe_draft(k, t_draft)
+            self.update_model(k, n_accepted)
+        else:
+            self.update_ngram(k, n_accepted)
+        if self.probing == drafter:  # back off when probes keep failing to pay
+            paid = n_accepted == k
+            self.interval[drafter] = (
+                self.probe_every if paid else min(2 * self.interval[drafter], self.max_probe_every)
+            )
+
+    def update_model(self, k: int, n_accepted: int) -> None:
+        s = self.smoothing
+        for i in range(min(k, n_accepted + 1)):
+            outcome = 1.0 if i < n_accepted else 0.0
+            self.model_alphas[i] += s * (outcome - self.model_alphas[i])
+
+    def update_ngram(self, k: int, n_accepted: int) -> None:
+        a = self.ngram_alphas.get(self.last_match, self.ngram_prior)
+        outcomes = [1.0] * n_accepted + ([0.0] if n_accepted < k else [])
+        for outcome in outcomes:
+            a += self.smoothing * (outcome - a)
+        self.ngram_alphas[self.last_match] = a

@@ -54,3 +54,26 @@ class Runtime(Protocol):
     def chat_template(self) -> str | None: ...
 
     def token_text(self, token: int) -> bytes: ...
+
+
+def check_compatible(target: VocabInfo, draft: VocabInfo, target_name: str, draft_name: str) -> None:
+    """Refuse a draft whose token ids do not mean what the target's mean."""
+    from edgespec.errors import VocabularyMismatchError
+
+    def refuse(what: str, t: object, d: object) -> None:
+        raise VocabularyMismatchError(
+            f"draft {draft_name} cannot draft for target {target_name}: {what} differs "
+            f"(target {t}, draft {d}); use a draft model from the target's family with the "
+            "same tokenizer, or --drafter ngram"
+        )
+
+    if target.n_vocab != draft.n_vocab:
+        refuse("vocabulary size", target.n_vocab, draft.n_vocab)
+    if target.vocab_type != draft.vocab_type:
+        refuse("vocabulary type", target.vocab_type, draft.vocab_type)
+    if target.bos_id != draft.bos_id:
+        refuse("BOS token", target.bos_id, draft.bos_id)
+    if target.eos_id != draft.eos_id:
+        refuse("EOS token", target.eos_id, draft.eos_id)
+    if target.token_text_hash != draft.token_text_hash:
+        refuse("token text", target.token_text_hash[:12], draft.token_text_hash[:12])

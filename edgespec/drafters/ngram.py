@@ -42,14 +42,19 @@ class NgramDrafter:
                 return Draft(np.asarray(ctx[start : start + k], dtype=np.int32), None)
         return Draft.empty()
 
-    def lookahead(self, context: Sequence[int]) -> int:
-        """Length of the longest suffix match, without proposing (for the controller)."""
+    def lookahead(self, context: Sequence[int]) -> tuple[int, int]:
+        """(match length, tokens available to propose) of the longest suffix match, or (0, 0).
+
+        The controller asks this before it chooses k, so it knows what a proposal would be.
+        """
         self.sync(context)
         ctx = self.indexed
         for n in self.sizes:
-            if len(ctx) > n and tuple(ctx[-n:]) in self.latest[n]:
-                return n
-        return 0
+            if len(ctx) > n:
+                start = self.latest[n].get(tuple(ctx[-n:]))
+                if start is not None:
+                    return n, len(ctx) - start
+        return 0, 0
 
     def accept(self, n_accepted: int) -> None:
         pass

@@ -1,0 +1,83 @@
+"""From file paths and options to a ready SpeculativeDecoder: the Python API's front door."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgespec.calibrate import calibrate, load_tuned, store_tuned, tune_key
+from edgespec.controller import AdaptivePolicy, FixedPolicy, Policy
+from edgespec.drafters import Drafter, ModelDrafter, NgramDrafter
+from edgespec.engine import SpeculativeDecoder
+from edgespec.errors import EdgespecError
+from edgespec.runtimes import Runtime, RuntimeOptions, check_compatible, open_runtime
+
+log = logging.getLogger(__name__)
+
+DRAFTER_CHOICES = ("auto", "model", "ngram", "none")
+
+
+@dataclass(frozen=True)
+class SpecOptions:
+    drafter: str = "auto"  # auto | model | ngram | none
+    k: int | None = None  # None = chosen per step by the adaptive controller
+    k_max: int = 8
+    max_ngram: int = 4
+
+
+def load_decoder(
+    target: str | Path,
+    draft: str | Path | None = None,
+    spec: SpecOptions = SpecOptions(),
+    runtime: RuntimeOptions = RuntimeOptions(),
+) -> SpeculativeDecoder:
+    if spec.drafter not in DRAFTER_CHOICES:
+        raise EdgespecError(f"unknown drafter {spec.drafter!r}; choose one of {DRAFTER_CHOICES}")
+    if spec.drafter == "model" and draft is None:
+        raise EdgespecError("--drafter model needs a draft model: pass --draft DRAFT.gguf")
+    target_rt = open_runtime(target, runtime)
+    draft_rt = None
+    if draft is not None and spec.drafter in ("auto", "model"):
+        draft_rt = open_runtime(draft, runtime)
+        check_compatible(target_rt.vocab_info(), draft_rt.vocab_info(), str(target), str(draft))
+    drafters = make_drafters(spec, draft_rt)
+    policy = make_policy(spec, drafters, target_rt, draft_rt, Path(target), draft, runtime)
+    return SpeculativeDecoder(target_rt, drafters, policy)
+
+
+def make_drafters(spec: SpecOptions, draft_rt: Runtime | None) -> list[Drafter]:
+    drafters: list[Drafter] = []
+    if draft_rt is not None:
+        drafters.append(ModelDrafter(draft_rt))
+    if spec.drafter in ("auto", "ngram"):
+        drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
+    return drafters
+
+
+def make_policy(
+    spec: SpecOptions,
+    drafters: list[Drafter],
+    target_rt: Runtime,
+    draft_rt: Runtime | None,
+    target_path: Path,
+    draft_path: str | Path | None,
+    runtime: RuntimeOptions,
+) -> Policy:
+    if spec.drafter == "none" or not drafters:
+        return FixedPolicy(None, 0)
+    if spec.k is not None and spec.drafter != "auto":
+        return FixedPolicy(spec.drafter, spec.k)
+    k_max = spec.k if spec.k is not None else spec.k_max
+    key = tune_key(
+        target_path, Path(draft_path) if draft_rt else None, runtime_description(runtime)
+    )
+    curve = load_tuned(key)
+    if curve is None or len(curve.target_s) < k_max + 1:
+        curve = calibrate(target_rt, draft_rt, n_max=k_max + 1)
+        store_tuned(key, curve)
+    return AdaptivePolicy(curve, k_max=k_max)
+
+
+def runtime_description(opts: RuntimeOptions) -> str:
+    return f"llamacpp threads={opts.n_threads} gpu_layers={opts.n_gpu_layers}"
