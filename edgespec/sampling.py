@@ -70,8 +70,10 @@ def logits_to_probs(logits: np.ndarray, sp: SamplingParams) -> np.ndarray:
     squeeze = z.ndim == 1
     z = np.atleast_2d(z)
     if sp.top_k and sp.top_k < z.shape[-1]:
-        kth = np.partition(z, -sp.top_k, axis=-1)[:, -sp.top_k, None]  # [n, 1]
-        z = np.where(z >= kth, z, -np.inf)
+        keep = np.argpartition(-z, sp.top_k - 1, axis=-1)[:, : sp.top_k]  # exactly k, ties too
+        cut = np.full_like(z, -np.inf)
+        np.put_along_axis(cut, keep, np.take_along_axis(z, keep, axis=-1), axis=-1)
+        z = cut
     probs = softmax(z)
     if sp.top_p < 1.0:
         probs = cut_top_p(probs, sp.top_p)
