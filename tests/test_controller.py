@@ -1,0 +1,58 @@
+"""The controller's choice is a pure function of the cost curve and acceptance estimates."""
+
+from edgespec.controller import AdaptivePolicy, CostCurve, best_choice, expected_tokens
+from edgespec.engine import SpeculativeDecoder
+from tests.fakes import FakeRuntime, ScriptedDrafter
+
+
+def test_expected_tokens():
+    assert expected_tokens([]) == 1.0
+    assert expected_tokens([1.0, 1.0]) == 3.0
+    assert expected_tokens([0.5, 0.5]) == 1.75
+
+
+def test_memory_bound_curve_drafts_long():
+    flat = CostCurve([1.0] * 9, draft_s=0.05)  # GPU-like: 9 tokens cost what 1 does
+    choice = best_choice(flat, [0.8] * 8, None, 0, k_max=8)
+    assert (choice.drafter, choice.k) == ("model", 8)
+
+
+def test_linear_curve_with_expensive_draft_turns_the_model_off():
+    linear = CostCurve([float(n) for n in range(1, 10)], draft_s=0.7)  # 2-core CPU-like
+    choice = best_choice(linear, [0.95] * 8, None, 0, k_max=8)
+    assert (choice.drafter, choice.k) == (None, 0)
+
+
+def test_free_drafter_k_grows_with_acceptance():
+    concave = CostCurve([1 + 0.5 * (n - 1) for n in range(1, 10)])
+    ks = [best_choice(concave, None, a, 8, k_max=8).k for a in (0.2, 0.6, 0.8, 0.95)]
+    assert ks[0] == 0
+    assert ks == [0, 1, 2, 5]  # maxima of E(k) / (1 + k/2), worked out by hand
+
+
+def test_ngram_k_is_capped_by_what_the_match_offers():
+    flat = CostCurve([1.0] * 9)
+    assert best_choice(flat, None, 0.9, 3, k_max=8).k == 3
+
+
+class WrongModel(ScriptedDrafter):
+    name = "model"
+
+
+def test_always_wrong_drafter_falls_back_to_plain_and_reprobes():
+    rt = FakeRuntime(n_vocab=16, n_ctx=600, seed=1)
+    rt.eog = 999
+    flat = CostCurve([1.0] * 9, draft_s=0.05)  # speculation would pay if drafts were right
+    policy = AdaptivePolicy(flat, k_max=8, probe_every=16, max_probe_every=64)
+    # A fixed curve: the fake runtime's wall times must not move the estimates.
+    policy.curve.smoothing = 0.0
+    dec = SpeculativeDecoder(rt, [WrongModel(FakeRuntime(n_vocab=16), wrong_at=0)], policy)
+    out = dec.generate([1, 2, 3], max_tokens=400)
+    steps = out.stats
+    drafted_steps = steps.n_drafts
+    # Estimates start at 0.6 and fall 30% per failure: a handful of steps before plain wins,
+    # then one probe per interval (16, 32, 64, 64, ...).
+    assert steps.n_plain_steps > 0
+    assert 5 <= drafted_steps <= 20, drafted_steps
+    assert policy.interval["model"] == 64
+    assert out.tokens == SpeculativeDecoder(rt).generate([1, 2, 3], max_tokens=400).tokens
