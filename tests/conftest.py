@@ -1,0 +1,39 @@
+import os
+from pathlib import Path
+
+import pytest
+
+REQUIRE_REAL = os.environ.get("EDGESPEC_REQUIRE_REAL") == "1"
+
+
+def real_model(name: str) -> Path:
+    """Path of a fetched demo model; skip (or fail under EDGESPEC_REQUIRE_REAL=1) if absent."""
+    from edgespec.errors import EdgespecError
+    from edgespec.models import model_path
+
+    try:
+        return model_path(name)
+    except EdgespecError as e:
+        if REQUIRE_REAL:
+            pytest.fail(f"real model {name} is required here: {e}")
+        pytest.skip(f"real model {name} not fetched (edgespec models fetch demo): {e}")
+
+
+@pytest.fixture(scope="session")
+def demo_target_path() -> Path:
+    return real_model("demo-target")
+
+
+@pytest.fixture(scope="session")
+def demo_draft_path() -> Path:
+    return real_model("demo-draft")
+
+
+@pytest.fixture(scope="session")
+def demo_runtimes(demo_target_path, demo_draft_path):
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    return (
+        LlamaCppRuntime(demo_target_path, n_ctx=1024),
+        LlamaCppRuntime(demo_draft_path, n_ctx=1024),
+    )
