@@ -212,7 +212,7 @@ def run_bench(
     ks: Sequence[int],
     max_tokens: int,
     opts: RuntimeOptions,
-    k_max: int = 8,
+    k_max: int = 16,
     progress=None,
 ) -> dict:
     """Plain first (the reference), then every method x k; returns the JSON-ready report."""
@@ -363,7 +363,7 @@ def add_bench_parser(sub) -> None:
                    help="code | edit | chat | FILE.jsonl (repeatable; default edit)")
     p.add_argument("--methods", default="plain,auto,ngram,model," + PEER)
     p.add_argument("--k", default="4", help="draft lengths for fixed-k methods, e.g. 1,2,4,8")
-    p.add_argument("--k-max", type=int, default=8, help="longest draft for method auto")
+    p.add_argument("--k-max", type=int, default=16, help="longest draft for method auto")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--limit", type=int, default=None, help="first N prompts of each suite")
     p.add_argument("--json", help="write every number here")
@@ -435,7 +435,7 @@ def add_demo_parser(sub) -> None:
 
     p = sub.add_parser("demo", help="fetch the demo pair; plain vs speculative, side by side")
     p.add_argument("--max-tokens", type=int, default=192)
-    p.add_argument("--k-max", type=int, default=8)
+    p.add_argument("--k-max", type=int, default=16)
     p.add_argument("--show", action="store_true", help="print the generated text too")
     add_runtime_args(p)
     p.set_defaults(func=cmd_demo, n_ctx=2048)

@@ -23,7 +23,7 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
 def add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", choices=["auto", "model", "ngram", "none"], default="auto")
     p.add_argument("--k", default="auto", help="draft length, or 'auto' (chosen per step)")
-    p.add_argument("--k-max", type=int, default=8, help="longest draft the controller tries")
+    p.add_argument("--k-max", type=int, default=16, help="longest draft the controller tries")
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:

@@ -146,7 +146,7 @@ class AdaptivePolicy:
         k_max: int = 8,
         smoothing: float = 0.3,
         model_prior: float = 0.6,
-        ngram_prior: float = 0.5,
+        ngram_priors: Sequence[float] = (0.3, 0.5, 0.6, 0.7),
         probe_every: int = 16,
         max_probe_every: int = 128,
     ) -> None:
@@ -154,7 +154,7 @@ class AdaptivePolicy:
         self.k_max = k_max
         self.smoothing = smoothing
         self.model_prior = model_prior
-        self.ngram_prior = ngram_prior
+        self.ngram_priors = tuple(ngram_priors)  # by match length 1, 2, ...; the last for longer
         self.probe_every = probe_every
         self.max_probe_every = max_probe_every
         self.drafters: dict[str, Drafter] = {}
@@ -165,7 +165,12 @@ class AdaptivePolicy:
         self.model_alphas = [self.model_prior] * self.k_max
         self.ngram_alphas: dict[int, float] = {}
         self.idle = {name: 0 for name in self.drafters}  # steps since each drafter last ran
-        self.interval = {name: self.probe_every for name in self.drafters}
+        # Prompt lookup costs nothing to draft, so it is probed four times as often.
+        self.base_interval = {
+            name: self.probe_every // 4 if name == "ngram" else self.probe_every
+            for name in self.drafters
+        }
+        self.interval = dict(self.base_interval)
         self.last_match = 0
         self.probing: str | None = None
 
@@ -176,7 +181,7 @@ class AdaptivePolicy:
         choice = best_choice(
             self.curve,
             self.model_alphas if "model" in self.drafters else None,
-            self.ngram_alphas.get(match_len, self.ngram_prior) if match_len else None,
+            self.ngram_alpha(match_len) if match_len else None,
             available,
             self.k_max,
         )
@@ -185,12 +190,27 @@ class AdaptivePolicy:
             choice = self.probe(available)
         return (self.drafters[choice.drafter] if choice.drafter else None), choice.k
 
+    def model_can_win(self) -> bool:
+        """Whether the model drafter beats plain decoding even if every token were accepted.
+
+        On a compute-bound device (a 2-core CPU) it cannot, and probing it only costs time.
+        """
+        perfect = best_choice(self.curve, [1.0] * self.k_max, None, 0, self.k_max)
+        return perfect.drafter == "model"
+
+    def ngram_alpha(self, match_len: int) -> float:
+        """Acceptance per token for prompt lookup after a match of this length."""
+        prior = self.ngram_priors[min(match_len, len(self.ngram_priors)) - 1]
+        return self.ngram_alphas.get(match_len, prior)
+
     def probe(self, ngram_available: int) -> Choice:
         """A drafter idle for its interval gets a short draft, to refresh its estimates."""
         for name in ("ngram", "model"):
             if name not in self.drafters or self.idle[name] < self.interval[name]:
                 continue
             if name == "ngram" and ngram_available == 0:
+                continue
+            if name == "model" and not self.model_can_win():
                 continue
             self.probing = name
             k = min(2, self.k_max, ngram_available if name == "ngram" else self.k_max)
@@ -214,7 +234,9 @@ class AdaptivePolicy:
         if self.probing == drafter:  # back off when probes keep failing to pay
             paid = n_accepted == k
             self.interval[drafter] = (
-                self.probe_every if paid else min(2 * self.interval[drafter], self.max_probe_every)
+                self.base_interval[drafter]
+                if paid
+                else min(2 * self.interval[drafter], self.max_probe_every)
             )
 
     def update_model(self, k: int, n_accepted: int) -> None:
@@ -224,7 +246,7 @@ class AdaptivePolicy:
             self.model_alphas[i] += s * (outcome - self.model_alphas[i])
 
     def update_ngram(self, k: int, n_accepted: int) -> None:
-        a = self.ngram_alphas.get(self.last_match, self.ngram_prior)
+        a = self.ngram_alpha(self.last_match)
         outcomes = [1.0] * n_accepted + ([0.0] if n_accepted < k else [])
         for outcome in outcomes:
             a += self.smoothing * (outcome - a)

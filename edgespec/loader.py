@@ -22,7 +22,7 @@ DRAFTER_CHOICES = ("auto", "model", "ngram", "none")
 class SpecOptions:
     drafter: str = "auto"  # auto | model | ngram | none
     k: int | None = None  # None = chosen per step by the adaptive controller
-    k_max: int = 8
+    k_max: int = 16
     max_ngram: int = 4
 
 

@@ -56,3 +56,14 @@ def test_always_wrong_drafter_falls_back_to_plain_and_reprobes():
     assert 5 <= drafted_steps <= 20, drafted_steps
     assert policy.interval["model"] == 64
     assert out.tokens == SpeculativeDecoder(rt).generate([1, 2, 3], max_tokens=400).tokens
+
+
+def test_model_drafter_that_cannot_win_is_never_probed():
+    rt = FakeRuntime(n_vocab=16, n_ctx=600, seed=1)
+    rt.eog = 999
+    cpu = CostCurve([float(n) for n in range(1, 10)], draft_s=0.7)  # loses even at 100%
+    policy = AdaptivePolicy(cpu, k_max=8)
+    policy.curve.smoothing = 0.0
+    dec = SpeculativeDecoder(rt, [WrongModel(FakeRuntime(n_vocab=16), wrong_at=None)], policy)
+    out = dec.generate([1, 2, 3], max_tokens=200)
+    assert out.stats.n_drafts == 0
