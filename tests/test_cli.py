@@ -1,0 +1,113 @@
+"""The command line: bad input prints one line naming the problem and exits 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from edgespec.cli import main
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("edgespec: error: ")
+    return lines[0].removeprefix("edgespec: error: ")
+
+
+def test_missing_model_file(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "run", "--target", str(tmp_path / "nope.gguf"),
+                           "--prompt", "hi")
+    assert code == 2
+    assert one_error_line(err) == f"model file not found: {tmp_path / 'nope.gguf'}; check the path"
+
+
+def test_not_a_gguf_file(capsys, tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"PK\x03\x04 this is a zip, not a model")
+    code, _, err = run_cli(capsys, "run", "--target", str(bad), "--prompt", "hi")
+    assert code == 2
+    assert one_error_line(err) == (
+        f"{bad} is not a GGUF file (starts with b'PK\\x03\\x04', expected b'GGUF'); "
+        "convert it with `edgespec export` or download the .gguf file again"
+    )
+
+
+@pytest.mark.parametrize(
+    "flag, value, message",
+    [
+        ("--temperature", "-0.5", "temperature must be in [0.0, inf], got -0.5"),
+        ("--top-p", "1.5", "top_p must be in (0.0, 1.0], got 1.5"),
+        ("--top-k", "-1", "top_k must be a whole number >= 0, got -1"),
+        ("--k", "many", "--k must be a whole number or 'auto', got 'many'"),
+    ],
+)
+def test_invalid_sampling_values_fail_before_loading(capsys, tmp_path, flag, value, message):
+    code, _, err = run_cli(capsys, "run", "--target", str(tmp_path / "absent.gguf"),
+                           "--prompt", "hi", flag, value)
+    assert code == 2
+    assert one_error_line(err).startswith(message)
+
+
+def test_unreadable_prompt_file(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "run", "--target", "x.gguf", "--prompt-file",
+                           str(tmp_path / "missing.txt"))
+    assert code == 2
+    assert one_error_line(err) == (
+        f"cannot read --prompt-file {tmp_path / 'missing.txt'}: No such file or directory"
+    )
+
+
+def test_console_script_exits_2_without_traceback(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "edgespec.cli", "run", "--target", str(tmp_path / "x.gguf"),
+         "--prompt", "hi"],
+        capture_output=True, text=True,
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip() == f"edgespec: error: model file not found: {tmp_path / 'x.gguf'}; check the path"
+
+
+@pytest.mark.real
+def test_run_json_with_the_real_pair(capsys, demo_target_path, demo_draft_path):
+    code, out, _ = run_cli(capsys, "run", "--target", str(demo_target_path), "--draft",
+                           str(demo_draft_path), "--prompt", "def add(a, b):", "--max-tokens",
+                           "12", "--json", "--n-ctx", "512")
+    assert code == 0
+    result = json.loads(out)
+    assert result["finish_reason"] in ("stop", "length")
+    assert len(result["tokens"]) <= 12
+    assert result["text"].strip().startswith("return a + b") or result["text"].strip()
+    assert {"acceptance_rate", "mean_acceptance_length", "t_loop_s"} <= set(result["stats"])
+
+
+@pytest.mark.real
+def test_prompt_longer_than_context(capsys, demo_target_path):
+    code, _, err = run_cli(capsys, "run", "--target", str(demo_target_path), "--prompt",
+                           " ".join(["word"] * 600), "--n-ctx", "256", "--drafter", "none")
+    assert code == 2
+    assert one_error_line(err) == (
+        "the prompt is 600 tokens but the context holds 256; shorten the prompt or raise "
+        "the context size (--n-ctx)"
+    )
+
+
+@pytest.mark.real
+def test_truncated_gguf(capsys, tmp_path, demo_draft_path):
+    cut = tmp_path / "cut.gguf"
+    with demo_draft_path.open("rb") as src:
+        cut.write_bytes(src.read(4 << 20))
+    code, _, err = run_cli(capsys, "run", "--target", str(cut), "--prompt", "hi")
+    assert code == 2
+    line = one_error_line(err)
+    assert line.startswith(f"cannot load {cut}: ")
+    assert line.endswith("the file may be truncated or corrupt (compare its size and sha256 "
+                         "with the source, or export it again)")

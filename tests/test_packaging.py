@@ -1,0 +1,36 @@
+"""One import name: the top-level folders install under edgespec, nothing else lands."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_installs_only_the_edgespec_package(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    wheel = next(tmp_path.glob("edgespec-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"edgespec"}
+    for sub in ("runtimes/llamacpp.py", "runtimes/base.py", "export/__init__.py",
+                "quant/__init__.py", "bench_data/edit.jsonl", "bench_data/chat.jsonl"):
+        assert f"edgespec/{sub}" in names, sub
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "edgespec = edgespec.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+def test_subpackages_import_under_one_name():
+    import edgespec.export
+    import edgespec.quant
+    import edgespec.runtimes.llamacpp
+
+    assert Path(edgespec.runtimes.llamacpp.__file__).parent.name == "runtimes"
+    assert edgespec.export.__name__ == "edgespec.export"
+    assert edgespec.quant.__name__ == "edgespec.quant"
