@@ -145,14 +145,16 @@ class AdaptivePolicy:
         *,
         k_max: int = 8,
         smoothing: float = 0.3,
+        ngram_smoothing: float = 0.1,
         model_prior: float = 0.6,
-        ngram_priors: Sequence[float] = (0.3, 0.5, 0.6, 0.7),
+        ngram_priors: Sequence[float] = (0.3, 0.5, 0.65, 0.8),
         probe_every: int = 16,
         max_probe_every: int = 128,
     ) -> None:
         self.curve = curve
         self.k_max = k_max
-        self.smoothing = smoothing
+        self.smoothing = smoothing  # per step and draft position (model)
+        self.ngram_smoothing = ngram_smoothing  # per drafted token (prompt lookup)
         self.model_prior = model_prior
         self.ngram_priors = tuple(ngram_priors)  # by match length 1, 2, ...; the last for longer
         self.probe_every = probe_every
@@ -165,9 +167,9 @@ class AdaptivePolicy:
         self.model_alphas = [self.model_prior] * self.k_max
         self.ngram_alphas: dict[int, float] = {}
         self.idle = {name: 0 for name in self.drafters}  # steps since each drafter last ran
-        # Prompt lookup costs nothing to draft, so it is probed four times as often.
+        # Prompt lookup costs nothing to draft, so it is probed eight times as often.
         self.base_interval = {
-            name: self.probe_every // 4 if name == "ngram" else self.probe_every
+            name: max(1, self.probe_every // 8) if name == "ngram" else self.probe_every
             for name in self.drafters
         }
         self.interval = dict(self.base_interval)
@@ -249,5 +251,5 @@ class AdaptivePolicy:
         a = self.ngram_alpha(self.last_match)
         outcomes = [1.0] * n_accepted + ([0.0] if n_accepted < k else [])
         for outcome in outcomes:
-            a += self.smoothing * (outcome - a)
+            a += self.ngram_smoothing * (outcome - a)
         self.ngram_alphas[self.last_match] = a
