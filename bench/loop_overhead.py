@@ -15,11 +15,11 @@ import json
 import time
 
 import numpy as np
+from edgespec.runtimes.base import VocabInfo
 
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import Draft
 from edgespec.engine import SpeculativeDecoder
-from edgespec.runtimes.base import VocabInfo
 from edgespec.sampling import SamplingParams
 
 V = 151_936
@@ -77,8 +77,9 @@ def loop_cost_us(k: int, sp: SamplingParams, steps: int = 60) -> float:
 
 
 def verify_pass_us(target: str, k: int) -> float:
-    from edgespec.calibrate import measure_curve
     from edgespec.runtimes import open_runtime
+
+    from edgespec.calibrate import measure_curve
 
     return measure_curve(open_runtime(target), n_max=k + 1)[k] * 1e6
 
@@ -96,8 +97,9 @@ def main() -> None:
         for mode, sp in modes.items():
             loop = loop_cost_us(k, sp)
             share = loop / (loop + verify) if verify else None
-            rows.append({"k": k, "mode": mode, "loop_us": loop, "verify_us": verify,
-                         "share": share})
+            rows.append(
+                {"k": k, "mode": mode, "loop_us": loop, "verify_us": verify, "share": share}
+            )
             shown = f"{verify:>10.0f} {share:>7.2%}" if verify else f"{'-':>10} {'-':>7}"
             print(f"{k:>3} {mode:>8} {loop:>13.0f} {shown}")
     if args.json:

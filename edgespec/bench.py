@@ -22,7 +22,6 @@ import numpy as np
 from edgespec.calibrate import device_description
 from edgespec.chat import render_chat
 from edgespec.controller import AdaptivePolicy, FixedPolicy, Policy
-from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import Result, SpeculativeDecoder
 from edgespec.errors import EdgespecError
 from edgespec.loader import SpecOptions, load_decoder
@@ -268,14 +267,24 @@ TABLE = (
 
 def table_header() -> str:
     widths = [len(fmt.format(**SAMPLE_ROW)) for _, fmt in TABLE]
-    return " ".join(f"{name:>{w}}" if i else f"{name:<{w}}" for i, ((name, _), w) in
-                    enumerate(zip(TABLE, widths)))
+    return " ".join(
+        f"{name:>{w}}" if i else f"{name:<{w}}"
+        for i, ((name, _), w) in enumerate(zip(TABLE, widths))
+    )
 
 
 SAMPLE_ROW = {
-    "method": "", "k": "", "tokens_per_second": 0.0, "speedup": 0.0, "acceptance_rate": "",
-    "mean_acceptance_length": "", "draft_share": 0.0, "verify_share": 0.0, "plain_steps": 0,
-    "identical": 0, "prompts": 0,
+    "method": "",
+    "k": "",
+    "tokens_per_second": 0.0,
+    "speedup": 0.0,
+    "acceptance_rate": "",
+    "mean_acceptance_length": "",
+    "draft_share": 0.0,
+    "verify_share": 0.0,
+    "plain_steps": 0,
+    "identical": 0,
+    "prompts": 0,
 }
 
 
@@ -310,8 +319,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"suite {suite}: {len(prompts)} prompts, max {args.max_tokens} tokens")
         print(table_header())
         report = run_bench(
-            target, draft, prompts, methods, ks, args.max_tokens, runtime_options(args),
-            k_max=args.k_max, progress=lambda row: print(table_line(row), flush=True),
+            target,
+            draft,
+            prompts,
+            methods,
+            ks,
+            args.max_tokens,
+            runtime_options(args),
+            k_max=args.k_max,
+            progress=lambda row: print(table_line(row), flush=True),
         )
         all_rows[suite] = report
     if args.json:
@@ -341,12 +357,19 @@ def plot(reports: dict, out: Path) -> None:
             for r in report["rows"]:
                 if r["method"] == method and r["acceptance_by_pos"]:
                     label = f"{method} k={r['k']}"
-                    ax_pos.plot(range(1, len(r["acceptance_by_pos"]) + 1), r["acceptance_by_pos"],
-                                ".-", label=label)
+                    ax_pos.plot(
+                        range(1, len(r["acceptance_by_pos"]) + 1),
+                        r["acceptance_by_pos"],
+                        ".-",
+                        label=label,
+                    )
         ax_k.axhline(1.0, color="grey", lw=0.8)
         ax_k.set(title=f"{suite}: speedup vs k", xlabel="k", ylabel="speedup over plain")
-        ax_pos.set(title=f"{suite}: acceptance by draft position", xlabel="position",
-                   ylabel="acceptance rate")
+        ax_pos.set(
+            title=f"{suite}: acceptance by draft position",
+            xlabel="position",
+            ylabel="acceptance rate",
+        )
         ax_k.legend(fontsize=7)
         ax_pos.legend(fontsize=6)
     fig.tight_layout()
@@ -359,8 +382,12 @@ def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="speed and exactness of each method on prompt suites")
     p.add_argument("--target", required=True, help="target .gguf, or demo-target")
     p.add_argument("--draft", help="draft .gguf, or demo-draft")
-    p.add_argument("--suite", action="append", default=None,
-                   help="code | edit | chat | FILE.jsonl (repeatable; default edit)")
+    p.add_argument(
+        "--suite",
+        action="append",
+        default=None,
+        help="code | edit | chat | FILE.jsonl (repeatable; default edit)",
+    )
     p.add_argument("--methods", default="plain,auto,ngram,model," + PEER)
     p.add_argument("--k", default="4", help="draft lengths for fixed-k methods, e.g. 1,2,4,8")
     p.add_argument("--k-max", type=int, default=16, help="longest draft for method auto")
@@ -374,7 +401,7 @@ def add_bench_parser(sub) -> None:
 
 # --- edgespec demo ---------------------------------------------------------------------------
 
-DEMO_EDIT = '''Add type hints to this function and change nothing else. Reply with the code only.
+DEMO_EDIT = """Add type hints to this function and change nothing else. Reply with the code only.
 
 ```python
 def moving_average(values, window):
@@ -389,7 +416,7 @@ def moving_average(values, window):
         if i >= window - 1:
             averages.append(total / window)
     return averages
-```'''
+```"""
 
 DEMO_CODE = "Write a Python function that checks whether a string is a palindrome, ignoring case."
 
@@ -404,11 +431,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from edgespec.models import fetch
 
     target, draft = fetch("demo")
-    decoder = load_decoder(target, draft, SpecOptions("auto", None, args.k_max),
-                           runtime_options(args))
+    decoder = load_decoder(
+        target, draft, SpecOptions("auto", None, args.k_max), runtime_options(args)
+    )
     bench = Bench(decoder, Path(target), runtime_options(args))
-    print(f"{'request':<22} {'method':<7} {'tokens':>6} {'tok/s':>6} {'speedup':>7} "
-          f"{'accept':>6} {'len':>5} {'identical':>9}")
+    print(
+        f"{'request':<22} {'method':<7} {'tokens':>6} {'tok/s':>6} {'speedup':>7} "
+        f"{'accept':>6} {'len':>5} {'identical':>9}"
+    )
     for prompt in DEMO_PROMPTS:
         tokens = [bench.prompt_tokens(prompt)]
         plain = bench.run_method("plain", None, [prompt], tokens, args.max_tokens, None)
@@ -417,10 +447,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for row in (plain, spec):
             d = row.as_dict(plain.tokens_per_second)
             same = "yes" if d["identical"] == 1 else "NO"
-            print(f"{prompt.id:<22} {d['method']:<7} {row.runs[0].n_generated:>6} "
-                  f"{d['tokens_per_second']:>6.1f} {d['speedup']:>7.2f} "
-                  f"{fmt(d['acceptance_rate']):>6} {fmt(d['mean_acceptance_length']):>5} "
-                  f"{same if row is spec else '-':>9}")
+            print(
+                f"{prompt.id:<22} {d['method']:<7} {row.runs[0].n_generated:>6} "
+                f"{d['tokens_per_second']:>6.1f} {d['speedup']:>7.2f} "
+                f"{fmt(d['acceptance_rate']):>6} {fmt(d['mean_acceptance_length']):>5} "
+                f"{same if row is spec else '-':>9}"
+            )
         if args.show:
             print(bench.last_results[0].text.rstrip() + "\n")
     return 0

@@ -38,7 +38,9 @@ def time_forward(runtime: Runtime, n: int, reps: int, rng: np.random.Generator) 
     return statistics.median(times)
 
 
-def measure_curve(runtime: Runtime, n_max: int = 9, prefix: int = 128, reps: int = 3) -> list[float]:
+def measure_curve(
+    runtime: Runtime, n_max: int = 9, prefix: int = 128, reps: int = 3
+) -> list[float]:
     """Seconds for n = 1..n_max tokens after a prefix of `prefix` tokens (random ids)."""
     rng = np.random.default_rng(0)
     runtime.reset()

@@ -66,7 +66,9 @@ def read_prompt(args: argparse.Namespace) -> str:
         try:
             return Path(args.prompt_file).read_text(encoding="utf-8")
         except OSError as e:
-            raise EdgespecError(f"cannot read --prompt-file {args.prompt_file}: {e.strerror}") from e
+            raise EdgespecError(
+                f"cannot read --prompt-file {args.prompt_file}: {e.strerror}"
+            ) from e
     return args.prompt
 
 
@@ -124,9 +126,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     for n, (t, r) in enumerate(zip(curve.target_s, curve.ratios()), start=1):
         print(f"{n:>3} {t * 1e3:>8.1f} {r:>6.2f}")
     if draft is not None:
-        print(f"draft token {curve.draft_s * 1e3:.1f} ms = {curve.draft_s / curve.target_s[0]:.2f}x")
-    key = tune_key(Path(args.target), Path(args.draft) if args.draft else None,
-                   runtime_description(opts))
+        print(
+            f"draft token {curve.draft_s * 1e3:.1f} ms = {curve.draft_s / curve.target_s[0]:.2f}x"
+        )
+    key = tune_key(
+        Path(args.target), Path(args.draft) if args.draft else None, runtime_description(opts)
+    )
     print(f"stored in {store_tuned(key, curve)}")
     return 0
 
@@ -170,8 +175,12 @@ def optional_commands():
     """Sub-commands that live in their own modules."""
     from edgespec import bench, doctor, models
 
-    return [models.add_models_parser, bench.add_bench_parser, bench.add_demo_parser,
-            doctor.add_doctor_parser]
+    return [
+        models.add_models_parser,
+        bench.add_bench_parser,
+        bench.add_demo_parser,
+        doctor.add_doctor_parser,
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

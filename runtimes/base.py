@@ -56,7 +56,9 @@ class Runtime(Protocol):
     def token_text(self, token: int) -> bytes: ...
 
 
-def check_compatible(target: VocabInfo, draft: VocabInfo, target_name: str, draft_name: str) -> None:
+def check_compatible(
+    target: VocabInfo, draft: VocabInfo, target_name: str, draft_name: str
+) -> None:
     """Refuse a draft whose token ids do not mean what the target's mean."""
     from edgespec.errors import VocabularyMismatchError
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from edgespec.runtimes.base import VocabInfo
 
 from edgespec.errors import ModelFileError
-from edgespec.runtimes.base import VocabInfo
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,7 @@ def one_error_line(err: str) -> str:
 
 
 def test_missing_model_file(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "run", "--target", str(tmp_path / "nope.gguf"),
-                           "--prompt", "hi")
+    code, _, err = run_cli(capsys, "run", "--target", str(tmp_path / "nope.gguf"), "--prompt", "hi")
     assert code == 2
     assert one_error_line(err) == f"model file not found: {tmp_path / 'nope.gguf'}; check the path"
 
@@ -50,15 +49,17 @@ def test_not_a_gguf_file(capsys, tmp_path):
     ],
 )
 def test_invalid_sampling_values_fail_before_loading(capsys, tmp_path, flag, value, message):
-    code, _, err = run_cli(capsys, "run", "--target", str(tmp_path / "absent.gguf"),
-                           "--prompt", "hi", flag, value)
+    code, _, err = run_cli(
+        capsys, "run", "--target", str(tmp_path / "absent.gguf"), "--prompt", "hi", flag, value
+    )
     assert code == 2
     assert one_error_line(err).startswith(message)
 
 
 def test_unreadable_prompt_file(capsys, tmp_path):
-    code, _, err = run_cli(capsys, "run", "--target", "x.gguf", "--prompt-file",
-                           str(tmp_path / "missing.txt"))
+    code, _, err = run_cli(
+        capsys, "run", "--target", "x.gguf", "--prompt-file", str(tmp_path / "missing.txt")
+    )
     assert code == 2
     assert one_error_line(err) == (
         f"cannot read --prompt-file {tmp_path / 'missing.txt'}: No such file or directory"
@@ -67,20 +68,44 @@ def test_unreadable_prompt_file(capsys, tmp_path):
 
 def test_console_script_exits_2_without_traceback(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "edgespec.cli", "run", "--target", str(tmp_path / "x.gguf"),
-         "--prompt", "hi"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "edgespec.cli",
+            "run",
+            "--target",
+            str(tmp_path / "x.gguf"),
+            "--prompt",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
-    assert done.stderr.strip() == f"edgespec: error: model file not found: {tmp_path / 'x.gguf'}; check the path"
+    assert (
+        done.stderr.strip()
+        == f"edgespec: error: model file not found: {tmp_path / 'x.gguf'}; check the path"
+    )
 
 
 @pytest.mark.real
 def test_run_json_with_the_real_pair(capsys, demo_target_path, demo_draft_path):
-    code, out, _ = run_cli(capsys, "run", "--target", str(demo_target_path), "--draft",
-                           str(demo_draft_path), "--prompt", "def add(a, b):", "--max-tokens",
-                           "12", "--json", "--n-ctx", "512")
+    code, out, _ = run_cli(
+        capsys,
+        "run",
+        "--target",
+        str(demo_target_path),
+        "--draft",
+        str(demo_draft_path),
+        "--prompt",
+        "def add(a, b):",
+        "--max-tokens",
+        "12",
+        "--json",
+        "--n-ctx",
+        "512",
+    )
     assert code == 0
     result = json.loads(out)
     assert result["finish_reason"] in ("stop", "length")
@@ -91,8 +116,18 @@ def test_run_json_with_the_real_pair(capsys, demo_target_path, demo_draft_path):
 
 @pytest.mark.real
 def test_prompt_longer_than_context(capsys, demo_target_path):
-    code, _, err = run_cli(capsys, "run", "--target", str(demo_target_path), "--prompt",
-                           " ".join(["word"] * 600), "--n-ctx", "256", "--drafter", "none")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--target",
+        str(demo_target_path),
+        "--prompt",
+        " ".join(["word"] * 600),
+        "--n-ctx",
+        "256",
+        "--drafter",
+        "none",
+    )
     assert code == 2
     assert one_error_line(err) == (
         "the prompt is 600 tokens but the context holds 256; shorten the prompt or raise "
@@ -109,5 +144,7 @@ def test_truncated_gguf(capsys, tmp_path, demo_draft_path):
     assert code == 2
     line = one_error_line(err)
     assert line.startswith(f"cannot load {cut}: ")
-    assert line.endswith("the file may be truncated or corrupt (compare its size and sha256 "
-                         "with the source, or export it again)")
+    assert line.endswith(
+        "the file may be truncated or corrupt (compare its size and sha256 "
+        "with the source, or export it again)"
+    )

@@ -163,8 +163,11 @@ def test_speculative_sampling_matches_target_joint_distribution(sp, drafter):
     dec = SpeculativeDecoder(rt, [d], FixedPolicy(d.name, 3))
     counts = np.zeros((n_vocab, n_vocab))
     for seed in range(n):
-        tokens = dec.generate(prompt, max_tokens=2, sp=SamplingParams(
-            sp.temperature, sp.top_k, sp.top_p, sp.min_p, seed)).tokens
+        tokens = dec.generate(
+            prompt,
+            max_tokens=2,
+            sp=SamplingParams(sp.temperature, sp.top_k, sp.top_p, sp.min_p, seed),
+        ).tokens
         counts[tokens[0], tokens[1]] += 1
     freq = counts / n
     se = np.sqrt(exact * (1 - exact) / n)

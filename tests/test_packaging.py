@@ -10,8 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_wheel_installs_only_the_edgespec_package(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-         "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
         check=True,
         capture_output=True,
     )
@@ -19,8 +18,14 @@ def test_wheel_installs_only_the_edgespec_package(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"edgespec"}
-    for sub in ("runtimes/llamacpp.py", "runtimes/base.py", "export/__init__.py",
-                "quant/__init__.py", "bench_data/edit.jsonl", "bench_data/chat.jsonl"):
+    for sub in (
+        "runtimes/llamacpp.py",
+        "runtimes/base.py",
+        "export/__init__.py",
+        "quant/__init__.py",
+        "bench_data/edit.jsonl",
+        "bench_data/chat.jsonl",
+    ):
         assert f"edgespec/{sub}" in names, sub
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "edgespec = edgespec.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -8,13 +8,13 @@ These tests allow a departure only there (NEAR_TIE) and report it.
 
 import numpy as np
 import pytest
+from edgespec.runtimes import check_compatible
 
 from edgespec.bench import NEAR_TIE, first_departure, top2_gap
 from edgespec.chat import render_chat, user_messages
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
-from edgespec.runtimes import check_compatible
 
 pytestmark = pytest.mark.real
 
@@ -28,8 +28,9 @@ PROMPTS = [
 
 def chat_tokens(rt, text):
     info = rt.vocab_info()
-    prompt = render_chat(rt.chat_template(), user_messages(text),
-                         eos_token=rt.special_token_text(info.eos_id))
+    prompt = render_chat(
+        rt.chat_template(), user_messages(text), eos_token=rt.special_token_text(info.eos_id)
+    )
     return rt.tokenize(prompt, special=True)
 
 
