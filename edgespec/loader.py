@@ -6,8 +6,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgespec.bundle import is_bundle, read_bundle
 from edgespec.calibrate import calibrate, load_tuned, store_tuned, tune_key
-from edgespec.controller import AdaptivePolicy, FixedPolicy, Policy
+from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Drafter, ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError
@@ -34,6 +35,11 @@ def load_decoder(
 ) -> SpeculativeDecoder:
     if spec.drafter not in DRAFTER_CHOICES:
         raise EdgespecError(f"unknown drafter {spec.drafter!r}; choose one of {DRAFTER_CHOICES}")
+    tuned = None
+    if is_bundle(target):
+        bundle = read_bundle(target)
+        target, draft = bundle.path("target"), draft or bundle.path("draft")  # type: ignore
+        tuned = bundle.tune
     if spec.drafter == "model" and draft is None:
         raise EdgespecError("--drafter model needs a draft model: pass --draft DRAFT.gguf")
     target_rt = open_runtime(target, runtime)
@@ -42,7 +48,7 @@ def load_decoder(
         draft_rt = open_runtime(draft, runtime)
         check_compatible(target_rt.vocab_info(), draft_rt.vocab_info(), str(target), str(draft))
     drafters = make_drafters(spec, draft_rt)
-    policy = make_policy(spec, drafters, target_rt, draft_rt, Path(target), draft, runtime)
+    policy = make_policy(spec, drafters, target_rt, draft_rt, Path(target), draft, runtime, tuned)
     return SpeculativeDecoder(target_rt, drafters, policy)
 
 
@@ -63,6 +69,7 @@ def make_policy(
     target_path: Path,
     draft_path: str | Path | None,
     runtime: RuntimeOptions,
+    tuned: dict | None = None,
 ) -> Policy:
     if spec.drafter == "none" or not drafters:
         return FixedPolicy(None, 0)
@@ -72,11 +79,19 @@ def make_policy(
     key = tune_key(
         target_path, Path(draft_path) if draft_rt else None, runtime_description(runtime)
     )
-    curve = load_tuned(key)
+    curve = load_tuned(key) or curve_from_bundle(tuned)
     if curve is None or len(curve.target_s) < k_max + 1:
         curve = calibrate(target_rt, draft_rt, n_max=k_max + 1)
         store_tuned(key, curve)
     return AdaptivePolicy(curve, k_max=k_max)
+
+
+def curve_from_bundle(tuned: dict | None) -> CostCurve | None:
+    """Tune data stored in a bundle by `edgespec export --tune` (measured where it was built)."""
+    try:
+        return CostCurve(list(tuned["target_s"]), float(tuned["draft_s"]))  # type: ignore[index]
+    except (TypeError, KeyError, ValueError):
+        return None
 
 
 def runtime_description(opts: RuntimeOptions) -> str:

@@ -1,0 +1,176 @@
+"""bundle.json: the manifest `edgespec export` writes and every loader trusts only after checking.
+
+A bundle is one folder: the manifest plus the model files it names. Paths are relative and
+stay inside the folder; every file's size and sha256 are checked at load (the full hash
+once, then again whenever the file's size or modification time changes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from edgespec.errors import BundleError
+
+SCHEMA_VERSION = 1
+MANIFEST = "bundle.json"
+ROLES = ("target", "draft")
+FORMATS = ("gguf", "onnx", "tensorrt")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    role: str  # target | draft
+    format: str  # gguf | onnx | tensorrt
+    path: str  # relative to the bundle folder, POSIX separators
+    quant: str  # q4_k_m, q8_0, f16, int4, fp8, ...
+    sha256: str
+    size: int
+    n_vocab: int
+    vocab_hash: str  # sha256 over token texts: equal hashes = interchangeable token ids
+    n_ctx: int
+    arch: str
+
+
+@dataclass(frozen=True)
+class Bundle:
+    folder: Path
+    models: tuple[ModelEntry, ...]
+    tokenizer: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] = field(default_factory=dict)
+    tune: dict[str, Any] | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def model(self, role: str) -> ModelEntry | None:
+        return next((m for m in self.models if m.role == role), None)
+
+    def path(self, role: str) -> Path | None:
+        entry = self.model(role)
+        return self.folder / entry.path if entry else None
+
+
+def is_bundle(path: str | Path) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_bundle(bundle: Bundle) -> Path:
+    """Write bundle.json atomically (a crash leaves the old manifest or none, never half)."""
+    check_entries(bundle.folder, bundle.models, verify_files=False)
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "models": [asdict(m) for m in bundle.models],
+        "tokenizer": bundle.tokenizer,
+        "policy": bundle.policy,
+        "tune": bundle.tune,
+    }
+    out = bundle.folder / MANIFEST
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, out)
+    return out
+
+
+def read_bundle(folder: str | Path, *, verify: bool = True) -> Bundle:
+    folder = Path(folder)
+    manifest = folder / MANIFEST
+    if not manifest.is_file():
+        raise BundleError(f"{folder} is not a bundle: {MANIFEST} is missing; run `edgespec export`")
+    try:
+        doc = json.loads(manifest.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BundleError(f"{manifest} is not valid JSON ({e}); export the bundle again") from None
+    if not isinstance(doc, dict):
+        raise BundleError(f"{manifest}: expected a JSON object at the top")
+    version = doc.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise BundleError(
+            f"{manifest}: schema_version {version!r} is not supported (this edgespec reads "
+            f"{SCHEMA_VERSION}); export the bundle again with this version"
+        )
+    models = tuple(parse_entry(manifest, i, raw) for i, raw in enumerate(doc.get("models") or []))
+    if not any(m.role == "target" for m in models):
+        raise BundleError(f"{manifest}: no model with role 'target'")
+    check_entries(folder, models, verify_files=verify)
+    return Bundle(
+        folder, models, doc.get("tokenizer") or {}, doc.get("policy") or {}, doc.get("tune")
+    )
+
+
+def parse_entry(manifest: Path, index: int, raw: Any) -> ModelEntry:
+    where = f"{manifest}: models[{index}]"
+    if not isinstance(raw, dict):
+        raise BundleError(f"{where} is not an object")
+    fields = ModelEntry.__dataclass_fields__
+    missing = [name for name in fields if name not in raw]
+    if missing:
+        raise BundleError(f"{where} lacks {', '.join(missing)}")
+    entry = ModelEntry(**{name: raw[name] for name in fields})
+    if entry.role not in ROLES:
+        raise BundleError(f"{where}: role {entry.role!r} is not one of {ROLES}")
+    if entry.format not in FORMATS:
+        raise BundleError(f"{where}: format {entry.format!r} is not one of {FORMATS}")
+    return entry
+
+
+def check_entries(folder: Path, models: tuple[ModelEntry, ...], *, verify_files: bool) -> None:
+    roles = [m.role for m in models]
+    if len(set(roles)) != len(roles):
+        raise BundleError(f"{folder}: each role may appear once, got {roles}")
+    for m in models:
+        confined_path(folder, m.path)
+    target, draft = (next((m for m in models if m.role == r), None) for r in ROLES)
+    if target and draft and target.vocab_hash != draft.vocab_hash:
+        raise BundleError(
+            f"{folder}: target and draft vocabularies differ ({target.vocab_hash[:12]} vs "
+            f"{draft.vocab_hash[:12]}); a draft must share the target's tokenizer"
+        )
+    if verify_files:
+        for m in models:
+            verify_file(folder, m)
+
+
+def confined_path(folder: Path, relative: str) -> Path:
+    """The file a manifest path names, refusing absolute paths and escapes from the bundle."""
+    pure = PurePosixPath(relative)
+    if pure.is_absolute() or "\\" in relative or ".." in pure.parts or not pure.parts:
+        raise BundleError(
+            f"{folder / MANIFEST}: path {relative!r} must be relative and stay inside the bundle"
+        )
+    return folder / pure
+
+
+def verify_file(folder: Path, m: ModelEntry) -> None:
+    path = confined_path(folder, m.path)
+    if not path.is_file():
+        raise BundleError(f"bundle file missing: {path} (named in {folder / MANIFEST})")
+    stat = path.stat()
+    if stat.st_size != m.size:
+        raise BundleError(
+            f"bundle file {path} is {stat.st_size:,} bytes, the manifest says {m.size:,}: "
+            "truncated or replaced; export the bundle again"
+        )
+    stamp = path.with_name(f".{path.name}.verified")
+    key = f"{m.sha256} {stat.st_size} {stat.st_mtime_ns}"
+    if stamp.is_file() and stamp.read_text() == key:
+        return
+    if sha256_file(path) != m.sha256:
+        raise BundleError(
+            f"bundle file {path} does not match its sha256 in the manifest: it was modified "
+            "or corrupted; export the bundle again"
+        )
+    try:
+        stamp.write_text(key)
+    except OSError:
+        pass  # a read-only bundle is verified in full every time
