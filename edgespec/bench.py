@@ -185,7 +185,8 @@ class Bench:
         )
         runs = []
         for prompt, toks, ref in zip(prompts, tokens, reference):
-            out, t_first = [], 0.0
+            out: list[int] = []
+            t_first = 0.0
             for token in llm.generate(toks, temp=0.0, top_k=1, reset=True):
                 if not out:
                     t_first = time.perf_counter()

@@ -153,7 +153,8 @@ class SpeculativeDecoder:
         self.eog_ids = target.vocab_info().eog_ids
 
     def generate(self, prompt: str | Sequence[int], **kwargs) -> Result:
-        text, tokens = [], []
+        text: list[str] = []
+        tokens: list[int] = []
         for event in self.stream(prompt, **kwargs):
             text.append(event.text)
             tokens.extend(event.tokens)
@@ -184,7 +185,8 @@ class SpeculativeDecoder:
             room = min(max_tokens - stats.n_generated, self.target.n_ctx - self.target.n_past)
             if room <= 0:
                 finish = "length"
-                emitted, piece = [], ""
+                emitted: list[int] = []
+                piece = ""
             else:
                 verdict = self.step(tokens, sp, rng, stats, room, speculative)
                 emitted, piece, finish = self.emit(verdict, tokens, text, stats, max_tokens)

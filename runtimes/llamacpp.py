@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 GGUF_MAGIC = b"GGUF"
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 _recent_llama_log: collections.deque[str] = collections.deque(maxlen=20)
+_log_callback = None  # the ctypes callback; kept alive for as long as llama.cpp may call it
 _backend_ready = False
 
 
