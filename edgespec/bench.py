@@ -67,7 +67,7 @@ class Row:
         t_decode = sum(r.t_decode for r in self.runs) or 1.0
         return {
             "method": self.method,
-            "k": self.k if self.k is not None else "auto",
+            "k": self.k if self.k is not None else ("-" if self.method == "plain" else "auto"),
             "tokens_per_second": round(self.tokens_per_second, 3),
             "speedup": round(self.tokens_per_second / plain_tps, 4) if plain_tps else None,
             "acceptance_rate": round(self.stat_sum("n_accepted") / drafted, 4) if drafted else None,
