@@ -353,7 +353,7 @@ def plot(reports: dict, out: Path) -> None:
     for (suite, report), (ax_k, ax_pos) in zip(reports.items(), axes):
         for method in {r["method"] for r in report["rows"]}:
             rows = [r for r in report["rows"] if r["method"] == method and r["k"] != "auto"]
-            if len(rows) > 1:
+            if rows:
                 ax_k.plot([r["k"] for r in rows], [r["speedup"] for r in rows], "o-", label=method)
             for r in report["rows"]:
                 if r["method"] == method and r["acceptance_by_pos"]:
