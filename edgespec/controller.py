@@ -147,7 +147,7 @@ class AdaptivePolicy:
         smoothing: float = 0.3,
         ngram_smoothing: float = 0.1,
         model_prior: float = 0.6,
-        ngram_priors: Sequence[float] = (0.3, 0.5, 0.65, 0.8),
+        ngram_priors: Sequence[float] = (0.3, 0.5, 0.65, 0.8, 0.85),
         probe_every: int = 16,
         max_probe_every: int = 128,
     ) -> None:
@@ -156,7 +156,8 @@ class AdaptivePolicy:
         self.smoothing = smoothing  # per step and draft position (model)
         self.ngram_smoothing = ngram_smoothing  # per drafted token (prompt lookup)
         self.model_prior = model_prior
-        self.ngram_priors = tuple(ngram_priors)  # by match length 1, 2, ...; the last for longer
+        # by match length 1, 2, ...; the last for longer ones and for following a source
+        self.ngram_priors = tuple(ngram_priors)
         self.probe_every = probe_every
         self.max_probe_every = max_probe_every
         self.drafters: dict[str, Drafter] = {}

@@ -1,7 +1,11 @@
-"""Prompt lookup decoding: propose what followed the last occurrence of the context's suffix.
+"""Prompt lookup decoding: propose what followed an earlier occurrence of the context's suffix.
 
 An index from n-gram to the position after its latest occurrence grows with the context, so
 each step costs O(new tokens x n-gram sizes) of Python work, not O(context).
+
+While the text keeps following the place a draft was copied from, the next draft continues
+from there ("following"), instead of looking the suffix up again: in copy-heavy text a short
+suffix often occurs in several places, and the one being copied is the best guess.
 """
 
 from __future__ import annotations
@@ -21,43 +25,50 @@ class NgramDrafter:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
         self.sizes = range(max_ngram, min_ngram - 1, -1)  # longest match first
-        self.match_len = 0  # n-gram length behind the last proposal (0 = no match)
+        self.following = max_ngram + 1  # the match length reported while following a source
+        self.match_len = 0  # match length behind the last proposal (0 = no match)
         self.reset()
 
     def reset(self) -> None:
         self.indexed: list[int] = []
         # n -> {n-gram: index of the token that followed its latest occurrence}
         self.latest: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self.sizes}
+        self.source: tuple[int, int] | None = None  # (context length, start) of the last draft
 
     def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
-        self.sync(context)
-        self.match_len = 0
-        ctx = self.indexed
-        for n in self.sizes:
-            if len(ctx) <= n:
-                continue
-            start = self.latest[n].get(tuple(ctx[-n:]))
-            if start is not None:
-                self.match_len = n
-                return Draft(np.asarray(ctx[start : start + k], dtype=np.int32), None)
-        return Draft.empty()
+        self.match_len, start = self.find(context)
+        if not self.match_len:
+            return Draft.empty()
+        self.source = (len(self.indexed), start)
+        return Draft(np.asarray(self.indexed[start : start + k], dtype=np.int32), None)
 
     def lookahead(self, context: Sequence[int]) -> tuple[int, int]:
-        """(match length, tokens available to propose) of the longest suffix match, or (0, 0).
+        """(match length, tokens available to propose), or (0, 0) without a match.
 
         The controller asks this before it chooses k, so it knows what a proposal would be.
         """
-        self.sync(context)
-        ctx = self.indexed
-        for n in self.sizes:
-            if len(ctx) > n:
-                start = self.latest[n].get(tuple(ctx[-n:]))
-                if start is not None:
-                    return n, len(ctx) - start
-        return 0, 0
+        match_len, start = self.find(context)
+        return match_len, (len(self.indexed) - start) if match_len else 0
 
     def accept(self, n_accepted: int) -> None:
         pass
+
+    def find(self, context: Sequence[int]) -> tuple[int, int]:
+        """(match length, start of the continuation in the context), or (0, 0)."""
+        self.sync(context)
+        ctx = self.indexed
+        if self.source is not None:
+            then, start = self.source
+            emitted = len(ctx) - then
+            if 0 < emitted and ctx[then:] == ctx[start : start + emitted]:
+                if start + emitted < len(ctx):
+                    return self.following, start + emitted
+        for n in self.sizes:
+            if len(ctx) > n:
+                start = self.latest[n].get(tuple(ctx[-n:]))  # type: ignore[assignment]
+                if start is not None:
+                    return n, start
+        return 0, 0
 
     def sync(self, context: Sequence[int]) -> None:
         """Index context; a context that does not extend the indexed one starts afresh."""

@@ -1,0 +1,44 @@
+from edgespec.drafters import NgramDrafter
+from edgespec.sampling import SamplingParams
+
+SP = SamplingParams()
+
+
+def test_longest_suffix_match_proposes_its_continuation():
+    d = NgramDrafter(max_ngram=3)
+    ctx = [1, 2, 3, 4, 5, 9, 9, 2, 3]
+    draft = d.propose(ctx, 3, SP)
+    assert draft.tokens.tolist() == [4, 5, 9]
+    assert draft.q is None
+    assert d.match_len == 2
+
+
+def test_no_match_gives_an_empty_draft():
+    d = NgramDrafter()
+    assert d.propose([1, 2, 3, 4], 4, SP).tokens.tolist() == []
+    assert d.lookahead([1, 2, 3, 4]) == (0, 0)
+
+
+def test_latest_occurrence_wins_and_proposal_is_capped_by_what_exists():
+    d = NgramDrafter(max_ngram=2)
+    ctx = [7, 8, 1, 7, 8, 2, 7, 8]
+    assert d.propose(ctx, 5, SP).tokens.tolist() == [2, 7, 8]
+
+
+def test_following_the_copied_source_beats_a_later_occurrence():
+    d = NgramDrafter(max_ngram=1)
+    source = [10, 5, 11, 12, 5, 13]  # "5" is followed by 11 here and by 13 later
+    ctx = [*source, 99, 10, 5]
+    assert d.propose(ctx, 2, SP).tokens.tolist() == [13, 99]  # plain lookup: latest "5"
+    d = NgramDrafter(max_ngram=2)
+    ctx = [*source, 99, 10, 5]
+    assert d.propose(ctx, 1, SP).tokens.tolist() == [11]  # the 2-gram (10, 5) -> 11
+    ctx += [11]  # accepted: the text follows the source
+    assert d.propose(ctx, 3, SP).tokens.tolist() == [12, 5, 13]
+    assert d.match_len == d.following
+
+
+def test_a_new_context_resets_the_index():
+    d = NgramDrafter()
+    d.propose([1, 2, 1, 2], 2, SP)
+    assert d.propose([5, 6, 5], 2, SP).tokens.tolist() == [6, 5]
