@@ -37,3 +37,19 @@ def demo_runtimes(demo_target_path, demo_draft_path):
         LlamaCppRuntime(demo_target_path, n_ctx=1024),
         LlamaCppRuntime(demo_draft_path, n_ctx=1024),
     )
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """Tiny float32 target and draft GGUF files sharing a real BPE vocabulary."""
+    from tests.tiny_gguf import build_tiny_pair
+
+    return build_tiny_pair(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_runtimes(tiny_pair):
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    target, draft = tiny_pair
+    return LlamaCppRuntime(target, n_ctx=512), LlamaCppRuntime(draft, n_ctx=512)

@@ -1,0 +1,158 @@
+"""The engine over real llama.cpp contexts, on tiny float32 GGUF models built in the test.
+
+On float32 models llama.cpp's batched and single-token logits agree to rounding, so greedy
+speculative output must equal plain output token for token.
+"""
+
+import numpy as np
+import pytest
+
+from edgespec.controller import FixedPolicy
+from edgespec.drafters import Draft, ModelDrafter, NgramDrafter
+from edgespec.engine import SpeculativeDecoder
+from edgespec.errors import ModelFileError, VocabularyMismatchError
+from edgespec.loader import SpecOptions, load_decoder
+from edgespec.sampling import SamplingParams, logits_to_probs
+
+PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
+
+
+class OracleDrafter:
+    """Proposes the reference continuation, wrong exactly at draft position wrong_at."""
+
+    name = "oracle"
+
+    def __init__(self, prompt_len, reference, wrong_at, n_vocab):
+        self.prompt_len, self.reference = prompt_len, reference
+        self.wrong_at, self.n_vocab = wrong_at, n_vocab
+
+    def propose(self, context, k, sp):
+        done = len(context) - self.prompt_len
+        tokens = list(self.reference[done : done + k])
+        if self.wrong_at is not None and self.wrong_at < len(tokens):
+            tokens[self.wrong_at] = (tokens[self.wrong_at] + 1) % self.n_vocab
+        return Draft(np.asarray(tokens, dtype=np.int32), None)
+
+    def accept(self, n):
+        pass
+
+    def reset(self):
+        pass
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_runtimes):
+    target, _ = tiny_runtimes
+    tokens = target.tokenize(PROMPT, special=True)
+    ref = SpeculativeDecoder(target).generate(tokens, max_tokens=48, speculative=False)
+    assert len(ref.tokens) >= 16, "the tiny model should not stop at once"
+    return tokens, ref
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_scripted_drafter_wrong_at_every_position(tiny_runtimes, reference, k):
+    target, _ = tiny_runtimes
+    tokens, ref = reference
+    for wrong_at in [None, *range(k)]:
+        drafter = OracleDrafter(len(tokens), ref.tokens, wrong_at, target.n_vocab)
+        out = SpeculativeDecoder(target, [drafter], FixedPolicy("oracle", k)).generate(
+            tokens, max_tokens=48
+        )
+        assert out.tokens == ref.tokens, (k, wrong_at)
+        if wrong_at is not None:
+            assert out.stats.acceptance_by_pos[wrong_at] == 0.0
+        else:
+            assert out.stats.acceptance_rate == 1.0
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("kind", ["model", "ngram"])
+def test_greedy_speculative_equals_plain(tiny_runtimes, reference, kind, k):
+    target, draft = tiny_runtimes
+    tokens, ref = reference
+    drafter = ModelDrafter(draft) if kind == "model" else NgramDrafter()
+    out = SpeculativeDecoder(target, [drafter], FixedPolicy(kind, k)).generate(
+        tokens, max_tokens=48
+    )
+    assert out.tokens == ref.tokens
+    assert out.stats.n_draft_tokens > 0
+    if kind == "model":
+        assert 0.0 < out.stats.acceptance_rate < 1.0  # the noisy draft agrees, not always
+
+
+def test_rollback_gives_the_logits_of_a_fresh_context(tiny_runtimes, reference):
+    target, _ = tiny_runtimes
+    tokens, ref = reference
+    target.reset()
+    target.forward(tokens)
+    target.forward([5, 6, 7, 8])
+    target.rollback(len(tokens) + 1)  # keep one draft token, drop three rejected
+    after = target.forward([9])[0]
+    target.reset()
+    target.forward([*tokens, 5])
+    fresh = target.forward([9])[0]
+    target.reset()
+    np.testing.assert_allclose(after, fresh, atol=1e-4)
+
+
+def test_sampling_on_llamacpp_matches_the_target_distribution(tiny_runtimes):
+    """First two tokens' joint law under speculative sampling with the model drafter equals
+    the target's exact one, each cell within 5 standard errors over N = 1500 draws."""
+    target, draft = tiny_runtimes
+    sp = SamplingParams(temperature=1.5, top_k=3)
+    prompt = target.tokenize("the cat", special=False)
+    target.reset()
+    p1 = logits_to_probs(target.forward(prompt)[-1], sp)
+    exact = {}
+    for a in np.flatnonzero(p1):
+        target.reset()
+        p2 = logits_to_probs(target.forward([*prompt, int(a)])[-1], sp)
+        for b in np.flatnonzero(p2):
+            exact[(int(a), int(b))] = float(p1[a] * p2[b])
+    target.reset()
+    dec = SpeculativeDecoder(target, [ModelDrafter(draft)], FixedPolicy("model", 3))
+    n = 1500
+    counts: dict[tuple[int, int], int] = {}
+    for seed in range(n):
+        out = dec.generate(prompt, max_tokens=2, sp=SamplingParams(1.5, top_k=3, seed=seed))
+        key = (out.tokens[0], out.tokens[1])
+        counts[key] = counts.get(key, 0) + 1
+    assert set(counts) <= set(exact)
+    for key, p in exact.items():
+        freq = counts.get(key, 0) / n
+        assert abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-9, (key, freq, p)
+
+
+def test_draft_with_another_vocabulary_is_refused(tmp_path, tiny_pair, monkeypatch):
+    from tests import tiny_gguf
+
+    monkeypatch.setattr(tiny_gguf, "MERGES", [*tiny_gguf.MERGES[:-1], "Ġ b"])
+    other = tiny_gguf.write_gguf(
+        tmp_path / "other.gguf",
+        tiny_gguf.TinyConfig(),
+        tiny_gguf.random_weights(tiny_gguf.TinyConfig(), 279, 5),
+    )
+    with pytest.raises(VocabularyMismatchError) as e:
+        load_decoder(tiny_pair[0], other, SpecOptions(drafter="model", k=4))
+    assert str(e.value).startswith(
+        f"draft {other} cannot draft for target {tiny_pair[0]}: token text differs (target "
+    )
+    assert str(e.value).endswith(
+        "use a draft model from the target's family with the same tokenizer, or --drafter ngram"
+    )
+
+
+def test_truncated_and_corrupt_gguf_are_refused(tmp_path, tiny_pair):
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    data = tiny_pair[0].read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelFileError) as e:
+        LlamaCppRuntime(cut)
+    assert str(e.value).startswith(f"cannot load {cut}: ")
+    assert "the file may be truncated or corrupt" in str(e.value)
+    corrupt = tmp_path / "corrupt.gguf"
+    corrupt.write_bytes(data[:8] + b"\xff" * 64 + data[72:])
+    with pytest.raises(ModelFileError, match="the file may be truncated or corrupt"):
+        LlamaCppRuntime(corrupt)

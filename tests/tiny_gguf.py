@@ -1,0 +1,134 @@
+"""Tiny float32 Llama-architecture GGUF models written in the test run (no downloads).
+
+A real byte-level BPE vocabulary (256 byte tokens, a few merges, ChatML special tokens) and
+random weights, written with the gguf package's writer and tensor names. Target and draft
+share the tokenizer; the draft is the target with noise added, so it agrees often, not always.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+MERGES = ["Ġ t", "h e", "Ġ a", "i n", "Ġt he", "e r", "o n", "Ġ s", "r e", "Ġ w", "a t",
+          "e n", "Ġ (", ") :", "Ġ =", "Ġ Ġ", "ĠĠ ĠĠ", "d e", "Ġ f", "Ġ r"]
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map (byte-level BPE token text)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(keep)
+    extra = 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return dict(zip(keep, (chr(c) for c in chars)))
+
+
+def vocabulary() -> tuple[list[str], list[int], list[str]]:
+    """Token texts, token types (1 normal, 3 control), merges."""
+    tokens = sorted(bytes_to_unicode().values(), key=lambda ch: ord(ch))
+    for merge in MERGES:
+        tokens.append(merge.replace(" ", ""))
+    types = [1] * len(tokens) + [3] * len(SPECIALS)
+    return tokens + SPECIALS, types, MERGES
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    n_layer: int = 2
+    n_embd: int = 64
+    n_head: int = 4
+    n_head_kv: int = 2
+    n_ff: int = 128
+    n_ctx: int = 512
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-5
+
+
+def random_weights(cfg: TinyConfig, n_vocab: int, seed: int) -> dict[str, np.ndarray]:
+    """GGUF tensor name -> float32 array in PyTorch (out, in) layout."""
+    rng = np.random.default_rng(seed)
+    d, hd = cfg.n_embd, cfg.n_embd // cfg.n_head
+
+    def w(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    tensors = {
+        "token_embd.weight": w(n_vocab, d, scale=np.sqrt(d)),
+        "output_norm.weight": np.ones(d, np.float32),
+        "output.weight": w(n_vocab, d, scale=6.0),  # peaked distributions, clear argmaxes
+    }
+    for i in range(cfg.n_layer):
+        tensors |= {
+            f"blk.{i}.attn_norm.weight": np.ones(d, np.float32),
+            f"blk.{i}.attn_q.weight": w(d, d),
+            f"blk.{i}.attn_k.weight": w(cfg.n_head_kv * hd, d),
+            f"blk.{i}.attn_v.weight": w(cfg.n_head_kv * hd, d),
+            f"blk.{i}.attn_output.weight": w(d, d),
+            f"blk.{i}.ffn_norm.weight": np.ones(d, np.float32),
+            f"blk.{i}.ffn_gate.weight": w(cfg.n_ff, d),
+            f"blk.{i}.ffn_up.weight": w(cfg.n_ff, d),
+            f"blk.{i}.ffn_down.weight": w(d, cfg.n_ff),
+        }
+    return tensors
+
+
+def write_gguf(path: Path, cfg: TinyConfig, tensors: dict[str, np.ndarray]) -> Path:
+    import gguf
+
+    tokens, types, merges = vocabulary()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("edgespec-tiny")
+    writer.add_context_length(cfg.n_ctx)
+    writer.add_embedding_length(cfg.n_embd)
+    writer.add_block_count(cfg.n_layer)
+    writer.add_feed_forward_length(cfg.n_ff)
+    writer.add_head_count(cfg.n_head)
+    writer.add_head_count_kv(cfg.n_head_kv)
+    writer.add_rope_dimension_count(cfg.n_embd // cfg.n_head)
+    writer.add_rope_freq_base(cfg.rope_theta)
+    writer.add_layer_norm_rms_eps(cfg.rms_eps)
+    writer.add_file_type(0)  # all float32
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
+    writer.add_eos_token_id(tokens.index("<|im_end|>"))
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML)
+    for name, array in tensors.items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def build_tiny_pair(folder: Path, seed: int = 0, noise: float = 0.3) -> tuple[Path, Path]:
+    """(target.gguf, draft.gguf): the draft is the target's weights plus relative noise."""
+    cfg = TinyConfig()
+    n_vocab = len(vocabulary()[0])
+    target = random_weights(cfg, n_vocab, seed)
+    rng = np.random.default_rng(seed + 1)
+    draft = {
+        name: (a + noise * a.std() * rng.standard_normal(a.shape)).astype(np.float32)
+        if a.ndim == 2 else a
+        for name, a in target.items()
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    return (write_gguf(folder / "tiny-target.gguf", cfg, target),
+            write_gguf(folder / "tiny-draft.gguf", cfg, draft))
