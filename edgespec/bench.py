@@ -104,6 +104,11 @@ def acceptance_by_pos(runs: Sequence[Run]) -> list[float]:
     return [round(a / d, 4) if d else 0.0 for a, d in zip(accepted, drafted)]
 
 
+def token_budget(prompt: Prompt, max_tokens: int) -> int:
+    """A request's own max_tokens caps it further; it never raises the run's limit."""
+    return min(prompt.max_tokens or max_tokens, max_tokens)
+
+
 def first_departure(a: Sequence[int], b: Sequence[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -154,7 +159,7 @@ class Bench:
         decoder = SpeculativeDecoder(self.target, list(drafters.values()), self.policy(method, k))
         runs, results = [], []
         for prompt, toks, ref in zip(prompts, tokens, reference or [None] * len(prompts)):
-            result = decoder.generate(toks, max_tokens=prompt.max_tokens or max_tokens)
+            result = decoder.generate(toks, max_tokens=token_budget(prompt, max_tokens))
             runs.append(self.compare(prompt, toks, result, ref))
             results.append(result)
         self.last_results = results
@@ -193,7 +198,7 @@ class Bench:
                 if llm.token_eos() == token or token in self.decoder.eog_ids:
                     break
                 out.append(token)
-                if len(out) >= (prompt.max_tokens or max_tokens):
+                if len(out) >= (token_budget(prompt, max_tokens)):
                     break
             t_end = time.perf_counter()
             run = self.compare(prompt, toks, Result("", out, "stop", ref.stats), ref)

