@@ -10,8 +10,18 @@ from edgespec.errors import BundleError
 
 def entry(folder, role, name, data=b"GGUF-model-bytes", vocab_hash="v1"):
     (folder / name).write_bytes(data)
-    return ModelEntry(role, "gguf", name, "q8_0", sha256_file(folder / name), len(data), 32,
-                      vocab_hash, 512, "llama")
+    return ModelEntry(
+        role,
+        "gguf",
+        name,
+        "q8_0",
+        sha256_file(folder / name),
+        len(data),
+        32,
+        vocab_hash,
+        512,
+        "llama",
+    )
 
 
 @pytest.fixture

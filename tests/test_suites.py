@@ -38,10 +38,14 @@ def test_custom_jsonl(tmp_path):
         ("{oops", "line 2: not valid JSON (Expecting property name enclosed in double quotes)"),
         ('{"messages": []}', 'line 2: needs an "id" string and a "messages" list'),
         ('{"id": "x", "messages": []}', 'line 2: "messages" must be a non-empty list'),
-        ('{"id": "x", "messages": [{"role": "bot", "content": "x"}]}',
-         'line 2: each message needs "role" (system, user, assistant) and "content" text'),
-        ('{"id": "x", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
-         'line 2: "max_tokens" must be a whole number >= 1'),
+        (
+            '{"id": "x", "messages": [{"role": "bot", "content": "x"}]}',
+            'line 2: each message needs "role" (system, user, assistant) and "content" text',
+        ),
+        (
+            '{"id": "x", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
+            'line 2: "max_tokens" must be a whole number >= 1',
+        ),
     ],
 )
 def test_bad_lines_name_file_and_line(tmp_path, line, message):

@@ -13,8 +13,28 @@ from pathlib import Path
 import numpy as np
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-MERGES = ["Ġ t", "h e", "Ġ a", "i n", "Ġt he", "e r", "o n", "Ġ s", "r e", "Ġ w", "a t",
-          "e n", "Ġ (", ") :", "Ġ =", "Ġ Ġ", "ĠĠ ĠĠ", "d e", "Ġ f", "Ġ r"]
+MERGES = [
+    "Ġ t",
+    "h e",
+    "Ġ a",
+    "i n",
+    "Ġt he",
+    "e r",
+    "o n",
+    "Ġ s",
+    "r e",
+    "Ġ w",
+    "a t",
+    "e n",
+    "Ġ (",
+    ") :",
+    "Ġ =",
+    "Ġ Ġ",
+    "ĠĠ ĠĠ",
+    "d e",
+    "Ġ f",
+    "Ġ r",
+]
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -23,8 +43,11 @@ CHATML = (
 
 def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map (byte-level BPE token text)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-            *range(ord("®"), ord("ÿ") + 1)]
+    keep = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     chars = list(keep)
     extra = 0
     for b in range(256):
@@ -126,9 +149,12 @@ def build_tiny_pair(folder: Path, seed: int = 0, noise: float = 0.3) -> tuple[Pa
     rng = np.random.default_rng(seed + 1)
     draft = {
         name: (a + noise * a.std() * rng.standard_normal(a.shape)).astype(np.float32)
-        if a.ndim == 2 else a
+        if a.ndim == 2
+        else a
         for name, a in target.items()
     }
     folder.mkdir(parents=True, exist_ok=True)
-    return (write_gguf(folder / "tiny-target.gguf", cfg, target),
-            write_gguf(folder / "tiny-draft.gguf", cfg, draft))
+    return (
+        write_gguf(folder / "tiny-target.gguf", cfg, target),
+        write_gguf(folder / "tiny-draft.gguf", cfg, draft),
+    )
