@@ -147,7 +147,7 @@ class AdaptivePolicy:
         smoothing: float = 0.3,
         ngram_smoothing: float = 0.1,
         model_prior: float = 0.6,
-        ngram_priors: Sequence[float] = (0.3, 0.5, 0.65, 0.8, 0.85),
+        ngram_priors: Sequence[float] = (0.2, 0.4, 0.55, 0.7, 0.8),
         probe_every: int = 16,
         max_probe_every: int = 128,
     ) -> None:
@@ -168,9 +168,9 @@ class AdaptivePolicy:
         self.model_alphas = [self.model_prior] * self.k_max
         self.ngram_alphas: dict[int, float] = {}
         self.idle = {name: 0 for name in self.drafters}  # steps since each drafter last ran
-        # Prompt lookup costs nothing to draft, so it is probed eight times as often.
+        # Prompt lookup costs nothing to draft, so it is probed four times as often.
         self.base_interval = {
-            name: max(1, self.probe_every // 8) if name == "ngram" else self.probe_every
+            name: max(1, self.probe_every // 4) if name == "ngram" else self.probe_every
             for name in self.drafters
         }
         self.interval = dict(self.base_interval)
