@@ -174,9 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
 def optional_commands():
     """Sub-commands that live in their own modules."""
     from edgespec import bench, doctor, models
+    from edgespec.export import cli as export_cli
 
     return [
         models.add_models_parser,
+        export_cli.add_export_parser,
         bench.add_bench_parser,
         bench.add_demo_parser,
         doctor.add_doctor_parser,

@@ -84,30 +84,36 @@ class LlamaCppRuntime:
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
         n_batch: int = 512,
+        vocab_only: bool = False,
     ) -> None:
+        """vocab_only=True reads the tokenizer and metadata only (no weights, no context):
+        enough for vocab_info, tokenize, metadata; forward is then unavailable."""
         self.path = Path(path)
         check_gguf_file(self.path)
         init_backend()
         self.llama = import_llama_cpp()
-        self.model = self.load_model(n_gpu_layers)
+        self.ctx = None
+        self.model = self.load_model(n_gpu_layers, vocab_only)
         self.vocab = self.llama.llama_model_get_vocab(self.model)
         self.n_vocab = int(self.llama.llama_vocab_n_tokens(self.vocab))
-        n_train = int(self.llama.llama_model_n_ctx_train(self.model))
+        self.n_ctx_train = n_train = self.context_length(vocab_only)
         self.n_ctx = min(n_ctx, n_train) if n_train > 0 else n_ctx
         self.n_batch = min(n_batch, self.n_ctx)
         self.n_threads = n_threads or default_threads()
-        self.ctx = self.new_context()
-        self.memory = self.llama.llama_get_memory(self.ctx)
-        self.batch = self.llama.llama_batch_init(self.n_batch, 0, 1)
         self.n_past = 0
         self._vocab_info: VocabInfo | None = None
         self._pieces: dict[int, bytes] = {}
+        if not vocab_only:
+            self.ctx = self.new_context()
+            self.memory = self.llama.llama_get_memory(self.ctx)
+            self.batch = self.llama.llama_batch_init(self.n_batch, 0, 1)
 
     # --- loading -------------------------------------------------------------------------
 
-    def load_model(self, n_gpu_layers: int):
+    def load_model(self, n_gpu_layers: int, vocab_only: bool):
         params = self.llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only
         _recent_llama_log.clear()
         model = self.llama.llama_model_load_from_file(str(self.path).encode(), params)
         if not model:
@@ -117,6 +123,15 @@ class LlamaCppRuntime:
                 "(compare its size and sha256 with the source, or export it again)"
             )
         return model
+
+    def context_length(self, vocab_only: bool) -> int:
+        """The context the model was trained for (a vocab-only load has no hyperparameters,
+        so it is read from the metadata)."""
+        if not vocab_only:
+            return int(self.llama.llama_model_n_ctx_train(self.model))
+        arch = self.metadata("general.architecture")
+        value = self.metadata(f"{arch}.context_length") if arch else None
+        return int(value) if value and value.isdigit() else 0
 
     def new_context(self):
         params = self.llama.llama_context_default_params()
@@ -139,8 +154,10 @@ class LlamaCppRuntime:
         if getattr(self, "ctx", None):
             self.llama.llama_batch_free(self.batch)
             self.llama.llama_free(self.ctx)
-            self.llama.llama_model_free(self.model)
             self.ctx = None
+        if getattr(self, "model", None):
+            self.llama.llama_model_free(self.model)
+            self.model = None
 
     def __del__(self) -> None:
         try:

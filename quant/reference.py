@@ -1,0 +1,98 @@
+"""Numpy reference quantizers and the per-tensor error report `export` prints and stores.
+
+INT4: symmetric blocks along the input dimension (32 or 128 weights share one float scale),
+as ONNX Runtime's MatMulNBits and llama.cpp's Q4_0 store them. FP8: E4M3 (max 448) with one
+scale per output channel, as TensorRT consumes it. Both return the dequantized float32 array,
+so the error of a choice can be measured before any back-end runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FP8_E4M3_MAX = 448.0
+
+
+def quantize_int4_blocks(w: np.ndarray, block: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """[out, in] float -> (codes [out, in] int8 in -8..7, scales [out, in/block] float32)."""
+    out_dim, in_dim = w.shape
+    if in_dim % block:
+        raise ValueError(f"input dimension {in_dim} is not a multiple of the block size {block}")
+    blocks = w.reshape(out_dim, in_dim // block, block).astype(np.float32)
+    scales = np.abs(blocks).max(axis=-1) / 7.0
+    safe = np.where(scales == 0, 1.0, scales)[..., None]
+    codes = np.clip(np.round(blocks / safe), -8, 7).astype(np.int8)
+    return codes.reshape(out_dim, in_dim), scales.astype(np.float32)
+
+
+def dequantize_int4_blocks(codes: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    out_dim, in_dim = codes.shape
+    block = in_dim // scales.shape[1]
+    blocks = codes.reshape(out_dim, -1, block).astype(np.float32) * scales[..., None]
+    return blocks.reshape(out_dim, in_dim)
+
+
+def round_to_e4m3(x: np.ndarray) -> np.ndarray:
+    """Nearest FP8 E4M3 value (ties to even), saturating at +-448, as float32."""
+    x = np.asarray(x, dtype=np.float32)
+    mag = np.minimum(np.abs(x), FP8_E4M3_MAX)
+    exponent = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
+    exponent = np.maximum(exponent, -6.0)  # below 2^-6 the format is subnormal: fixed step
+    step = np.exp2(exponent - 3.0)  # 3 mantissa bits
+    rounded = np.minimum(np.round(mag / step) * step, FP8_E4M3_MAX)
+    return (np.sign(x) * rounded).astype(np.float32)
+
+
+def quantize_fp8_per_channel(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[out, in] float -> (E4M3 values as float32 [out, in], scales [out] float32)."""
+    scales = np.abs(w).max(axis=1).astype(np.float32) / FP8_E4M3_MAX
+    safe = np.where(scales == 0, 1.0, scales)[:, None]
+    return round_to_e4m3(w / safe), scales
+
+
+def dequantize_fp8_per_channel(values: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    return (values * scales[:, None]).astype(np.float32)
+
+
+def fake_quantize(w: np.ndarray, kind: str, block: int = 32) -> np.ndarray:
+    """w as it comes back from quantizing with `kind` (int4 | fp8 | fp16 | fp32)."""
+    if kind == "int4":
+        return dequantize_int4_blocks(*quantize_int4_blocks(w, block))
+    if kind == "fp8":
+        return dequantize_fp8_per_channel(*quantize_fp8_per_channel(w))
+    if kind == "fp16":
+        return w.astype(np.float16).astype(np.float32)
+    if kind == "fp32":
+        return w.astype(np.float32)
+    raise ValueError(f"unknown quantization {kind!r}; choose int4, fp8, fp16 or fp32")
+
+
+@dataclass(frozen=True)
+class TensorError:
+    name: str
+    shape: tuple[int, ...]
+    relative_error: float  # ||w - q(w)|| / ||w||, Frobenius
+
+
+def error_report(tensors: dict[str, np.ndarray], kind: str, block: int = 32) -> list[TensorError]:
+    """Relative error of every 2-D weight under `kind`, worst first."""
+    rows = []
+    for name, w in tensors.items():
+        if w.ndim != 2:
+            continue
+        w32 = w.astype(np.float32)
+        norm = float(np.linalg.norm(w32))
+        err = float(np.linalg.norm(w32 - fake_quantize(w32, kind, block)))
+        rows.append(TensorError(name, tuple(w.shape), err / norm if norm else 0.0))
+    return sorted(rows, key=lambda r: -r.relative_error)
+
+
+def format_report(rows: list[TensorError], worst: int = 5) -> str:
+    if not rows:
+        return "no 2-D weights"
+    mean = sum(r.relative_error for r in rows) / len(rows)
+    lines = [f"{len(rows)} tensors, mean relative error {mean:.4f}; worst:"]
+    lines += [f"  {r.relative_error:.4f}  {r.name} {r.shape}" for r in rows[:worst]]
+    return "\n".join(lines)
