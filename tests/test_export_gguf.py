@@ -2,14 +2,14 @@
 
 import numpy as np
 import pytest
+from edgespec.export.gguf_export import ExportOptions, export_bundle
+from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
 from edgespec.bundle import read_bundle
 from edgespec.cli import main
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError, VocabularyMismatchError
-from edgespec.export.gguf_export import ExportOptions, export_bundle
 from edgespec.loader import SpecOptions, load_decoder
-from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,5 @@
 import numpy as np
 import pytest
-
 from edgespec.quant.reference import (
     dequantize_int4_blocks,
     error_report,
