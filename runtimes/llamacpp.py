@@ -285,7 +285,8 @@ def none_if_negative(token: int) -> int | None:
 
 
 def last_llama_error() -> str | None:
-    for line in reversed(_recent_llama_log):
-        if "error" in line.lower() or "failed" in line.lower():
+    """The first error llama.cpp logged since the log was cleared: the cause, not the echo."""
+    for line in _recent_llama_log:
+        if "error" in line.lower():
             return line
     return _recent_llama_log[-1] if _recent_llama_log else None

@@ -1,0 +1,61 @@
+"""A plain float64 numpy forward pass of a Llama/Mistral/Qwen2 HF checkpoint: the reference
+that llama.cpp's (and ONNX Runtime's) logits are compared with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def load(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    from safetensors.numpy import load_file
+
+    config = json.loads((folder / "config.json").read_text())
+    weights = {k: v.astype(np.float64) for k, v in load_file(folder / "model.safetensors").items()}
+    return config, weights
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def rope(x: np.ndarray, theta: float) -> np.ndarray:
+    """HF RoPE: rotate the two halves of each head. x: [n_head, n, head_dim]."""
+    n, hd = x.shape[1], x.shape[2]
+    inv_freq = theta ** (-np.arange(0, hd, 2) / hd)  # [hd/2]
+    angles = np.arange(n)[:, None] * inv_freq[None, :]  # [n, hd/2]
+    cos, sin = np.cos(angles), np.sin(angles)
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def forward(folder: Path, tokens: list[int]) -> np.ndarray:
+    """[len(tokens), n_vocab] float64 logits."""
+    cfg, w = load(folder)
+    n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    eps, theta = cfg["rms_norm_eps"], cfg["rope_theta"]
+    x = w["model.embed_tokens.weight"][tokens]  # [n, d]
+    n = len(tokens)
+    mask = np.triu(np.full((n, n), -np.inf), k=1)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+
+        def proj(name: str, heads: int, h=h, p=p) -> np.ndarray:
+            y = h @ w[p + f"self_attn.{name}_proj.weight"].T
+            y = y + w.get(p + f"self_attn.{name}_proj.bias", 0.0)
+            return y.reshape(n, heads, -1).transpose(1, 0, 2)  # [heads, n, hd]
+
+        q, k, v = rope(proj("q", n_head), theta), rope(proj("k", n_kv), theta), proj("v", n_kv)
+        k, v = np.repeat(k, n_head // n_kv, axis=0), np.repeat(v, n_head // n_kv, axis=0)
+        scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1]) + mask
+        att = np.exp(scores - scores.max(-1, keepdims=True))
+        att /= att.sum(-1, keepdims=True)
+        out = (att @ v).transpose(1, 0, 2).reshape(n, -1)
+        x = x + out @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    return rms_norm(x, w["model.norm.weight"], eps) @ w["lm_head.weight"].T

@@ -1,0 +1,113 @@
+"""Tiny Hugging Face checkpoint folders (Llama, Mistral, Qwen2) made in the test run.
+
+A real byte-level BPE tokenizer trained with the `tokenizers` library on a small corpus, and
+random float32 weights under the HF tensor names, written as model.safetensors.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CORPUS = [
+    "def add(a, b):\n    return a + b\n",
+    "for item in items:\n    total += item.price * item.quantity\n",
+    "The quick brown fox jumps over the lazy dog. The dog sleeps.",
+    "class Stack:\n    def push(self, value):\n        self.items.append(value)\n",
+    "Speculative decoding drafts tokens and the target model verifies them.",
+    "import numpy as np\nx = np.zeros((3, 4), dtype=np.float32)\n",
+] * 20
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+HF_ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+           "qwen2": "Qwen2ForCausalLM"}  # fmt: skip
+
+
+def make_tokenizer(folder: Path, vocab_size: int = 384) -> int:
+    """Train and save tokenizer.json + tokenizer_config.json; return the vocabulary size."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {
+        "eos_token": "<|im_end|>",
+        "bos_token": None,
+        "add_bos_token": False,
+        "chat_template": CHATML,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    return tok.get_vocab_size()
+
+
+def make_tiny_hf(
+    folder: Path,
+    arch: str = "llama",
+    *,
+    seed: int = 0,
+    n_layer: int = 2,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 96,
+    rope_theta: float = 10000.0,
+) -> Path:
+    """A checkpoint folder: config.json, model.safetensors, tokenizer files."""
+    from safetensors.numpy import save_file
+
+    n_vocab = make_tokenizer(folder)
+    rng = np.random.default_rng(seed)
+    hd = n_embd // n_head
+
+    def w(*shape: int, scale: float = 1.0) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+
+    tensors = {
+        "model.embed_tokens.weight": w(n_vocab, n_embd, scale=np.sqrt(n_embd)),
+        "model.norm.weight": (1 + 0.1 * rng.standard_normal(n_embd)).astype(np.float32),
+        "lm_head.weight": w(n_vocab, n_embd, scale=4.0),
+    }
+    for i in range(n_layer):
+        p = f"model.layers.{i}."
+        tensors |= {
+            p + "input_layernorm.weight": (1 + 0.1 * rng.standard_normal(n_embd)).astype(
+                np.float32
+            ),
+            p + "self_attn.q_proj.weight": w(n_head * hd, n_embd, scale=2.0),
+            p + "self_attn.k_proj.weight": w(n_head_kv * hd, n_embd, scale=2.0),
+            p + "self_attn.v_proj.weight": w(n_head_kv * hd, n_embd),
+            p + "self_attn.o_proj.weight": w(n_embd, n_head * hd),
+            p + "post_attention_layernorm.weight": np.ones(n_embd, np.float32),
+            p + "mlp.gate_proj.weight": w(n_ff, n_embd),
+            p + "mlp.up_proj.weight": w(n_ff, n_embd),
+            p + "mlp.down_proj.weight": w(n_embd, n_ff),
+        }
+        if arch == "qwen2":  # Qwen2 has biases on q, k and v
+            for name, rows in (("q", n_head * hd), ("k", n_head_kv * hd), ("v", n_head_kv * hd)):
+                tensors[p + f"self_attn.{name}_proj.bias"] = (
+                    0.1 * rng.standard_normal(rows)
+                ).astype(np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    config = {
+        "architectures": [HF_ARCH[arch]], "model_type": arch, "vocab_size": n_vocab,
+        "hidden_size": n_embd, "intermediate_size": n_ff, "num_hidden_layers": n_layer,
+        "num_attention_heads": n_head, "num_key_value_heads": n_head_kv,
+        "max_position_embeddings": 512, "rope_theta": rope_theta, "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": False, "eos_token_id": 2,
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config, indent=1))
+    return folder
