@@ -190,6 +190,7 @@ class Bench:
         )
         runs = []
         for prompt, toks, ref in zip(prompts, tokens, reference):
+            llm.reset()  # each request from an empty cache, as ours run
             out: list[int] = []
             t_first = 0.0
             for token in llm.generate(toks, temp=0.0, top_k=1, reset=True):

@@ -138,6 +138,12 @@ class Result:
     stats: Stats
 
 
+def stream_rng(seed: int | None, stream: int) -> np.random.Generator:
+    """Independent random streams from one seed: the drafter's draws must not repeat the
+    verifier's, or acceptance would correlate with the draft token and bias the output."""
+    return np.random.default_rng(None if seed is None else [seed, stream])
+
+
 class SpeculativeDecoder:
     def __init__(
         self,
@@ -175,7 +181,7 @@ class SpeculativeDecoder:
             raise EdgespecError(f"max_tokens must be >= 1, got {max_tokens}")
         tokens = self.prompt_tokens(prompt)
         stats = Stats(n_prompt=len(tokens))
-        rng = np.random.default_rng(sp.seed)
+        rng = stream_rng(sp.seed, 0)
         text = TextStream(stop)
         t_start = time.perf_counter()
         self.begin(tokens, sp)
@@ -203,7 +209,7 @@ class SpeculativeDecoder:
         for drafter in self.drafters.values():
             drafter.reset()
             if hasattr(drafter, "reseed"):
-                drafter.reseed(sp.seed)
+                drafter.reseed(stream_rng(sp.seed, 1))
         self.policy.begin(self.drafters)
         if len(tokens) > 1:
             self.target.forward(tokens[:-1], last_only=True)

@@ -78,3 +78,32 @@ def test_rollback_gives_the_logits_of_a_fresh_context(demo_runtimes):
     fresh = target.forward([44])[0]
     target.reset()
     assert np.abs(after - fresh).max() < 1e-3
+
+
+def test_demo_pair_exported_to_a_bundle(tmp_path, demo_target_path, demo_draft_path):
+    """export (target requantized to q4_0, draft to q8_0) -> bundle -> speculative decoding
+    whose greedy output matches plain decoding of the exported target up to near-ties."""
+    from edgespec.bundle import read_bundle
+    from edgespec.export.gguf_export import ExportOptions, export_bundle
+    from edgespec.loader import SpecOptions, load_decoder
+
+    out = export_bundle(
+        ExportOptions(
+            demo_target_path,
+            tmp_path / "bundle",
+            demo_draft_path,
+            target_quant="q4_0",
+            draft_quant="q8_0",
+        )
+    )
+    bundle = read_bundle(out)
+    assert [(m.quant, m.n_vocab, m.arch) for m in bundle.models] == [
+        ("q4_0", 151936, "qwen2"),
+        ("q8_0", 151936, "qwen2"),
+    ]
+    decoder = load_decoder(out, spec=SpecOptions(drafter="model", k=4))
+    tokens = chat_tokens(decoder.target, PROMPTS[0])
+    ref = SpeculativeDecoder(decoder.target).generate(tokens, max_tokens=32, speculative=False)
+    out_tokens = decoder.generate(tokens, max_tokens=32).tokens
+    i = first_departure(ref.tokens, out_tokens)
+    assert i is None or top2_gap(decoder.target, tokens + ref.tokens[:i]) < NEAR_TIE

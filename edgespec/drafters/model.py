@@ -28,8 +28,8 @@ class ModelDrafter:
         self.runtime.reset()
         self.cached = []
 
-    def reseed(self, seed: int | None) -> None:
-        self.rng = np.random.default_rng(seed)
+    def reseed(self, rng: np.random.Generator) -> None:
+        self.rng = rng
 
     def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
         room = self.runtime.n_ctx - len(context)
