@@ -186,6 +186,7 @@ class Bench:
             n_threads=self.opts.n_threads or None,
             n_gpu_layers=self.opts.n_gpu_layers,
             draft_model=LlamaPromptLookupDecoding(num_pred_tokens=k),
+            logits_all=True,  # it sizes its scores buffer by this argument, not by the draft
             verbose=False,
         )
         runs = []
