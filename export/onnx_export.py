@@ -1,0 +1,393 @@
+"""Hugging Face checkpoint folder (Llama, Mistral, Qwen2) -> ONNX decoder graph, without torch.
+
+The graph is written node by node with onnx.helper from the numpy weights. Attention is ONNX
+Runtime's GroupQueryAttention (com.microsoft), as onnxruntime-genai uses it on CPU and CUDA:
+it applies RoPE, handles GQA and causal masking, and — when the runtime binds the same
+buffer to `past_key_values.{i}.key` and `present.{i}.key` — writes the new keys in place into a
+cache allocated once for the whole context. Rollback is then only a smaller `seqlens_k`.
+
+Inputs:  input_ids [1, n] int64; seqlens_k [1] int32 (= tokens in the cache after this call
+         - 1); total_sequence_length [] int32; logits_start [1] int64 (first row whose logits
+         are wanted: 0 = all, n - 1 = the last only); past_key_values.{i}.key/value
+         [1, n_kv_head, n_ctx, head_dim] float32.
+Outputs: logits [1, n - logits_start, V] float32; present.{i}.key/value (the same buffers).
+The two scalars feed only kernels that read them on the host, so on the CUDA EP every node
+stays on the GPU and a step can be captured as a CUDA graph.
+
+quant (the weights): fp32; fp16; int4 (MatMulNBits, ONNX Runtime's own block quantizer,
+symmetric); fp8 (E4M3 per-channel weights + DequantizeLinear). compute (activations and KV
+cache): fp32 for the CPU EP; fp16 for the CUDA EP, whose GroupQueryAttention kernel exists in
+fp16/bf16 only. RMSNorm runs in float32 either way, and logits leave the graph as float32.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from edgespec.export.hf_to_gguf import read_checkpoint_config, read_safetensors_dir, special_id
+
+from edgespec.errors import ModelFileError
+
+log = logging.getLogger(__name__)
+
+OPSET = 21  # float8e4m3fn DequantizeLinear with a per-channel axis needs 19+
+QUANTS = ("fp32", "fp16", "int4", "fp8")
+COMPUTES = {"fp32": np.float32, "fp16": np.float16}
+MODEL_FILE = "model.onnx"
+DATA_FILE = "model.onnx.data"  # weights beside the graph: protobuf stops at 2 GiB
+DATA_ALIGN = 4096  # page-aligned offsets let ONNX Runtime map the weights instead of reading
+DATA_MIN_BYTES = 1024  # smaller constants stay inside model.onnx
+ARCH_NAMES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
+              "Qwen2ForCausalLM": "qwen2"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """model.json: what the runtime needs to know without opening the graph."""
+
+    arch: str
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    head_dim: int
+    n_embd: int
+    n_vocab: int
+    context_length: int
+    quant: str
+    compute: str  # activations and KV cache: fp32 (CPU EP) or fp16 (CUDA EP)
+    block_size: int | None  # int4 only
+    accuracy_level: int | None  # int4 only: MatMulNBits compute type
+    bos_id: int | None
+    eos_id: int | None
+    sliding_window: int | None  # the runtime caps n_ctx here: the graph attends to everything
+    model_file: str = MODEL_FILE
+    format: str = "edgespec-onnx/1"
+
+
+def export_onnx(
+    hf_dir: Path,
+    out_dir: Path,
+    *,
+    quant: str = "fp32",
+    compute: str = "fp32",
+    block_size: int = 32,
+    accuracy_level: int = 4,
+) -> Path:
+    """Write out_dir/{model.onnx, model.json, tokenizer files}; return out_dir.
+
+    int4 only: block_size 32 or 128 weights per scale; accuracy_level is MatMulNBits' compute
+    type (4 = int8 activations: on CPU the fast kernel for every width; 0 = float32, whose
+    multi-row path dequantizes the whole weight per call and runs ~2.5x slower at n >= 2)."""
+    import onnx
+
+    if quant not in QUANTS:
+        raise ValueError(f"unknown quant {quant!r}; choose one of {', '.join(QUANTS)}")
+    if compute not in COMPUTES:
+        raise ValueError(f"unknown compute {compute!r}; choose fp32 (CPU) or fp16 (CUDA)")
+    if compute == "fp16" and quant == "fp32":
+        raise ValueError("fp16 compute needs fp16, int4 or fp8 weights, not fp32")
+    if block_size not in (32, 128):
+        raise ValueError(f"int4 block size must be 32 or 128, got {block_size}")
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    config = read_checkpoint_config(hf_dir)
+    info = model_info(hf_dir, config, quant, compute, block_size, accuracy_level)
+    weights = dict(read_safetensors_dir(hf_dir))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / DATA_FILE).open("wb") as data:
+        builder = GraphBuilder(quant, COMPUTES[compute], block_size, accuracy_level, data)
+        build_decoder(builder, info, config, weights)
+    onnx.save_model(builder.model(), str(out_dir / MODEL_FILE))
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        if (hf_dir / name).is_file():
+            shutil.copyfile(hf_dir / name, out_dir / name)
+    (out_dir / "model.json").write_text(json.dumps(asdict(info), indent=1) + "\n")
+    log.info("exported %s (%s weights, %s compute) to %s", hf_dir, quant, compute, out_dir)
+    return out_dir
+
+
+def model_info(
+    hf_dir: Path, config: dict, quant: str, compute: str, block_size: int, accuracy_level: int
+) -> ModelInfo:
+    n_head = config["num_attention_heads"]
+    tokenizer = json.loads((hf_dir / "tokenizer.json").read_text())
+    tok_config = json.loads((hf_dir / "tokenizer_config.json").read_text())
+    texts = {text: i for text, i in tokenizer["model"]["vocab"].items()}
+    texts |= {t["content"]: t["id"] for t in tokenizer.get("added_tokens", [])}
+    by_id = [""] * (max(texts.values()) + 1)
+    for text, i in texts.items():
+        by_id[i] = text
+    bos, eos = (
+        special_id(tok_config.get(f"{r}_token"), by_id, config.get(f"{r}_token_id"))
+        for r in ("bos", "eos")
+    )
+    window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
+    return ModelInfo(
+        arch=ARCH_NAMES[config["architectures"][0]],
+        n_layer=config["num_hidden_layers"],
+        n_head=n_head,
+        n_kv_head=config.get("num_key_value_heads", n_head),
+        head_dim=config.get("head_dim") or config["hidden_size"] // n_head,
+        n_embd=config["hidden_size"],
+        n_vocab=config["vocab_size"],
+        context_length=config.get("max_position_embeddings", 4096),
+        quant=quant,
+        compute=compute,
+        block_size=block_size if quant == "int4" else None,
+        accuracy_level=accuracy_level if quant == "int4" else None,
+        bos_id=bos,
+        eos_id=eos,
+        sliding_window=window,
+    )
+
+
+# --- the graph ------------------------------------------------------------------------------
+
+
+class GraphBuilder:
+    """Nodes, initializers and unique names; weights enter through matmul()/gather()."""
+
+    def __init__(
+        self,
+        quant: str,
+        dtype: type = np.float32,
+        block_size: int = 32,
+        accuracy_level: int = 4,
+        data: BinaryIO | None = None,  # DATA_FILE, open for writing; None: all inside the graph
+    ) -> None:
+        from onnx import helper
+
+        self.data = data
+        self.quant, self.dtype = quant, dtype  # dtype: activations and KV cache
+        self.onnx_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        self.block_size, self.accuracy_level = block_size, accuracy_level
+        self.nodes: list = []
+        self.initializers: list = []
+        self.inputs: list = []
+        self.outputs: list = []
+        self.count = 0
+
+    def name(self, hint: str) -> str:
+        self.count += 1
+        return f"{hint}_{self.count}"
+
+    def op(self, op: str, *inputs: str, **attrs) -> str:
+        from onnx import helper
+
+        out = self.name(op)
+        domain = "com.microsoft" if op == "MatMulNBits" else ""
+        self.nodes.append(helper.make_node(op, list(inputs), [out], name=out, domain=domain,
+                                           **attrs))  # fmt: skip
+        return out
+
+    def const(self, name: str, array: np.ndarray, onnx_type: int | None = None) -> str:
+        """An initializer; large ones are appended to the data file, page-aligned."""
+        from onnx import TensorProto, helper, numpy_helper
+
+        if self.data is None or array.nbytes < DATA_MIN_BYTES:
+            tensor = numpy_helper.from_array(array, name)
+            if onnx_type is not None:
+                tensor.data_type = onnx_type
+            self.initializers.append(tensor)
+            return name
+        offset = -self.data.tell() % DATA_ALIGN + self.data.tell()
+        self.data.seek(offset)
+        self.data.write(np.ascontiguousarray(array).tobytes())
+        tensor = TensorProto(name=name, dims=array.shape, data_location=TensorProto.EXTERNAL)
+        tensor.data_type = onnx_type or helper.np_dtype_to_tensor_dtype(array.dtype)
+        location = {"location": DATA_FILE, "offset": str(offset), "length": str(array.nbytes)}
+        for key, value in location.items():
+            tensor.external_data.add(key=key, value=value)
+        self.initializers.append(tensor)
+        return name
+
+    def cast(self, x: str, dtype: type) -> str:
+        from onnx import helper
+
+        return self.op("Cast", x, to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
+    def matmul(self, x: str, w: np.ndarray, name: str) -> str:
+        """x [1, n, in] @ w.T, w [out, in] float32 in the HF layout, stored as self.quant."""
+        from onnx import TensorProto
+
+        wt = np.ascontiguousarray(w.T)  # [in, out]
+        if self.quant == "fp32":
+            return self.op("MatMul", x, self.const(name, wt.astype(self.dtype)))
+        if self.quant == "fp16":
+            weight = self.const(name, wt.astype(np.float16))
+            if self.dtype != np.float16:  # stored half, computed float: ORT folds the Cast
+                weight = self.cast(weight, self.dtype)
+            return self.op("MatMul", x, weight)
+        if self.quant == "fp8":
+            from edgespec.quant.fp8 import quantize_fp8
+
+            bits, scales = quantize_fp8(wt, axis=1)  # one scale per output channel
+            q = self.const(name, bits, TensorProto.FLOAT8E4M3FN)  # uint8 bit patterns
+            scale = self.const(name + ".scale", scales.astype(self.dtype))  # sets DQ's output type
+            return self.op("MatMul", x, self.op("DequantizeLinear", q, scale, axis=1))
+        return self.matmul_nbits(x, wt, name)
+
+    def matmul_nbits(self, x: str, wt: np.ndarray, name: str) -> str:
+        """INT4 blocks along the input dimension, packed by ONNX Runtime's own quantizer kernel
+        (what onnxruntime.quantization's MatMulNBitsQuantizer calls, without its onnx_ir
+        dependency): symmetric, so no zero points (MatMulNBits then assumes 8)."""
+        from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+
+        k, n = wt.shape
+        n_blocks = -(-k // self.block_size)
+        padded = np.zeros((n_blocks * self.block_size, n), np.float32)
+        padded[:k] = wt
+        packed = np.zeros((n, n_blocks, self.block_size // 2), np.uint8)  # [out, blocks, 16|64]
+        scales = np.zeros((n, n_blocks), np.float32)  # [out, blocks]
+        zero_points = np.zeros((n, (n_blocks + 1) // 2), np.uint8)  # unused: symmetric
+        quantize_matmul_4bits(packed, padded, scales, zero_points, self.block_size, n, k, True)
+        b = self.const(name + ".q4", packed)
+        s = self.const(name + ".scales", scales.astype(self.dtype))
+        return self.op(
+            "MatMulNBits", x, b, s, K=k, N=n, bits=4, block_size=self.block_size,
+            accuracy_level=self.accuracy_level,
+        )  # fmt: skip
+
+    def gather(self, table: np.ndarray, ids: str, name: str) -> str:
+        """Embedding rows: float32, or half under fp16 weights (cast up for fp32 compute)."""
+        if self.quant != "fp16" and self.dtype != np.float16:
+            return self.op("Gather", self.const(name, table.astype(np.float32)), ids)
+        rows = self.op("Gather", self.const(name, table.astype(np.float16)), ids)
+        return rows if self.dtype == np.float16 else self.cast(rows, self.dtype)
+
+    def model(self):
+        from onnx import helper
+
+        graph = helper.make_graph(
+            self.nodes, "decoder", self.inputs, self.outputs, initializer=self.initializers
+        )
+        opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
+        return helper.make_model(graph, opset_imports=opsets, producer_name="edgespec")
+
+
+def build_decoder(g: GraphBuilder, info: ModelInfo, config: dict, w: dict) -> None:
+    from onnx import TensorProto, helper
+
+    eps = float(config.get("rms_norm_eps", 1e-6))
+    g.inputs += [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "sequence_length"]),
+        helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
+        helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, []),
+        helper.make_tensor_value_info("logits_start", TensorProto.INT64, [1]),
+    ]
+    cos, sin = rope_caches(config, info.head_dim, info.context_length)
+    g.const("cos_cache", cos.astype(g.dtype))
+    g.const("sin_cache", sin.astype(g.dtype))
+    g.const("eps", np.array(eps, np.float32))
+    g.const("two", np.array(2.0, np.float32))
+    g.const("axis_last", np.array([-1], np.int64))
+    x = g.gather(w["model.embed_tokens.weight"], "input_ids", "model.embed_tokens.weight")
+    for i in range(info.n_layer):
+        p = f"model.layers.{i}."
+        h = rms_norm(g, x, w[p + "input_layernorm.weight"], p + "input_layernorm.weight")
+        attn = attention(g, h, info, w, i)
+        x = g.op("Add", x, g.matmul(attn, w[p + "self_attn.o_proj.weight"], p + "o_proj"))
+        h = rms_norm(g, x, w[p + "post_attention_layernorm.weight"], p + "post_norm.weight")
+        x = g.op("Add", x, swiglu(g, h, w, p))
+    # only the rows the caller wants go through the final norm and the (large) lm_head
+    g.const("int_max", np.array([np.iinfo(np.int64).max], np.int64))
+    g.const("axis_seq", np.array([1], np.int64))
+    x = g.op("Slice", x, "logits_start", "int_max", "axis_seq")
+    x = rms_norm(g, x, w["model.norm.weight"], "model.norm.weight")
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])  # tied embeddings
+    logits = g.matmul(x, head, "lm_head.weight")
+    if g.dtype != np.float32:
+        logits = g.cast(logits, np.float32)
+    g.nodes.append(helper.make_node("Identity", [logits], ["logits"], name="logits"))
+    g.outputs.append(
+        helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "n_logits", info.n_vocab])
+    )
+
+
+def rms_norm(g: GraphBuilder, x: str, weight: np.ndarray, name: str) -> str:
+    """x / sqrt(mean(x^2) + eps) * weight in float32 (x^2 overflows half), in the pattern
+    ONNX Runtime fuses into SimplifiedLayerNormalization (Pow, not Mul, for the square)."""
+    half = g.dtype != np.float32
+    x32 = g.cast(x, np.float32) if half else x
+    mean = g.op("ReduceMean", g.op("Pow", x32, "two"), "axis_last", keepdims=1)
+    normed = g.op("Div", x32, g.op("Sqrt", g.op("Add", mean, "eps")))
+    if half:  # as HF does it: the weight multiplies in the model's dtype
+        normed = g.cast(normed, g.dtype)
+    return g.op("Mul", normed, g.const(name, weight.astype(g.dtype)))
+
+
+def attention(g: GraphBuilder, h: str, info: ModelInfo, w: dict, i: int) -> str:
+    """q, k, v in one packed projection (one matmul reads h once), then GQA over the cache."""
+    from onnx import helper
+
+    p = f"model.layers.{i}.self_attn."
+    qkv = np.concatenate([w[p + f"{n}_proj.weight"] for n in "qkv"])  # [(nh + 2 nkv) hd, d]
+    x = g.matmul(h, qkv, p + "qkv_proj")
+    if p + "q_proj.bias" in w:  # Qwen2
+        bias = np.concatenate([w[p + f"{n}_proj.bias"] for n in "qkv"])
+        x = g.op("Add", x, g.const(p + "qkv_proj.bias", bias.astype(g.dtype)))
+    past = [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
+    present = [f"present.{i}.key", f"present.{i}.value"]
+    out = g.name(p + "gqa")
+    g.nodes.append(
+        helper.make_node(
+            "GroupQueryAttention",
+            [x, "", "", *past, "seqlens_k", "total_sequence_length", "cos_cache", "sin_cache"],
+            [out, *present], name=out, domain="com.microsoft",
+            num_heads=info.n_head, kv_num_heads=info.n_kv_head, do_rotary=1,
+            rotary_interleaved=0, scale=1.0 / math.sqrt(info.head_dim),
+        )
+    )  # fmt: skip
+    shape: list[str | int] = [1, info.n_kv_head, "max_sequence_length", info.head_dim]
+    g.inputs += [helper.make_tensor_value_info(n, g.onnx_type, shape) for n in past]
+    g.outputs += [helper.make_tensor_value_info(n, g.onnx_type, shape) for n in present]
+    return out
+
+
+def swiglu(g: GraphBuilder, h: str, w: dict, p: str) -> str:
+    gate = g.matmul(h, w[p + "mlp.gate_proj.weight"], p + "gate_proj")
+    up = g.matmul(h, w[p + "mlp.up_proj.weight"], p + "up_proj")
+    act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
+    return g.matmul(act, w[p + "mlp.down_proj.weight"], p + "down_proj")
+
+
+def rope_caches(config: dict, head_dim: int, n_pos: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin [n_pos, head_dim/2] float32 of HF's rotate-half RoPE, scaling applied."""
+    theta = float(config.get("rope_theta", 10000.0))
+    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    inv_freq = scale_inv_freq(inv_freq, config.get("rope_scaling"))
+    angles = np.arange(n_pos, dtype=np.float64)[:, None] * inv_freq[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def scale_inv_freq(inv_freq: np.ndarray, scaling: dict | None) -> np.ndarray:
+    """HF's "linear" and "llama3" RoPE scaling; others are refused rather than guessed."""
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind == "default":
+        return inv_freq
+    assert scaling is not None
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == "llama3":
+        factor, low, high = (
+            scaling["factor"],
+            scaling["low_freq_factor"],
+            scaling["high_freq_factor"],
+        )
+        old_ctx = scaling["original_max_position_embeddings"]
+        wavelen = 2 * np.pi / inv_freq
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        mid = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        scaled = np.where(wavelen > old_ctx / low, inv_freq / factor, inv_freq)
+        is_mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
+        return np.where(is_mid, mid, scaled)
+    raise ModelFileError(
+        f"rope_scaling type {kind!r} is not supported by the ONNX exporter (default, linear, "
+        "llama3 are); export to GGUF instead"
+    )

@@ -1,0 +1,496 @@
+"""Exported ONNX decoders (export/onnx_export.py) through ONNX Runtime, with IOBinding.
+
+The KV cache is allocated once for the whole context, and each layer's buffer is bound as
+both `past_key_values.{i}.*` and `present.{i}.*`: GroupQueryAttention then writes the new
+entries in place at n_past, so a step copies no cache and rollback only lowers n_past.
+
+Inputs, outputs and their bindings are made once per step width and reused (`Step`). On the
+CUDA EP the two widths the engine repeats — one token (plain decode, drafting) and k+1 (verify,
+shorter drafts padded up to it) — are captured as CUDA graphs and replayed; padding is harmless
+because attention is causal and the padded cache rows lie beyond n_past.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from edgespec.runtimes.base import VocabInfo
+
+from edgespec.errors import ModelFileError
+
+log = logging.getLogger(__name__)
+
+MODEL_JSON = "model.json"
+EOG_TEXTS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
+             "<end_of_turn>", "<|end_of_text|>", "</s>", "<EOT>")  # fmt: skip
+GRAPH_DECODE, GRAPH_VERIFY, NO_GRAPH = 1, 2, -1  # CUDA graph ids ("gpu_graph_id")
+CACHED_WIDTHS = 16  # steps up to this width keep their bindings between calls
+
+
+def is_onnx_model_dir(path: Path) -> bool:
+    return path.is_dir() and (path / MODEL_JSON).is_file()
+
+
+def read_model_json(model_dir: Path) -> dict:
+    if not model_dir.is_dir():
+        raise ModelFileError(f"{model_dir} is not a folder; give an exported ONNX model folder")
+    path = model_dir / MODEL_JSON
+    try:
+        info = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ModelFileError(
+            f"{path} is missing; export the model with `edgespec export --format onnx`"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise ModelFileError(f"{path} is not valid JSON ({e}); export the model again") from e
+    for name in (info.get("model_file", "model.onnx"), "tokenizer.json"):
+        if not (model_dir / name).is_file():
+            raise ModelFileError(f"{model_dir / name} is missing; export the model again")
+    return info
+
+
+@dataclass
+class Step:
+    """Everything bound for one step width: host arrays, the OrtValues over them, the binding."""
+
+    width: int  # tokens the graph sees (padded up for a CUDA graph)
+    rows: int  # logits rows it returns
+    ids: np.ndarray  # [1, width] int64
+    seqlens_k: np.ndarray  # [1] int32: tokens in the cache after the step, minus 1
+    total: np.ndarray  # [] int32
+    logits_start: np.ndarray  # [1] int64
+    logits: np.ndarray | None  # [1, rows, V] float32 on the CPU EP (bound in place)
+    values: dict[str, Any]  # OrtValues that must stay alive while bound
+    binding: Any  # onnxruntime.IOBinding
+    graph_id: int
+
+
+class OnnxRuntime:
+    """The Runtime protocol over an exported model folder (model.json, model.onnx, tokenizer)."""
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        *,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        providers: Sequence[str | tuple[str, dict]] | None = None,
+        n_batch: int = 512,
+        cuda_graph: bool = True,
+        verify_width: int = 9,
+        pad_to_verify_width: bool | None = None,
+    ) -> None:
+        """verify_width: the widest step captured as a CUDA graph (k+1 for k <= 8).
+        pad_to_verify_width: pad steps of 2..verify_width tokens to verify_width and pass the
+        whole cache length as total_sequence_length, as CUDA graphs need; defaults to on with
+        CUDA graphs, off otherwise (it is testable on the CPU EP)."""
+        import onnxruntime as ort
+
+        self.ort = ort
+        self.path = Path(model_dir)
+        self.info = read_model_json(self.path)
+        self.model_file = self.path / self.info.get("model_file", "model.onnx")
+        self.n_vocab = int(self.info["n_vocab"])
+        self.n_ctx = self.context_size(n_ctx)
+        self.n_batch = max(1, min(n_batch, self.n_ctx))
+        self.n_past = 0
+        self.verify_width = verify_width
+        wants_cuda = any(provider_name(p) == "CUDAExecutionProvider" for p in providers or ())
+        self.cuda_graph = cuda_graph and wants_cuda and self.fp16_compute_for_cuda()
+        self.providers = [
+            with_cuda_graph(p) if self.cuda_graph else p
+            for p in providers or ["CPUExecutionProvider"]
+        ]
+        self.session = self.open_session(n_threads)
+        self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
+        if wants_cuda and not self.on_cuda:
+            log.warning("%s: the CUDA EP is not available; running on the CPU", self.path)
+            self.cuda_graph = False
+        self.pad = self.cuda_graph if pad_to_verify_width is None else pad_to_verify_width
+        self.kv_dtype = kv_dtype(self.session)
+        self.kv = self.allocate_cache()  # name -> OrtValue [1, n_kv, n_ctx, hd]
+        self.steps: dict[tuple[int, int], Step] = {}  # (width, rows) -> bound step
+        self.run_options: dict[int, Any] = {}  # CUDA graph id -> RunOptions
+        self.tokenizer = self.load_tokenizer()
+        self.added = self.tokenizer.get_added_tokens_decoder()  # id -> AddedToken
+        self.kind = vocab_type(json.loads(self.tokenizer.to_str())["model"])
+        self._pieces: list[bytes] | None = None
+        self._vocab_info: VocabInfo | None = None
+
+    # --- loading -------------------------------------------------------------------------
+
+    def context_size(self, n_ctx: int) -> int:
+        limit = int(self.info.get("context_length") or n_ctx)
+        window = self.info.get("sliding_window")
+        if window and window < limit:
+            log.info("%s: context capped at the sliding window, %d tokens", self.path, window)
+            limit = int(window)  # the graph attends to the whole cache: stay where that is exact
+        return max(1, min(n_ctx, limit))
+
+    def fp16_compute_for_cuda(self) -> bool:
+        if self.info.get("compute", "fp32") == "fp16":
+            return True
+        log.warning(
+            "%s has float32 compute: ONNX Runtime's CUDA GroupQueryAttention exists in fp16/bf16 "
+            "only, so attention runs on the CPU and CUDA graphs are off; export with "
+            "compute='fp16' for the CUDA EP", self.path,
+        )  # fmt: skip
+        return False
+
+    def open_session(self, n_threads: int | None):
+        ort = self.ort
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if use_shared_thread_pool(n_threads or default_threads()):
+            opts.use_per_session_threads = False
+        else:  # per-session pools: spinning would steal the cores a draft session needs
+            opts.intra_op_num_threads = n_threads or default_threads()
+            opts.inter_op_num_threads = 1
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.log_severity_level = 3
+        # fold DequantizeLinear of constant weights (fp8) into float32 at load, as Cast (fp16)
+        # is folded: ORT's CPU has no fp8 matmul, and unfolded they cost 15x per pass
+        opts.add_session_config_entry("session.disable_quant_qdq", "1")
+        try:
+            return ort.InferenceSession(str(self.model_file), opts, providers=self.providers)
+        except Exception as e:  # noqa: BLE001 - ORT raises several pybind types for bad files
+            if self.cuda_graph:  # a graph ORT cannot capture whole: run it uncaptured instead
+                log.warning("%s: no CUDA graphs (%s); running without", self.model_file, e)
+                self.cuda_graph = False
+                self.providers = [without_cuda_graph(p) for p in self.providers]
+                return self.open_session(n_threads)
+            data = self.model_file.with_name(self.model_file.name + ".data")
+            files = f"{self.model_file} (weights in {data.name})" if data.exists() else ""
+            raise ModelFileError(
+                f"cannot load {files or self.model_file}: {str(e).strip().splitlines()[0][:300]}; "
+                "a file may be truncated or corrupt (export it again with `edgespec export "
+                "--format onnx`)"
+            ) from e
+
+    def allocate_cache(self) -> dict[str, Any]:
+        """One [1, n_kv, n_ctx, head_dim] buffer per layer and kind, zeroed once."""
+        shape = (1, int(self.info["n_kv_head"]), self.n_ctx, int(self.info["head_dim"]))
+        kv = {}
+        for i in range(int(self.info["n_layer"])):
+            for kind in ("key", "value"):
+                zeros: np.ndarray = np.zeros(shape, self.kv_dtype)
+                if self.on_cuda:
+                    value = self.ort.OrtValue.ortvalue_from_shape_and_type(
+                        shape, self.kv_dtype, "cuda", 0
+                    )
+                    value.update_inplace(zeros)  # no NaN garbage beyond n_past, ever
+                else:
+                    value = self.ort.OrtValue.ortvalue_from_numpy(zeros)
+                kv[f"{i}.{kind}"] = value
+        return kv
+
+    def load_tokenizer(self):
+        from tokenizers import Tokenizer
+
+        path = self.path / "tokenizer.json"
+        try:
+            return Tokenizer.from_file(str(path))
+        except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception
+            raise ModelFileError(f"cannot read {path}: {e}; export the model again") from e
+
+    # --- the Runtime protocol ---------------------------------------------------------------
+
+    def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+        n = len(tokens)
+        if n == 0:
+            return np.zeros((0, self.n_vocab), dtype=np.float32)
+        if self.n_past + n > self.n_ctx:
+            raise RuntimeError(
+                f"forward of {n} tokens at position {self.n_past} overflows n_ctx={self.n_ctx}"
+            )
+        rows = []
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            last_chunk = start + len(chunk) == n
+            if last_only and not last_chunk:
+                self.run(chunk, rows=0)
+            else:
+                rows.append(self.run(chunk, rows=1 if last_only else len(chunk)))
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+    def run(self, tokens: Sequence[int], *, rows: int) -> np.ndarray:
+        """One graph run at n_past; returns the logits of the last `rows` tokens [rows, V]."""
+        n = len(tokens)
+        width = self.padded_width(n)
+        # rows=0 (a prefill chunk whose logits nobody reads) still computes one row: the graph
+        # has no empty output; the last row is the cheapest choice that keeps shapes static
+        keep = max(rows, 1) if width == n else width
+        step = self.step(width, keep)
+        step.ids[0, :n] = tokens
+        step.ids[0, n:] = 0
+        step.seqlens_k[0] = self.n_past + width - 1
+        step.total[...] = self.n_ctx if self.pad else self.n_past + width
+        self.launch(step)
+        self.n_past += n
+        logits = self.read_logits(step)  # [keep, V]
+        if width != n:  # padded: the real rows come first
+            logits = logits[n - max(rows, 1) : n]
+        return np.array(logits[-max(rows, 1) :], dtype=np.float32)
+
+    def padded_width(self, n: int) -> int:
+        if self.pad and 1 < n < self.verify_width and self.n_past + self.verify_width <= self.n_ctx:
+            return self.verify_width
+        return n
+
+    def rollback(self, n_past: int) -> None:
+        if not 0 <= n_past <= self.n_past:
+            raise ValueError(f"cannot roll back to {n_past}: the cache holds {self.n_past}")
+        self.n_past = n_past  # entries beyond n_past are ignored, then overwritten
+
+    def reset(self) -> None:
+        self.n_past = 0
+
+    # --- steps and bindings -----------------------------------------------------------------
+
+    def step(self, width: int, rows: int) -> Step:
+        step = self.steps.get((width, rows))
+        if step is None:
+            step = self.bind_step(width, rows)
+            if width <= max(CACHED_WIDTHS, self.verify_width):
+                self.steps[(width, rows)] = step
+        return step
+
+    def bind_step(self, width: int, rows: int) -> Step:
+        ort = self.ort
+        binding = self.session.io_binding()
+        ids = np.zeros((1, width), np.int64)
+        seqlens_k = np.zeros(1, np.int32)
+        total = np.zeros((), np.int32)
+        logits_start = np.array([width - rows], np.int64)
+        values: dict[str, Any] = {}
+        graph_id = self.graph_id(width, rows)
+        # the two scalars are read on the host by their kernels: bound in host memory
+        host: list[tuple[str, np.ndarray]] = [("total_sequence_length", total),
+                                              ("logits_start", logits_start)]  # fmt: skip
+        for name, array in host:
+            values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+        device: list[tuple[str, np.ndarray]] = [("input_ids", ids), ("seqlens_k", seqlens_k)]
+        for name, array in device:
+            if self.on_cuda:
+                values[name] = ort.OrtValue.ortvalue_from_shape_and_type(
+                    array.shape, array.dtype, "cuda", 0
+                )
+            else:
+                values[name] = ort.OrtValue.ortvalue_from_numpy(array)
+        logits = None
+        if self.on_cuda:
+            values["logits"] = ort.OrtValue.ortvalue_from_shape_and_type(
+                (1, rows, self.n_vocab), np.float32, "cuda", 0
+            )
+        else:
+            logits = np.empty((1, rows, self.n_vocab), np.float32)
+            values["logits"] = ort.OrtValue.ortvalue_from_numpy(logits)
+        for name, value in values.items():
+            if name == "logits":
+                binding.bind_ortvalue_output(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for key, value in self.kv.items():  # the same buffer in and out: updated in place
+            binding.bind_ortvalue_input(f"past_key_values.{key}", value)
+            binding.bind_ortvalue_output(f"present.{key}", value)
+        return Step(width, rows, ids, seqlens_k, total, logits_start, logits, values, binding,
+                    graph_id)  # fmt: skip
+
+    def graph_id(self, width: int, rows: int) -> int:
+        if not self.cuda_graph or rows != width:
+            return NO_GRAPH
+        return {1: GRAPH_DECODE, self.verify_width: GRAPH_VERIFY}.get(width, NO_GRAPH)
+
+    def launch(self, step: Step) -> None:
+        if self.on_cuda:  # device buffers at fixed addresses: copy the host values in
+            step.values["input_ids"].update_inplace(step.ids)
+            step.values["seqlens_k"].update_inplace(step.seqlens_k)
+        options = self.run_options.get(step.graph_id)
+        if options is None:
+            options = self.run_options[step.graph_id] = self.ort.RunOptions()
+            if self.cuda_graph:  # -1: run this width uncaptured
+                options.add_run_config_entry("gpu_graph_id", str(step.graph_id))
+        self.session.run_with_iobinding(step.binding, options)
+
+    def read_logits(self, step: Step) -> np.ndarray:
+        if step.logits is not None:
+            return step.logits[0]
+        return step.values["logits"].numpy()[0]
+
+    # --- tokenizer ----------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]:
+        """special=True parses special-token text (`<|im_start|>`) as those tokens."""
+        self.tokenizer.encode_special_tokens = not special
+        return list(self.tokenizer.encode(text, add_special_tokens=True).ids)
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        pieces = self.pieces()
+        return b"".join(pieces[t] if 0 <= t < len(pieces) else b"" for t in tokens)
+
+    def pieces(self) -> list[bytes]:
+        """The bytes each token stands for in generated text; control tokens render as nothing,
+        as llama.cpp renders them."""
+        if self._pieces is None:
+            self._pieces = [self.piece(t) for t in range(self.n_vocab)]
+        return self._pieces
+
+    def piece(self, token: int) -> bytes:
+        added = self.added.get(token)
+        if added is not None:
+            return b"" if added.special else added.content.encode("utf-8")
+        text = self.tokenizer.id_to_token(token)
+        if text is None:
+            return b""
+        if self.kind == "spm":
+            return spm_piece_bytes(text)
+        return byte_level_bytes(text)
+
+    def token_text(self, token: int) -> bytes:
+        """The token's text as the vocabulary stores it (what llama.cpp's GGUF holds)."""
+        text = self.tokenizer.id_to_token(token)
+        return (text if text is not None else f"[PAD{token}]").encode("utf-8")
+
+    def special_token_text(self, token: int | None) -> str:
+        return "" if token is None else self.token_text(token).decode("utf-8", "replace")
+
+    def vocab_info(self) -> VocabInfo:
+        if self._vocab_info is None:
+            digest = hashlib.sha256()
+            for t in range(self.n_vocab):
+                digest.update(self.token_text(t) + b"\0")
+            eos = self.info.get("eos_id")
+            self._vocab_info = VocabInfo(
+                n_vocab=self.n_vocab,
+                vocab_type=self.kind,
+                bos_id=self.info.get("bos_id"),
+                eos_id=eos,
+                eog_ids=frozenset(self.eog_ids(eos)),
+                token_text_hash=digest.hexdigest(),
+            )
+        return self._vocab_info
+
+    def eog_ids(self, eos: int | None) -> set[int]:
+        """EOS, generation_config's eos ids, and the special tokens llama.cpp treats as EOG."""
+        eog = {eos} if eos is not None else set()
+        gen = self.path / "generation_config.json"
+        if gen.is_file():
+            ids = json.loads(gen.read_text()).get("eos_token_id")
+            eog |= set(ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else [])
+        for token, added in self.added.items():
+            if added.special and added.content in EOG_TEXTS:
+                eog.add(token)
+        return {t for t in eog if 0 <= t < self.n_vocab}
+
+    def chat_template(self) -> str | None:
+        path = self.path / "tokenizer_config.json"
+        if not path.is_file():
+            return None
+        template = json.loads(path.read_text()).get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template}
+            template = named.get("default")
+        return template if isinstance(template, str) else None
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+_shared_pool_threads: int | None = None  # the process-wide pool's size, once made
+
+
+def use_shared_thread_pool(n_threads: int) -> bool:
+    """One intra-op thread pool for every session in the process, made on first use.
+
+    A target and its draft run by turns; with a pool each, the idle pool's threads spin on the
+    cores the busy one needs (2 cores, draft 4 tokens + verify 5: 13-18 ms a step with two
+    spinning pools, 10 ms with spinning off, 8 ms on one shared pool that keeps spinning).
+    ONNX Runtime sizes that pool once per process: the first runtime's n_threads wins."""
+    global _shared_pool_threads
+    if _shared_pool_threads is None:
+        from onnxruntime.capi._pybind_state import set_global_thread_pool_sizes
+
+        try:
+            set_global_thread_pool_sizes(n_threads, 1)
+        except Exception as e:  # noqa: BLE001 - e.g. another library made the pool first
+            log.info("no shared ONNX Runtime thread pool (%s); one pool per session", e)
+            _shared_pool_threads = 0
+            return False
+        _shared_pool_threads = n_threads
+    elif n_threads != _shared_pool_threads:
+        log.info("the shared thread pool has %d threads, not %d", _shared_pool_threads, n_threads)
+    return _shared_pool_threads > 0
+
+
+def provider_name(provider: str | tuple[str, dict]) -> str:
+    return provider if isinstance(provider, str) else provider[0]
+
+
+def with_cuda_graph(provider: str | tuple[str, dict]) -> str | tuple[str, dict]:
+    if provider_name(provider) != "CUDAExecutionProvider":
+        return provider
+    options = {} if isinstance(provider, str) else dict(provider[1])
+    return ("CUDAExecutionProvider", {**options, "enable_cuda_graph": "1"})
+
+
+def without_cuda_graph(provider: str | tuple[str, dict]) -> str | tuple[str, dict]:
+    if isinstance(provider, str):
+        return provider
+    name, options = provider
+    return (name, {k: v for k, v in options.items() if k != "enable_cuda_graph"})
+
+
+def kv_dtype(session) -> type:
+    kind = next(i.type for i in session.get_inputs() if i.name.startswith("past_key_values."))
+    return np.float16 if kind == "tensor(float16)" else np.float32
+
+
+def vocab_type(model: dict) -> str:
+    """llama.cpp's names: "bpe" for byte-level BPE, "spm" for SentencePiece-style BPE
+    (byte fallback), else the tokenizers model type in lower case."""
+    if model.get("type") == "BPE":
+        return "spm" if model.get("byte_fallback") else "bpe"
+    return str(model.get("type", "unknown")).lower()
+
+
+def byte_level_bytes(text: str) -> bytes:
+    """GPT-2 byte-level token text -> the bytes it stands for."""
+    table = byte_decoder()
+    return bytes(table[c] for c in text if c in table)
+
+
+_BYTE_DECODER: dict[str, int] = {}
+
+
+def byte_decoder() -> dict[str, int]:
+    """The inverse of GPT-2's reversible byte -> character map: printable Latin-1 bytes stand
+    for themselves, the others take the characters 256, 257, ... in byte order."""
+    if not _BYTE_DECODER:
+        n_moved = 0
+        for b in range(256):
+            if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF:
+                _BYTE_DECODER[chr(b)] = b
+            else:
+                _BYTE_DECODER[chr(256 + n_moved)] = b
+                n_moved += 1
+    return _BYTE_DECODER
+
+
+def spm_piece_bytes(text: str) -> bytes:
+    """SentencePiece-style piece -> bytes: "▁" is a space, "<0xAB>" is one raw byte."""
+    if len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
+        return bytes([int(text[3:5], 16)])
+    return text.replace("▁", " ").encode("utf-8")

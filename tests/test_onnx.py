@@ -1,0 +1,378 @@
+"""HF checkpoints -> ONNX -> OnnxRuntime, on tiny checkpoints made in the test (CPU EP).
+
+Bounds, measured on these checkpoints (logits of magnitude ~15):
+- fp32 graph vs the float64 numpy reference: max |diff| < 1e-4 (measured ~1e-5).
+- fp8 graph vs the numpy reference over the same E4M3 per-channel weights: < 1e-4; vs the
+  float32 weights only loosely (relative RMS < 0.15, measured ~0.07).
+- int4 graph vs the numpy reference over the block weights it holds: < 1e-4 with float32
+  activations (accuracy_level 0); relative RMS < 0.03 with int8 activations (level 4, the
+  default; measured ~0.017); vs the float32 weights relative RMS < 0.4 (measured ~0.25).
+- fp16 weights: < 0.05 (measured ~0.012); fp16 compute (the CUDA export) likewise.
+- rollback, chunking and padded (CUDA-graph-shaped) steps vs one fresh pass: < 1e-5.
+Greedy speculative output must equal plain greedy output token for token: float32 throughout.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from edgespec.runtimes.base import check_compatible
+
+from edgespec.controller import FixedPolicy
+from edgespec.drafters import ModelDrafter, NgramDrafter
+from edgespec.engine import SpeculativeDecoder
+from edgespec.errors import ModelFileError
+from tests import numpy_reference
+
+pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (edgespec[onnx])")
+pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx])")
+
+from edgespec.export.onnx_export import export_onnx  # noqa: E402
+from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
+
+try:  # the shared tiny-checkpoint maker, where it has landed
+    from tests.tinymodels import make_tiny_hf
+except ImportError:
+    from tests.tiny_hf import make_tiny_hf
+
+TOKENS = [5, 17, 42, 99, 150, 7, 33, 250, 12, 64]
+PROMPT = (
+    "<|im_start|>user\ndef add(a, b):\n    return a + b\n\nfor item in items:\n"
+    "    total += item.price<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def checkpoint(request, tmp_path_factory) -> Path:
+    return make_tiny_hf(tmp_path_factory.mktemp(request.param), arch=request.param, seed=3)
+
+
+@pytest.fixture(scope="module")
+def exported(checkpoint, tmp_path_factory) -> Path:
+    return export_onnx(checkpoint, tmp_path_factory.mktemp("onnx"))
+
+
+@pytest.fixture(scope="module")
+def runtime(exported) -> OnnxRuntime:
+    return OnnxRuntime(exported, n_ctx=256)
+
+
+def rel_rms(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.sqrt(((a - b) ** 2).mean() / (b**2).mean()))
+
+
+def with_weights(checkpoint: Path, folder: Path, change) -> Path:
+    """A copy of the checkpoint whose 2-D projection weights went through change(name, w)."""
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(checkpoint, folder)
+    tensors = load_file(checkpoint / "model.safetensors")
+    for name, w in tensors.items():
+        if w.ndim == 2 and name != "model.embed_tokens.weight":
+            tensors[name] = change(name, w).astype(np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    return folder
+
+
+def fresh_logits(runtime: OnnxRuntime, tokens: list[int]) -> np.ndarray:
+    runtime.reset()
+    return runtime.forward(tokens)
+
+
+# --- logits against the numpy reference ----------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
+def test_fp32_logits_match_the_numpy_reference(arch, tmp_path):
+    hf = make_tiny_hf(tmp_path / "hf", arch=arch, seed=3)
+    got = OnnxRuntime(export_onnx(hf, tmp_path / "onnx"), n_ctx=64).forward(TOKENS)
+    ref = numpy_reference.forward(hf, TOKENS)
+    assert got.shape == ref.shape and got.dtype == np.float32
+    assert np.abs(got - ref).max() < 1e-4
+
+
+def test_the_reference_comparison_would_notice_a_wrong_rope(checkpoint, tmp_path):
+    config = json.loads((checkpoint / "config.json").read_text())
+    shutil.copytree(checkpoint, tmp_path / "hf")
+    config["rope_theta"] = 500.0
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    wrong = OnnxRuntime(export_onnx(tmp_path / "hf", tmp_path / "onnx"), n_ctx=64)
+    assert np.abs(wrong.forward(TOKENS) - numpy_reference.forward(checkpoint, TOKENS)).max() > 0.1
+
+
+def test_fp16_weights_stay_close(checkpoint, tmp_path):
+    got = OnnxRuntime(export_onnx(checkpoint, tmp_path, quant="fp16"), n_ctx=64).forward(TOKENS)
+    ref = numpy_reference.forward(checkpoint, TOKENS)
+    assert np.abs(got - ref).max() < 0.05
+    assert (got.argmax(-1) == ref.argmax(-1)).all()
+
+
+def test_fp8_graph_computes_with_its_e4m3_weights(checkpoint, tmp_path):
+    from edgespec.quant.fp8 import dequantize_fp8, quantize_fp8
+
+    got = OnnxRuntime(export_onnx(checkpoint, tmp_path / "onnx", quant="fp8"), n_ctx=64)
+    logits = got.forward(TOKENS)
+    fake = with_weights(
+        checkpoint, tmp_path / "fake", lambda _, w: dequantize_fp8(*quantize_fp8(w))
+    )
+    assert np.abs(logits - numpy_reference.forward(fake, TOKENS)).max() < 1e-4
+    assert rel_rms(logits, numpy_reference.forward(checkpoint, TOKENS)) < 0.15
+
+
+@pytest.mark.parametrize("block_size", [32, 128])
+def test_int4_graph_computes_with_its_block_weights(checkpoint, tmp_path, block_size):
+    """accuracy_level 0 (float32 activations) must reproduce the block weights exactly;
+    level 4 (int8 activations, the fast CPU kernel) adds activation rounding only."""
+    fake = with_weights(
+        checkpoint, tmp_path / "fake", lambda _, w: ort_int4_roundtrip(w, block_size)
+    )
+    fake_ref = numpy_reference.forward(fake, TOKENS)
+    exact = export_onnx(
+        checkpoint, tmp_path / "a0", quant="int4", block_size=block_size, accuracy_level=0
+    )
+    assert np.abs(OnnxRuntime(exact, n_ctx=64).forward(TOKENS) - fake_ref).max() < 1e-4
+    fast = export_onnx(checkpoint, tmp_path / "a4", quant="int4", block_size=block_size)
+    logits = OnnxRuntime(fast, n_ctx=64).forward(TOKENS)
+    assert json.loads((fast / "model.json").read_text())["block_size"] == block_size
+    assert rel_rms(logits, fake_ref) < 0.03
+    assert rel_rms(logits, numpy_reference.forward(checkpoint, TOKENS)) < 0.4
+
+
+@pytest.mark.parametrize("quant", ["fp16", "int4"])
+def test_fp16_compute_graph_runs_with_a_half_cache(checkpoint, tmp_path, quant):
+    """The CUDA-EP export (half activations and KV cache), run here through ORT's CPU casts."""
+    onnx_dir = export_onnx(checkpoint, tmp_path / "onnx", quant=quant, compute="fp16")
+    rt = OnnxRuntime(onnx_dir, n_ctx=64)
+    assert rt.kv_dtype == np.float16
+    logits = rt.forward(TOKENS)
+    assert logits.dtype == np.float32
+    if quant == "fp16":
+        assert np.abs(logits - numpy_reference.forward(checkpoint, TOKENS)).max() < 0.05
+    rt.rollback(4)
+    assert np.abs(rt.forward(TOKENS[4:]) - logits[4:]).max() < 1e-2
+    with pytest.raises(ValueError, match="fp16 compute needs"):
+        export_onnx(checkpoint, tmp_path / "bad", quant="fp32", compute="fp16")
+
+
+def ort_int4_roundtrip(w: np.ndarray, block: int) -> np.ndarray:
+    """w [out, in] through ONNX Runtime's symmetric 4-bit block quantizer and back."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_4bits
+
+    wt = np.ascontiguousarray(w.T.astype(np.float32))  # [K, N]: blocks run along K
+    k, n = wt.shape
+    n_blocks = -(-k // block)
+    packed = np.zeros((n, n_blocks, block // 2), np.uint8)
+    scales = np.zeros((n, n_blocks), np.float32)
+    zero_points = np.zeros((n, (n_blocks + 1) // 2), np.uint8)
+    quantize_matmul_4bits(packed, wt, scales, zero_points, block, n, k, True)
+    codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(n, n_blocks, block)
+    values = (codes.astype(np.float32) - 8) * scales[..., None]  # zero point 8: symmetric
+    return values.reshape(n, -1)[:, :k]
+
+
+# --- the KV cache: incremental steps, rollback, padding ------------------------------------
+
+
+def test_steps_in_pieces_equal_one_pass(runtime):
+    whole = fresh_logits(runtime, TOKENS)
+    runtime.reset()
+    pieces = [runtime.forward(TOKENS[a:b]) for a, b in [(0, 3), (3, 4), (4, 9), (9, 10)]]
+    assert runtime.n_past == len(TOKENS)
+    assert np.abs(np.concatenate(pieces) - whole).max() < 1e-5
+    runtime.reset()
+    last = runtime.forward(TOKENS, last_only=True)
+    assert last.shape == (1, runtime.n_vocab)
+    assert np.abs(last - whole[-1:]).max() < 1e-5
+
+
+def test_rollback_returns_the_same_logits_as_a_fresh_run(runtime):
+    fresh = fresh_logits(runtime, TOKENS)
+    runtime.reset()
+    runtime.forward(TOKENS[:4])
+    runtime.forward([300, 301, 302, 303, 304, 305])  # a rejected draft, written into the cache
+    runtime.rollback(4)
+    assert runtime.n_past == 4
+    again = runtime.forward(TOKENS[4:])
+    assert np.abs(again - fresh[4:]).max() < 1e-5
+    with pytest.raises(ValueError):
+        runtime.rollback(runtime.n_past + 1)
+
+
+def test_chunked_prefill_and_padded_steps_equal_one_pass(exported, runtime):
+    """n_batch=3 splits the prompt; padding to the verify width with the whole cache as the
+    total length is the CUDA-graph step shape, run here on the CPU EP."""
+    whole = fresh_logits(runtime, TOKENS)
+    chunked = OnnxRuntime(exported, n_ctx=64, n_batch=3)
+    assert np.abs(chunked.forward(TOKENS) - whole).max() < 1e-5
+    padded = OnnxRuntime(exported, n_ctx=64, pad_to_verify_width=True, verify_width=5)
+    pieces = [padded.forward(TOKENS[:4]), padded.forward(TOKENS[4:5]), padded.forward(TOKENS[5:])]
+    assert np.abs(np.concatenate(pieces) - whole).max() < 1e-5
+    padded.rollback(2)
+    assert np.abs(padded.forward(TOKENS[2:4], last_only=True) - whole[3:4]).max() < 1e-5
+
+
+def test_forward_past_the_context_is_refused(exported):
+    small = OnnxRuntime(exported, n_ctx=8)
+    with pytest.raises(RuntimeError, match="overflows n_ctx=8"):
+        small.forward(TOKENS)
+
+
+# --- the engine over ONNX runtimes ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def draft_runtime(checkpoint, tmp_path_factory) -> OnnxRuntime:
+    """The target's weights plus noise: a draft that agrees often, not always."""
+    rng = np.random.default_rng(7)
+    folder = tmp_path_factory.mktemp("draft")
+
+    def noisy(_, w):
+        return w + 0.3 * w.std() * rng.standard_normal(w.shape)
+
+    hf = with_weights(checkpoint, folder / "hf", noisy)
+    return OnnxRuntime(export_onnx(hf, folder / "onnx"), n_ctx=256)
+
+
+@pytest.fixture(scope="module")
+def plain(runtime):
+    tokens = runtime.tokenize(PROMPT, special=True)
+    ref = SpeculativeDecoder(runtime).generate(tokens, max_tokens=40, speculative=False)
+    assert len(ref.tokens) >= 10, "the tiny model should not stop at once"
+    return tokens, ref
+
+
+@pytest.mark.parametrize("kind", ["ngram", "model"])
+def test_greedy_speculative_equals_plain(runtime, draft_runtime, plain, kind):
+    tokens, ref = plain
+    drafter = ModelDrafter(draft_runtime) if kind == "model" else NgramDrafter()
+    out = SpeculativeDecoder(runtime, [drafter], FixedPolicy(kind, 4)).generate(
+        tokens, max_tokens=40
+    )
+    assert out.tokens == ref.tokens
+    assert out.stats.n_draft_tokens > 0
+    if kind == "model":
+        assert 0.0 < out.stats.acceptance_rate < 1.0
+
+
+def test_padded_verify_steps_give_the_same_output(exported, draft_runtime, plain):
+    tokens, ref = plain
+    padded = OnnxRuntime(exported, n_ctx=256, pad_to_verify_width=True)
+    out = SpeculativeDecoder(
+        padded, [ModelDrafter(draft_runtime)], FixedPolicy("model", 3)
+    ).generate(tokens, max_tokens=40)
+    assert out.tokens == ref.tokens
+
+
+# --- vocabulary ------------------------------------------------------------------------------
+
+
+def test_vocab_info_and_tokenizer(runtime, draft_runtime, checkpoint):
+    from tokenizers import Tokenizer
+
+    info = runtime.vocab_info()
+    assert info.vocab_type == "bpe" and info.n_vocab == runtime.n_vocab
+    assert info.eos_id == runtime.tokenize("<|im_end|>", special=True)[0]
+    assert info.eos_id in info.eog_ids
+    check_compatible(info, draft_runtime.vocab_info(), "target", "draft")
+    hf = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+    assert runtime.tokenize(PROMPT, special=True) == hf.encode(PROMPT).ids
+    assert len(runtime.tokenize("<|im_start|>", special=False)) > 1  # as text, not the token
+    text = "def add(a, b):\n    return a + b é\n"
+    assert runtime.detokenize(runtime.tokenize(text, special=False)) == text.encode()
+    assert runtime.detokenize(runtime.tokenize("<|im_end|>", special=True)) == b""
+    assert "im_start" in (runtime.chat_template() or "")
+
+
+def test_vocab_info_agrees_with_llama_cpp(runtime, checkpoint, tmp_path):
+    """Same tokenizer through the GGUF exporter and llama.cpp: same ids, text hash, EOG set.
+    BOS is left out: with none named, llama.cpp falls back to id 11 for BPE vocabularies."""
+    pytest.importorskip("llama_cpp", reason="needs llama-cpp-python to compare with")
+    from edgespec.export.hf_to_gguf import convert_hf_to_gguf
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    gguf = LlamaCppRuntime(convert_hf_to_gguf(checkpoint, tmp_path / "m.gguf"), vocab_only=True)
+    ours, theirs = runtime.vocab_info(), gguf.vocab_info()
+    for field in ("n_vocab", "vocab_type", "eos_id", "eog_ids", "token_text_hash"):
+        assert getattr(ours, field) == getattr(theirs, field), field
+    assert runtime.tokenize(PROMPT, special=True) == gguf.tokenize(PROMPT, special=True)
+    assert all(runtime.piece(t) == gguf.piece(t) for t in range(runtime.n_vocab))
+
+
+# --- bad files -------------------------------------------------------------------------------
+
+
+def test_a_corrupt_onnx_file_is_named(exported, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(exported, bad)
+    data = (bad / "model.onnx").read_bytes()
+    (bad / "model.onnx").write_bytes(data[: len(data) // 3])
+    with pytest.raises(ModelFileError, match=str(bad / "model.onnx")):
+        OnnxRuntime(bad)
+    (bad / "model.onnx").write_bytes(b"\x00garbage" * 100)
+    with pytest.raises(ModelFileError, match="corrupt"):
+        OnnxRuntime(bad)
+
+
+def test_truncated_weights_are_named(exported, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(exported, bad)
+    data = (bad / "model.onnx.data").read_bytes()
+    (bad / "model.onnx.data").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelFileError, match=r"model\.onnx \(weights in model\.onnx\.data\)"):
+        OnnxRuntime(bad)
+
+
+def test_missing_files_are_named(exported, tmp_path):
+    with pytest.raises(ModelFileError, match="not a folder"):
+        OnnxRuntime(tmp_path / "nowhere")
+    bare = tmp_path / "bare"
+    shutil.copytree(exported, bare)
+    (bare / "tokenizer.json").unlink()
+    with pytest.raises(ModelFileError, match="tokenizer.json is missing"):
+        OnnxRuntime(bare)
+    (bare / "model.json").unlink()
+    with pytest.raises(ModelFileError, match="model.json is missing"):
+        OnnxRuntime(bare)
+
+
+def test_unknown_quant_is_refused(checkpoint, tmp_path):
+    with pytest.raises(ValueError, match="unknown quant"):
+        export_onnx(checkpoint, tmp_path, quant="int3")
+
+
+# --- CUDA ------------------------------------------------------------------------------------
+
+
+def cuda_available() -> str | None:
+    """None when the CUDA EP can run here, else why not."""
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return (
+            "no CUDA EP: this onnxruntime build offers "
+            f"{ort.get_available_providers()}; install onnxruntime-gpu on a machine with a GPU"
+        )
+    return None
+
+
+@pytest.mark.gpu
+def test_cuda_graph_steps_match_the_cpu(checkpoint, runtime, draft_runtime, plain, tmp_path):
+    """Verify (k+1 wide, padded) and one-token steps replayed as CUDA graphs."""
+    reason = cuda_available()
+    if reason:
+        pytest.skip(f"CUDA-graph steps not tested: {reason}")
+    onnx_dir = export_onnx(checkpoint, tmp_path / "fp16", quant="fp16", compute="fp16")
+    gpu = OnnxRuntime(onnx_dir, n_ctx=256, providers=["CUDAExecutionProvider"], verify_width=5)
+    assert gpu.on_cuda and gpu.cuda_graph and gpu.pad
+    assert np.abs(fresh_logits(gpu, TOKENS) - fresh_logits(runtime, TOKENS)).max() < 0.05
+    tokens, _ = plain
+    ref = SpeculativeDecoder(gpu).generate(tokens, max_tokens=40, speculative=False)
+    for _ in range(2):  # the second request replays the captured graphs
+        out = SpeculativeDecoder(
+            gpu, [ModelDrafter(draft_runtime)], FixedPolicy("model", 4)
+        ).generate(tokens, max_tokens=40)
+        assert out.tokens == ref.tokens
