@@ -21,6 +21,11 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
     from edgespec.errors import ModelFileError
 
     path = Path(path)
+    if path.is_dir() and (path / "model.json").is_file():
+        from edgespec.runtimes.onnxrt import OnnxRuntime
+
+        gpu = ["CUDAExecutionProvider", "CPUExecutionProvider"] if opts.n_gpu_layers else None
+        return OnnxRuntime(path, n_ctx=opts.n_ctx, n_threads=opts.n_threads, providers=gpu)
     if path.suffix == ".gguf" or starts_with(path, b"GGUF"):
         from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
@@ -30,7 +35,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}; check the path")
     raise ModelFileError(
-        f"{path}: unknown model format (expected a .gguf file); convert it with `edgespec export`"
+        f"{path}: unknown model format (expected a .gguf file or an exported ONNX folder with model.json); convert it with `edgespec export`"
     )
 
 

@@ -9,4 +9,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-  .venv/bin/python -m pip install -q -e ".[llama,dev,plot]"
+  .venv/bin/python -m pip install -q -e ".[llama,onnx,dev,plot]"
