@@ -35,7 +35,8 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}; check the path")
     raise ModelFileError(
-        f"{path}: unknown model format (expected a .gguf file or an exported ONNX folder with model.json); convert it with `edgespec export`"
+        f"{path}: unknown model format (expected a .gguf file or an exported ONNX folder "
+        "with model.json); convert it with `edgespec export`"
     )
 
 
