@@ -6,7 +6,9 @@ that the target's cache never holds the last emitted token (see DESIGN.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -54,6 +56,51 @@ class Runtime(Protocol):
     def chat_template(self) -> str | None: ...
 
     def token_text(self, token: int) -> bytes: ...
+
+
+# --- pieces every back-end shares -----------------------------------------------------------
+
+
+def forward_in_chunks(
+    runtime: Runtime,
+    tokens: Sequence[int],
+    last_only: bool,
+    n_batch: int,
+    run: Callable[[Sequence[int], int], np.ndarray],
+) -> np.ndarray:
+    """Runtime.forward in passes of at most n_batch tokens.
+
+    run(chunk, rows) evaluates chunk at n_past and returns the logits of its last `rows`
+    tokens ([rows, V]; rows = 0: none wanted, a prefill chunk before the last).
+    """
+    n = len(tokens)
+    if n == 0:
+        return np.zeros((0, runtime.n_vocab), dtype=np.float32)
+    if runtime.n_past + n > runtime.n_ctx:
+        raise RuntimeError(
+            f"forward of {n} tokens at position {runtime.n_past} overflows n_ctx={runtime.n_ctx}"
+        )
+    rows = []
+    for start in range(0, n, n_batch):
+        chunk = tokens[start : start + n_batch]
+        last_chunk = start + len(chunk) == n
+        if last_only and not last_chunk:
+            run(chunk, 0)
+        else:
+            rows.append(run(chunk, 1 if last_only else len(chunk)))
+    return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+
+def token_text_hash(token_text: Callable[[int], bytes], n_vocab: int) -> str:
+    """sha256 over every token's text in id order: equal hashes = interchangeable token ids."""
+    digest = hashlib.sha256()
+    for t in range(n_vocab):
+        digest.update(token_text(t) + b"\0")
+    return digest.hexdigest()
+
+
+def default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def check_compatible(

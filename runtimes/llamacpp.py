@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import hashlib
 import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from edgespec.runtimes.base import VocabInfo
+from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
 
 from edgespec.errors import ModelFileError
 
@@ -168,21 +167,12 @@ class LlamaCppRuntime:
     # --- the Runtime protocol ---------------------------------------------------------------
 
     def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
-        n = len(tokens)
-        if n == 0:
-            return np.zeros((0, self.n_vocab), dtype=np.float32)
-        if self.n_past + n > self.n_ctx:
-            raise RuntimeError(
-                f"forward of {n} tokens at position {self.n_past} overflows n_ctx={self.n_ctx}"
-            )
-        rows = []
-        for start in range(0, n, self.n_batch):
-            chunk = tokens[start : start + self.n_batch]
-            want_rows = not last_only or start + len(chunk) == n
-            self.decode(chunk, all_rows=want_rows and not last_only, last_row=want_rows)
-            if want_rows:
-                rows.append(self.read_logits(len(chunk) if not last_only else 1))
-        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+        return forward_in_chunks(self, tokens, last_only, self.n_batch, self.run)
+
+    def run(self, tokens: Sequence[int], rows: int) -> np.ndarray:
+        """Decode tokens at n_past; logits of the last `rows` of them: [rows, V]."""
+        self.decode(tokens, all_rows=rows == len(tokens), last_row=rows > 0)
+        return self.read_logits(rows)
 
     def decode(self, tokens: Sequence[int], *, all_rows: bool, last_row: bool) -> None:
         b = self.batch
@@ -247,19 +237,14 @@ class LlamaCppRuntime:
     def vocab_info(self) -> VocabInfo:
         if self._vocab_info is None:
             lib, v = self.llama, self.vocab
-            digest = hashlib.sha256()
-            eog = set()
-            for t in range(self.n_vocab):
-                digest.update(self.token_text(t) + b"\0")
-                if lib.llama_vocab_is_eog(v, t):
-                    eog.add(t)
+            eog = {t for t in range(self.n_vocab) if lib.llama_vocab_is_eog(v, t)}
             self._vocab_info = VocabInfo(
                 n_vocab=self.n_vocab,
                 vocab_type=VOCAB_TYPES.get(int(lib.llama_vocab_type(v)), "unknown"),
                 bos_id=none_if_negative(lib.llama_vocab_bos(v)),
                 eos_id=none_if_negative(lib.llama_vocab_eos(v)),
                 eog_ids=frozenset(eog),
-                token_text_hash=digest.hexdigest(),
+                token_text_hash=token_text_hash(self.token_text, self.n_vocab),
             )
         return self._vocab_info
 
@@ -274,10 +259,6 @@ class LlamaCppRuntime:
         buf = ctypes.create_string_buffer(256)
         n = self.llama.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
-
-
-def default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def none_if_negative(token: int) -> int | None:

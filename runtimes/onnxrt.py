@@ -12,7 +12,6 @@ because attention is causal and the padded cache rows lie beyond n_past.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from edgespec.runtimes.base import VocabInfo
+from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
 
 from edgespec.errors import ModelFileError
 
@@ -205,24 +204,9 @@ class OnnxRuntime:
     # --- the Runtime protocol ---------------------------------------------------------------
 
     def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
-        n = len(tokens)
-        if n == 0:
-            return np.zeros((0, self.n_vocab), dtype=np.float32)
-        if self.n_past + n > self.n_ctx:
-            raise RuntimeError(
-                f"forward of {n} tokens at position {self.n_past} overflows n_ctx={self.n_ctx}"
-            )
-        rows = []
-        for start in range(0, n, self.n_batch):
-            chunk = tokens[start : start + self.n_batch]
-            last_chunk = start + len(chunk) == n
-            if last_only and not last_chunk:
-                self.run(chunk, rows=0)
-            else:
-                rows.append(self.run(chunk, rows=1 if last_only else len(chunk)))
-        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+        return forward_in_chunks(self, tokens, last_only, self.n_batch, self.run)
 
-    def run(self, tokens: Sequence[int], *, rows: int) -> np.ndarray:
+    def run(self, tokens: Sequence[int], rows: int) -> np.ndarray:
         """One graph run at n_past; returns the logits of the last `rows` tokens [rows, V]."""
         n = len(tokens)
         width = self.padded_width(n)
@@ -365,9 +349,6 @@ class OnnxRuntime:
 
     def vocab_info(self) -> VocabInfo:
         if self._vocab_info is None:
-            digest = hashlib.sha256()
-            for t in range(self.n_vocab):
-                digest.update(self.token_text(t) + b"\0")
             eos = self.info.get("eos_id")
             self._vocab_info = VocabInfo(
                 n_vocab=self.n_vocab,
@@ -375,7 +356,7 @@ class OnnxRuntime:
                 bos_id=self.info.get("bos_id"),
                 eos_id=eos,
                 eog_ids=frozenset(self.eog_ids(eos)),
-                token_text_hash=digest.hexdigest(),
+                token_text_hash=token_text_hash(self.token_text, self.n_vocab),
             )
         return self._vocab_info
 
@@ -403,10 +384,6 @@ class OnnxRuntime:
 
 
 # --- helpers ------------------------------------------------------------------------------
-
-
-def default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
 
 
 _shared_pool_threads: int | None = None  # the process-wide pool's size, once made
