@@ -2,7 +2,9 @@
 
 A bundle is one folder: the manifest plus the model files it names. Paths are relative and
 stay inside the folder; every file's size and sha256 are checked at load (the full hash
-once, then again whenever the file's size or modification time changes).
+once, then again whenever the file's size or modification time changes). An ONNX model is a
+folder (graph, weights, tokenizer): its entry's size is the folder's total and its sha256 is
+taken over the sorted lines "name size sha256" of the files in it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,25 @@ class Bundle:
 
 def is_bundle(path: str | Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
+
+
+def sha256_path(path: Path) -> str:
+    """A file's sha256, or a model folder's (over its files' names, sizes and hashes)."""
+    if not path.is_dir():
+        return sha256_file(path)
+    lines = "".join(f"{f.name} {f.stat().st_size} {sha256_file(f)}\n" for f in folder_files(path))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def size_of(path: Path) -> int:
+    if path.is_dir():
+        return sum(f.stat().st_size for f in folder_files(path))
+    return path.stat().st_size
+
+
+def folder_files(folder: Path) -> list[Path]:
+    """The files a model folder holds, hidden ones (our .verified stamps) left out."""
+    return sorted(f for f in folder.iterdir() if f.is_file() and not f.name.startswith("."))
 
 
 def sha256_file(path: Path) -> str:
@@ -153,19 +174,20 @@ def confined_path(folder: Path, relative: str) -> Path:
 
 def verify_file(folder: Path, m: ModelEntry) -> None:
     path = confined_path(folder, m.path)
-    if not path.is_file():
+    if not (path.is_dir() if m.format == "onnx" else path.is_file()):
         raise BundleError(f"bundle file missing: {path} (named in {folder / MANIFEST})")
-    stat = path.stat()
-    if stat.st_size != m.size:
+    size = size_of(path)
+    if size != m.size:
         raise BundleError(
-            f"bundle file {path} is {stat.st_size:,} bytes, the manifest says {m.size:,}: "
+            f"bundle file {path} is {size:,} bytes, the manifest says {m.size:,}: "
             "truncated or replaced; export the bundle again"
         )
-    stamp = path.with_name(f".{path.name}.verified")
-    key = f"{m.sha256} {stat.st_size} {stat.st_mtime_ns}"
+    stamp = path.parent / f".{path.name}.verified"
+    files = folder_files(path) if path.is_dir() else [path]
+    key = f"{m.sha256} {size} " + " ".join(str(f.stat().st_mtime_ns) for f in files)
     if stamp.is_file() and stamp.read_text() == key:
         return
-    if sha256_file(path) != m.sha256:
+    if sha256_path(path) != m.sha256:
         raise BundleError(
             f"bundle file {path} does not match its sha256 in the manifest: it was modified "
             "or corrupted; export the bundle again"

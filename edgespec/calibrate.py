@@ -71,7 +71,13 @@ def describe(target_s: list[float], draft_s: float) -> str:
 
 
 def file_fingerprint(path: Path) -> str:
-    """sha256 of size + first and last MiB: cheap at load, and changes when the file does."""
+    """sha256 of size + first and last MiB: cheap at load, and changes when the file does.
+    A model folder (ONNX) is fingerprinted over its files."""
+    if path.is_dir():
+        from edgespec.bundle import folder_files
+
+        parts = "".join(f.name + file_fingerprint(f) for f in folder_files(path))
+        return hashlib.sha256(parts.encode()).hexdigest()[:32]
     size = path.stat().st_size
     digest = hashlib.sha256(str(size).encode())
     with path.open("rb") as f:

@@ -130,7 +130,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"draft token {curve.draft_s * 1e3:.1f} ms = {curve.draft_s / curve.target_s[0]:.2f}x"
         )
     key = tune_key(
-        Path(args.target), Path(args.draft) if args.draft else None, runtime_description(opts)
+        Path(args.target),
+        Path(args.draft) if args.draft else None,
+        runtime_description(opts, target, draft),
     )
     print(f"stored in {store_tuned(key, curve)}")
     return 0

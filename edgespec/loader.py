@@ -79,7 +79,7 @@ def make_policy(
     key = tune_key(
         target_path,
         Path(draft_path) if draft_rt and draft_path else None,
-        runtime_description(runtime),
+        runtime_description(runtime, target_rt, draft_rt),
     )
     curve = load_tuned(key) or curve_from_bundle(tuned)
     if curve is None or len(curve.target_s) < k_max + 1:
@@ -96,5 +96,7 @@ def curve_from_bundle(tuned: dict | None) -> CostCurve | None:
         return None
 
 
-def runtime_description(opts: RuntimeOptions) -> str:
-    return f"llamacpp threads={opts.n_threads} gpu_layers={opts.n_gpu_layers}"
+def runtime_description(opts: RuntimeOptions, target: Runtime, draft: Runtime | None) -> str:
+    """Which back-ends, threads and offload a cost curve was measured with."""
+    backends = "+".join(type(rt).__name__ for rt in (target, draft) if rt is not None)
+    return f"{backends} threads={opts.n_threads} gpu_layers={opts.n_gpu_layers}"

@@ -41,8 +41,9 @@ class ExportOptions:
 
 
 def export_bundle(opts: ExportOptions) -> Path:
-    if opts.format != "gguf":
-        raise EdgespecError(f"format {opts.format!r} is not available yet; use --format gguf")
+    """Build the bundle in a staging folder beside --out; move it into place when complete."""
+    if opts.format not in ("gguf", "onnx"):
+        raise EdgespecError(f"format {opts.format!r} is not available; use gguf or onnx")
     out = opts.out
     if out.exists() and any(out.iterdir()):
         raise EdgespecError(f"{out} exists and is not empty; choose a new --out folder")
@@ -51,43 +52,45 @@ def export_bundle(opts: ExportOptions) -> Path:
         work_dir = Path(work)
         staging = work_dir / "bundle"
         staging.mkdir()
-        sources = {"target": float_gguf(opts.target, work_dir, "target")}
-        if opts.draft is not None:
-            sources["draft"] = float_gguf(opts.draft, work_dir, "draft")
-        infos = {role: read_vocab(path) for role, path in sources.items()}
-        if "draft" in infos:  # refuse before spending minutes on quantization
-            check_compatible(
-                infos["target"][0], infos["draft"][0], str(opts.target), str(opts.draft)
-            )
-        n_vocab = infos["target"][0].n_vocab
-        choice = resolve_precision(
-            opts.device,
-            n_vocab,
-            opts.target_quant,
-            opts.draft_quant,
-            opts.output_tensor_type,
-            opts.force,
-        )
-        log.info(
-            "precision: target %s, draft %s (%s)",
-            choice.target_quant,
-            choice.draft_quant,
-            choice.reason,
-        )
-        entries = tuple(
-            quantize_role(role, src, staging, choice, opts.threads, infos[role])
-            for role, src in sources.items()
-        )
-        bundle = Bundle(
-            staging, entries, tokenizer_section(infos["target"][0]), policy_section(choice, opts)
-        )
+        if opts.format == "onnx":
+            from edgespec.export.onnx_bundle import build_onnx_bundle
+
+            bundle = build_onnx_bundle(opts, staging)
+        else:
+            bundle = build_gguf_bundle(opts, work_dir, staging)
         if opts.tune:
-            bundle = Bundle(staging, entries, bundle.tokenizer, bundle.policy, tune(bundle))
+            bundle = Bundle(staging, bundle.models, bundle.tokenizer, bundle.policy, tune(bundle))
         write_bundle(bundle)
         if out.exists():
             out.rmdir()  # empty, checked above
         staging.replace(out)
     return out
+
+
+def build_gguf_bundle(opts: ExportOptions, work_dir: Path, staging: Path) -> Bundle:
+    sources = {"target": float_gguf(opts.target, work_dir, "target")}
+    if opts.draft is not None:
+        sources["draft"] = float_gguf(opts.draft, work_dir, "draft")
+    infos = {role: read_vocab(path) for role, path in sources.items()}
+    if "draft" in infos:  # refuse before spending minutes on quantization
+        check_compatible(infos["target"][0], infos["draft"][0], str(opts.target), str(opts.draft))
+    n_vocab = infos["target"][0].n_vocab
+    choice = resolve_precision(
+        opts.device,
+        n_vocab,
+        opts.target_quant,
+        opts.draft_quant,
+        opts.output_tensor_type,
+        opts.force,
+    )
+    log.info("precision: %s / %s (%s)", choice.target_quant, choice.draft_quant, choice.reason)
+    entries = tuple(
+        quantize_role(role, src, staging, choice, opts.threads, infos[role])
+        for role, src in sources.items()
+    )
+    return Bundle(
+        staging, entries, tokenizer_section(infos["target"][0]), policy_section(choice, opts)
+    )
 
 
 def float_gguf(source: Path, work: Path, role: str) -> Path:
@@ -159,16 +162,19 @@ def policy_section(choice: PrecisionChoice, opts: ExportOptions) -> dict[str, ob
 
 
 def tune(bundle: Bundle) -> dict[str, object]:
+    from edgespec.runtimes import RuntimeOptions, open_runtime
+
     from edgespec.calibrate import calibrate, device_description
 
     target_path, draft_path = bundle.path("target"), bundle.path("draft")
     assert target_path is not None
-    target = LlamaCppRuntime(target_path, n_ctx=1024)
-    draft = LlamaCppRuntime(draft_path, n_ctx=1024) if draft_path else None
+    opts = RuntimeOptions(n_ctx=1024)
+    target = open_runtime(target_path, opts)
+    draft = open_runtime(draft_path, opts) if draft_path else None
     curve = calibrate(target, draft, n_max=17)
     return {
         "target_s": curve.target_s,
         "draft_s": curve.draft_s,
         "device": device_description(),
-        "runtime": "llamacpp",
+        "runtime": "+".join(type(rt).__name__ for rt in (target, draft) if rt is not None),
     }

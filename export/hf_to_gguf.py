@@ -156,6 +156,12 @@ def permute_for_interleaved_rope(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def unpermute_from_interleaved_rope(w: np.ndarray, n_head: int) -> np.ndarray:
+    """The inverse of permute_for_interleaved_rope: llama.cpp's pairs back to HF's halves."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
 def cast(array: np.ndarray, outtype: str) -> np.ndarray:
     """2-D weights in outtype; norms and biases stay float32, as llama.cpp expects."""
     if outtype == "f16" and array.ndim == 2:

@@ -1,5 +1,6 @@
-"""Hugging Face checkpoint folder (Llama, Mistral, Qwen2) -> ONNX decoder graph, without torch.
+"""HF checkpoint folder or GGUF file (Llama, Mistral, Qwen2) -> ONNX decoder graph, no torch.
 
+Sources are read by export/checkpoint.py (a GGUF is dequantized and its tokenizer rebuilt).
 The graph is written node by node with onnx.helper from the numpy weights. Attention is ONNX
 Runtime's GroupQueryAttention (com.microsoft), as onnxruntime-genai uses it on CPU and CUDA:
 it applies RoPE, handles GQA and causal masking, and — when the runtime binds the same
@@ -25,13 +26,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from edgespec.export.hf_to_gguf import read_checkpoint_config, read_safetensors_dir, special_id
+from edgespec.export.checkpoint import Checkpoint, read_checkpoint
+from edgespec.export.hf_to_gguf import special_id
 
 from edgespec.errors import ModelFileError
 
@@ -72,7 +73,7 @@ class ModelInfo:
 
 
 def export_onnx(
-    hf_dir: Path,
+    source: Path | Checkpoint,
     out_dir: Path,
     *,
     quant: str = "fp32",
@@ -82,6 +83,7 @@ def export_onnx(
 ) -> Path:
     """Write out_dir/{model.onnx, model.json, tokenizer files}; return out_dir.
 
+    source: an HF checkpoint folder, a .gguf file, or a Checkpoint already read.
     int4 only: block_size 32 or 128 weights per scale; accuracy_level is MatMulNBits' compute
     type (4 = int8 activations: on CPU the fast kernel for every width; 0 = float32, whose
     multi-row path dequantizes the whole weight per call and runs ~2.5x slower at n >= 2)."""
@@ -95,29 +97,31 @@ def export_onnx(
         raise ValueError("fp16 compute needs fp16, int4 or fp8 weights, not fp32")
     if block_size not in (32, 128):
         raise ValueError(f"int4 block size must be 32 or 128, got {block_size}")
-    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
-    config = read_checkpoint_config(hf_dir)
-    info = model_info(hf_dir, config, quant, compute, block_size, accuracy_level)
-    weights = dict(read_safetensors_dir(hf_dir))
+    ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(Path(source))
+    out_dir = Path(out_dir)
+    config = ckpt.config
+    info = model_info(ckpt, quant, compute, block_size, accuracy_level)
+    weights = ckpt.weights
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / DATA_FILE).open("wb") as data:
         builder = GraphBuilder(quant, COMPUTES[compute], block_size, accuracy_level, data)
         build_decoder(builder, info, config, weights)
     onnx.save_model(builder.model(), str(out_dir / MODEL_FILE))
-    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
-        if (hf_dir / name).is_file():
-            shutil.copyfile(hf_dir / name, out_dir / name)
+    (out_dir / "tokenizer.json").write_text(ckpt.tokenizer_json, encoding="utf-8")
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(ckpt.tokenizer_config, indent=1))
+    if ckpt.generation_config is not None:
+        (out_dir / "generation_config.json").write_text(json.dumps(ckpt.generation_config))
     (out_dir / "model.json").write_text(json.dumps(asdict(info), indent=1) + "\n")
-    log.info("exported %s (%s weights, %s compute) to %s", hf_dir, quant, compute, out_dir)
+    log.info("exported %s (%s weights, %s compute) to %s", ckpt.source, quant, compute, out_dir)
     return out_dir
 
 
 def model_info(
-    hf_dir: Path, config: dict, quant: str, compute: str, block_size: int, accuracy_level: int
+    ckpt: Checkpoint, quant: str, compute: str, block_size: int, accuracy_level: int
 ) -> ModelInfo:
+    config, tok_config = ckpt.config, ckpt.tokenizer_config
     n_head = config["num_attention_heads"]
-    tokenizer = json.loads((hf_dir / "tokenizer.json").read_text())
-    tok_config = json.loads((hf_dir / "tokenizer_config.json").read_text())
+    tokenizer = json.loads(ckpt.tokenizer_json)
     texts = {text: i for text, i in tokenizer["model"]["vocab"].items()}
     texts |= {t["content"]: t["id"] for t in tokenizer.get("added_tokens", [])}
     by_id = [""] * (max(texts.values()) + 1)
@@ -255,8 +259,10 @@ class GraphBuilder:
         )  # fmt: skip
 
     def gather(self, table: np.ndarray, ids: str, name: str) -> str:
-        """Embedding rows: float32, or half under fp16 weights (cast up for fp32 compute)."""
-        if self.quant != "fp16" and self.dtype != np.float16:
+        """Embedding rows: float32 under fp32 weights, else half (cast up for fp32 compute).
+        Half under int4/fp8 too: the table is read a row per token, so it costs no speed, and
+        float32 would make it half the file (151936 x 1536 floats in a 1.5B Qwen2)."""
+        if self.quant == "fp32":
             return self.op("Gather", self.const(name, table.astype(np.float32)), ids)
         rows = self.op("Gather", self.const(name, table.astype(np.float16)), ids)
         return rows if self.dtype == np.float16 else self.cast(rows, self.dtype)

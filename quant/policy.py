@@ -53,6 +53,54 @@ def default_precision(device: str, n_vocab: int) -> PrecisionChoice:
     )
 
 
+ONNX_QUANTS = ("int4", "fp8", "fp16", "fp32")
+
+
+def default_onnx_precision(device: str) -> PrecisionChoice:
+    """ONNX Runtime: MatMulNBits INT4 target everywhere. On the CPU EP an fp16 drafter is
+    folded to float32 at load (4 bytes a weight per token), which costs more than its
+    acceptance gains, so the drafter is INT4 too: the same precision as the target, so the
+    drafter-precision rule holds. On CUDA the drafter stays fp16."""
+    if device == "cpu":
+        return PrecisionChoice(
+            "int4", "int4", None,
+            "ONNX CPU: INT4 MatMulNBits (int8 activations) verifies k+1 tokens cheapest; an "
+            "fp16 drafter would run in float32 on the CPU EP, so it is INT4 like the target",
+        )  # fmt: skip
+    return PrecisionChoice(
+        "int4", "fp16", None, f"ONNX {device}: INT4 target, fp16 drafter (fp16 compute)"
+    )
+
+
+def resolve_onnx_precision(
+    device: str, target_quant: str | None, draft_quant: str | None, force: bool
+) -> PrecisionChoice:
+    base = default_onnx_precision(device)
+    choice = PrecisionChoice(
+        target_quant or base.target_quant,
+        draft_quant or base.draft_quant,
+        None,
+        base.reason if not (target_quant or draft_quant) else "chosen on the command line",
+    )
+    for name in (choice.target_quant, choice.draft_quant):
+        if name not in ONNX_QUANTS:
+            raise EdgespecError(
+                f"precision {name!r} is not available for --format onnx; choose one of "
+                f"{', '.join(ONNX_QUANTS)}"
+            )
+    check_draft_precision(choice, force)
+    return choice
+
+
+def check_draft_precision(choice: PrecisionChoice, force: bool) -> None:
+    if BITS_PER_WEIGHT[choice.draft_quant] < BITS_PER_WEIGHT[choice.target_quant] and not force:
+        raise EdgespecError(
+            f"the draft would be stored at {choice.draft_quant}, below the target's "
+            f"{choice.target_quant}: a coarser drafter loses acceptance faster than it gains "
+            "speed; pick a draft precision at least the target's, or pass --force"
+        )
+
+
 def resolve_precision(
     device: str,
     n_vocab: int,
@@ -75,10 +123,5 @@ def resolve_precision(
             raise EdgespecError(
                 f"unknown precision {name!r}; choose one of {', '.join(BITS_PER_WEIGHT)}"
             )
-    if BITS_PER_WEIGHT[choice.draft_quant] < BITS_PER_WEIGHT[choice.target_quant] and not force:
-        raise EdgespecError(
-            f"the draft would be stored at {choice.draft_quant}, below the target's "
-            f"{choice.target_quant}: a coarser drafter loses acceptance faster than it gains "
-            "speed; pick a draft precision at least the target's, or pass --force"
-        )
+    check_draft_precision(choice, force)
     return choice

@@ -241,12 +241,20 @@ class LlamaCppRuntime:
             self._vocab_info = VocabInfo(
                 n_vocab=self.n_vocab,
                 vocab_type=VOCAB_TYPES.get(int(lib.llama_vocab_type(v)), "unknown"),
-                bos_id=none_if_negative(lib.llama_vocab_bos(v)),
+                bos_id=self.declared_bos(),
                 eos_id=none_if_negative(lib.llama_vocab_eos(v)),
                 eog_ids=frozenset(eog),
                 token_text_hash=token_text_hash(self.token_text, self.n_vocab),
             )
         return self._vocab_info
+
+    def declared_bos(self) -> int | None:
+        """The GGUF's own BOS id. Where it names none, llama.cpp falls back to a fixed id (11
+        for GPT-2-style BPE) that no tokenizer file knows, so it is not reported: a checkpoint
+        exported to ONNX would otherwise seem to have a different vocabulary."""
+        if self.metadata("tokenizer.ggml.bos_token_id") is None:
+            return None
+        return none_if_negative(self.llama.llama_vocab_bos(self.vocab))
 
     def chat_template(self) -> str | None:
         raw = self.llama.llama_model_chat_template(self.model, None)

@@ -28,8 +28,13 @@ from edgespec.errors import ModelFileError
 log = logging.getLogger(__name__)
 
 MODEL_JSON = "model.json"
+# token texts llama.cpp ends generation on, in any vocabulary entry (llama-vocab.cpp matches
+# by text; the FIM pad/repo/file-separator tokens included): the same vocabulary must stop
+# at the same tokens on either back-end
 EOG_TEXTS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>",
-             "<end_of_turn>", "<|end_of_text|>", "</s>", "<EOT>")  # fmt: skip
+             "<end_of_turn>", "<|end_of_text|>", "</s>", "<EOT>", "_<EOT>", "<|return|>",
+             "<|call|>", "<end_of_utterance>", "<|fim_pad|>", "<|repo_name|>", "<|fim_repo|>",
+             "<|file_sep|>")  # fmt: skip
 GRAPH_DECODE, GRAPH_VERIFY, NO_GRAPH = 1, 2, -1  # CUDA graph ids ("gpu_graph_id")
 CACHED_WIDTHS = 16  # steps up to this width keep their bindings between calls
 
@@ -121,7 +126,7 @@ class OnnxRuntime:
         self.tokenizer = self.load_tokenizer()
         self.added = self.tokenizer.get_added_tokens_decoder()  # id -> AddedToken
         self.kind = vocab_type(json.loads(self.tokenizer.to_str())["model"])
-        self._pieces: list[bytes] | None = None
+        self._pieces: dict[int, bytes] = {}
         self._vocab_info: VocabInfo | None = None
 
     # --- loading -------------------------------------------------------------------------
@@ -318,15 +323,16 @@ class OnnxRuntime:
         return list(self.tokenizer.encode(text, add_special_tokens=True).ids)
 
     def detokenize(self, tokens: Sequence[int]) -> bytes:
-        pieces = self.pieces()
-        return b"".join(pieces[t] if 0 <= t < len(pieces) else b"" for t in tokens)
-
-    def pieces(self) -> list[bytes]:
-        """The bytes each token stands for in generated text; control tokens render as nothing,
-        as llama.cpp renders them."""
-        if self._pieces is None:
-            self._pieces = [self.piece(t) for t in range(self.n_vocab)]
-        return self._pieces
+        """Control tokens render as nothing, as llama.cpp renders them. Pieces are cached as
+        tokens appear: building all of them at once would cost ~0.2 s inside the first step."""
+        pieces = self._pieces
+        out = []
+        for t in tokens:
+            piece = pieces.get(t)
+            if piece is None:
+                piece = pieces[t] = self.piece(t) if 0 <= t < self.n_vocab else b""
+            out.append(piece)
+        return b"".join(out)
 
     def piece(self, token: int) -> bytes:
         added = self.added.get(token)
@@ -341,36 +347,22 @@ class OnnxRuntime:
 
     def token_text(self, token: int) -> bytes:
         """The token's text as the vocabulary stores it (what llama.cpp's GGUF holds)."""
-        text = self.tokenizer.id_to_token(token)
-        return (text if text is not None else f"[PAD{token}]").encode("utf-8")
+        return token_text_of(self.tokenizer, token)
 
     def special_token_text(self, token: int | None) -> str:
         return "" if token is None else self.token_text(token).decode("utf-8", "replace")
 
     def vocab_info(self) -> VocabInfo:
         if self._vocab_info is None:
-            eos = self.info.get("eos_id")
-            self._vocab_info = VocabInfo(
-                n_vocab=self.n_vocab,
-                vocab_type=self.kind,
-                bos_id=self.info.get("bos_id"),
-                eos_id=eos,
-                eog_ids=frozenset(self.eog_ids(eos)),
-                token_text_hash=token_text_hash(self.token_text, self.n_vocab),
+            gen = self.path / "generation_config.json"
+            self._vocab_info = tokenizer_vocab_info(
+                self.tokenizer,
+                self.n_vocab,
+                self.info.get("bos_id"),
+                self.info.get("eos_id"),
+                json.loads(gen.read_text()) if gen.is_file() else None,
             )
         return self._vocab_info
-
-    def eog_ids(self, eos: int | None) -> set[int]:
-        """EOS, generation_config's eos ids, and the special tokens llama.cpp treats as EOG."""
-        eog = {eos} if eos is not None else set()
-        gen = self.path / "generation_config.json"
-        if gen.is_file():
-            ids = json.loads(gen.read_text()).get("eos_token_id")
-            eog |= set(ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else [])
-        for token, added in self.added.items():
-            if added.special and added.content in EOG_TEXTS:
-                eog.add(token)
-        return {t for t in eog if 0 <= t < self.n_vocab}
 
     def chat_template(self) -> str | None:
         path = self.path / "tokenizer_config.json"
@@ -384,6 +376,38 @@ class OnnxRuntime:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def token_text_of(tokenizer, token: int) -> bytes:
+    text = tokenizer.id_to_token(token)
+    return (text if text is not None else f"[PAD{token}]").encode("utf-8")
+
+
+def tokenizer_vocab_info(
+    tokenizer, n_vocab: int, bos: int | None, eos: int | None, generation_config: dict | None
+) -> VocabInfo:
+    """What check_compatible compares, from a `tokenizers` tokenizer: the export checks a
+    draft against its target with it before spending minutes on quantization."""
+    return VocabInfo(
+        n_vocab=n_vocab,
+        vocab_type=vocab_type(json.loads(tokenizer.to_str())["model"]),
+        bos_id=bos,
+        eos_id=eos,
+        eog_ids=frozenset(eog_ids(tokenizer, n_vocab, eos, generation_config)),
+        token_text_hash=token_text_hash(lambda t: token_text_of(tokenizer, t), n_vocab),
+    )
+
+
+def eog_ids(tokenizer, n_vocab: int, eos: int | None, generation_config: dict | None) -> set[int]:
+    """EOS, generation_config's eos ids, and the token texts llama.cpp treats as EOG."""
+    eog = {eos} if eos is not None else set()
+    ids = (generation_config or {}).get("eos_token_id")
+    eog |= set(ids if isinstance(ids, list) else [ids] if isinstance(ids, int) else [])
+    for text in EOG_TEXTS:
+        token = tokenizer.token_to_id(text)
+        if token is not None:
+            eog.add(token)
+    return {t for t in eog if 0 <= t < n_vocab}
 
 
 _shared_pool_threads: int | None = None  # the process-wide pool's size, once made

@@ -66,13 +66,16 @@ def rel_rms(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def with_weights(checkpoint: Path, folder: Path, change) -> Path:
-    """A copy of the checkpoint whose 2-D projection weights went through change(name, w)."""
+    """A copy of the checkpoint whose 2-D projection weights went through change(name, w),
+    and whose embedding table is rounded to half, as the int4 and fp8 graphs store it."""
     from safetensors.numpy import load_file, save_file
 
     shutil.copytree(checkpoint, folder)
     tensors = load_file(checkpoint / "model.safetensors")
     for name, w in tensors.items():
-        if w.ndim == 2 and name != "model.embed_tokens.weight":
+        if name == "model.embed_tokens.weight":
+            tensors[name] = w.astype(np.float16).astype(np.float32)
+        elif w.ndim == 2:
             tensors[name] = change(name, w).astype(np.float32)
     save_file(tensors, str(folder / "model.safetensors"))
     return folder

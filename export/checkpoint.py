@@ -1,0 +1,261 @@
+"""A model's float weights, HF config and tokenizer, read from an HF folder or a GGUF file.
+
+The ONNX exporter builds its graph from HF tensor names and an HF tokenizer.json. An HF folder
+supplies them directly. A GGUF file (the only form the demo pair ships in) is read with the
+gguf package: tensors are dequantized with gguf.quants, renamed through gguf's TensorNameMap
+in reverse, and the byte-level BPE vocabulary becomes a tokenizer.json for the `tokenizers`
+library with the pre-tokenizer llama.cpp names in `tokenizer.ggml.pre`. A quantized GGUF gives
+the dequantized weights: requantizing them is a second rounding, which the docs state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.errors import ModelFileError
+
+GGUF_ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+# llama.cpp's tokenizer.ggml.pre -> the regex split HF tokenizers of that family use
+PRE_TOKENIZER_REGEX = {
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
+    r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}"
+    r"\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+}
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
+HF_LAYER_TENSORS = (
+    "input_layernorm.weight", "post_attention_layernorm.weight",
+    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+)  # fmt: skip
+HF_MODEL_TENSORS = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
+
+
+@dataclass
+class Checkpoint:
+    """What the ONNX exporter reads: an HF config, float32 weights by HF name, tokenizer files."""
+
+    source: Path
+    config: dict
+    weights: Mapping[str, np.ndarray]
+    tokenizer_json: str
+    tokenizer_config: dict
+    generation_config: dict | None = None
+    notes: list[str] = field(default_factory=list)  # what the reader had to approximate
+
+
+def read_checkpoint(source: Path) -> Checkpoint:
+    """An HF checkpoint folder or a .gguf file; anything else is refused by name."""
+    source = Path(source)
+    if source.is_dir():
+        return read_hf_checkpoint(source)
+    if not source.exists():
+        raise ModelFileError(f"{source} not found; give an HF checkpoint folder or a .gguf file")
+    return read_gguf_checkpoint(source)
+
+
+def read_hf_checkpoint(hf_dir: Path) -> Checkpoint:
+    from edgespec.export.hf_to_gguf import read_checkpoint_config, read_safetensors_dir
+
+    config = read_checkpoint_config(hf_dir)
+    generation = hf_dir / "generation_config.json"
+    return Checkpoint(
+        source=hf_dir,
+        config=config,
+        weights=dict(read_safetensors_dir(hf_dir)),
+        tokenizer_json=(hf_dir / "tokenizer.json").read_text(),
+        tokenizer_config=json.loads((hf_dir / "tokenizer_config.json").read_text()),
+        generation_config=json.loads(generation.read_text()) if generation.is_file() else None,
+    )
+
+
+# --- GGUF ----------------------------------------------------------------------------------
+
+
+def read_gguf_checkpoint(path: Path) -> Checkpoint:
+    reader = open_gguf(path)
+    meta = GgufMetadata(reader)
+    arch = meta.get("general.architecture")
+    if arch not in GGUF_ARCHS:
+        raise ModelFileError(
+            f"{path}: architecture {arch!r} cannot be exported to ONNX (supported: "
+            f"{', '.join(GGUF_ARCHS)})"
+        )
+    tokens = list(meta.get("tokenizer.ggml.tokens") or [])
+    config = gguf_config(path, meta, arch, len(tokens))
+    tokenizer_json = gguf_tokenizer_json(path, reader, meta, tokens)
+    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token"))
+    tok_config: dict[str, object] = {"add_bos_token": add_bos}
+    for role in ("bos", "eos"):
+        token_id = meta.get(f"tokenizer.ggml.{role}_token_id")
+        tok_config[f"{role}_token"] = tokens[token_id] if token_id is not None else None
+        config[f"{role}_token_id"] = token_id
+    if meta.get("tokenizer.chat_template"):
+        tok_config["chat_template"] = meta.get("tokenizer.chat_template")
+    return Checkpoint(
+        source=path,
+        config=config,
+        weights=GgufWeights(reader, arch, config),
+        tokenizer_json=tokenizer_json,
+        tokenizer_config=tok_config,
+        notes=["weights dequantized from GGUF"] if quantized(reader) else [],
+    )
+
+
+def open_gguf(path: Path):
+    import gguf
+
+    try:
+        return gguf.GGUFReader(str(path))
+    except Exception as e:  # noqa: BLE001 - the reader raises ValueError, KeyError, struct errors
+        raise ModelFileError(
+            f"{path} is not a readable GGUF file ({str(e).splitlines()[0][:200]}); the file may "
+            "be truncated or corrupt"
+        ) from e
+
+
+class GgufMetadata:
+    def __init__(self, reader) -> None:
+        self.fields = reader.fields
+
+    def get(self, key: str):
+        field = self.fields.get(key)
+        return None if field is None else field.contents()
+
+
+def gguf_config(path: Path, meta: GgufMetadata, arch: str, n_vocab: int) -> dict:
+    def need(key: str):
+        value = meta.get(f"{arch}.{key}")
+        if value is None:
+            raise ModelFileError(f"{path}: metadata {arch}.{key} is missing; not a complete GGUF")
+        return value
+
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise ModelFileError(
+            f"{path}: RoPE scaling {scaling!r} in a GGUF is not supported by the ONNX exporter; "
+            "export from the HF checkpoint folder instead"
+        )
+    n_head = need("attention.head_count")
+    return {
+        "architectures": [GGUF_ARCHS[arch]],
+        "num_hidden_layers": need("block_count"),
+        "hidden_size": need("embedding_length"),
+        "intermediate_size": need("feed_forward_length"),
+        "num_attention_heads": n_head,
+        "num_key_value_heads": meta.get(f"{arch}.attention.head_count_kv") or n_head,
+        "head_dim": meta.get(f"{arch}.attention.key_length") or need("embedding_length") // n_head,
+        "max_position_embeddings": need("context_length"),
+        "rms_norm_eps": need("attention.layer_norm_rms_epsilon"),
+        "rope_theta": meta.get(f"{arch}.rope.freq_base") or 10000.0,
+        "vocab_size": n_vocab,
+        "use_sliding_window": False,
+    }
+
+
+def quantized(reader) -> bool:
+    import gguf
+
+    floats = {gguf.GGMLQuantizationType[name] for name in ("F32", "F16", "BF16")}
+    return any(t.tensor_type not in floats for t in reader.tensors)
+
+
+class GgufWeights(Mapping[str, np.ndarray]):
+    """HF-named float32 weights, dequantized on access (one tensor in memory at a time)."""
+
+    def __init__(self, reader, arch: str, config: dict) -> None:
+        import gguf
+
+        self.config, self.permute = config, arch == "llama"
+        arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
+        names = gguf.TensorNameMap(arch_id, config["num_hidden_layers"])
+        wanted = list(HF_MODEL_TENSORS) + [
+            f"model.layers.{i}.{t}"
+            for i in range(config["num_hidden_layers"])
+            for t in HF_LAYER_TENSORS
+        ]
+        by_gguf = {t.name: t for t in reader.tensors}
+        self.tensors = {}
+        for hf_name in wanted:
+            gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+            if gguf_name in by_gguf:
+                self.tensors[hf_name] = by_gguf[gguf_name]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        from edgespec.export.hf_to_gguf import unpermute_from_interleaved_rope
+        from gguf.quants import dequantize
+
+        tensor = self.tensors[name]
+        array = dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
+        if self.permute and name.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = self.config["num_attention_heads"]
+            if name.endswith("k_proj.weight"):
+                heads = self.config["num_key_value_heads"]
+            array = unpermute_from_interleaved_rope(array, heads)
+        return array
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+
+def gguf_tokenizer_json(path: Path, reader, meta: GgufMetadata, tokens: list[str]) -> str:
+    """A `tokenizers` tokenizer.json equivalent to the GGUF's byte-level BPE vocabulary."""
+    model, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre")
+    if model != "gpt2" or (pre not in PRE_TOKENIZER_REGEX and pre != "gpt-2"):
+        raise ModelFileError(
+            f"{path}: tokenizer {model}/{pre} cannot be rebuilt for ONNX (byte-level BPE with "
+            f"pre-tokenizer gpt-2, {', '.join(PRE_TOKENIZER_REGEX)} can); export from the HF "
+            "checkpoint folder, whose tokenizer.json travels as it is"
+        )
+    types = list(meta.get("tokenizer.ggml.token_type"))
+    merges_field = reader.fields.get("tokenizer.ggml.merges")
+    merges = [] if merges_field is None else list(merges_field.contents())
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                  "use_regex": pre == "gpt-2"}  # fmt: skip
+    pre_tokenizer: dict = byte_level
+    if pre in PRE_TOKENIZER_REGEX:
+        split = {"type": "Split", "pattern": {"Regex": PRE_TOKENIZER_REGEX[pre]},
+                 "behavior": "Isolated", "invert": False}  # fmt: skip
+        pre_tokenizer = {"type": "Sequence", "pretokenizers": [split, byte_level]}
+    added = [
+        {"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": kind == TOKEN_CONTROL}
+        for i, (text, kind) in enumerate(zip(tokens, types))
+        if kind in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
+    ]  # fmt: skip
+    post_processor: dict = byte_level
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    if meta.get("tokenizer.ggml.add_bos_token") and bos is not None:
+        post_processor = {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": tokens[bos], "type_id": 0}},
+                       {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {tokens[bos]: {"id": tokens[bos], "ids": [bos],
+                                             "tokens": [tokens[bos]]}},
+        }  # fmt: skip
+    return json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "NFC"} if pre == "qwen2" else None,
+        "pre_tokenizer": pre_tokenizer, "post_processor": post_processor, "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False,
+                  "ignore_merges": pre == "llama-bpe",
+                  # added tokens too: `tokenizers` numbers an added token by its vocab entry,
+                  # else after len(vocab), which is wrong wherever ids have gaps
+                  "vocab": {t: i for i, (t, k) in enumerate(zip(tokens, types))
+                            if k in (TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED)},
+                  "merges": merges},
+    }, ensure_ascii=False)  # fmt: skip
