@@ -18,7 +18,7 @@ def module_version(name: str) -> str | None:
     return str(getattr(module, "__version__", "installed"))
 
 
-def report() -> list[tuple[str, str]]:
+def report(model: str | None = None) -> list[tuple[str, str]]:
     rows = [
         ("python", platform.python_version()),
         ("device", device_description()),
@@ -36,22 +36,48 @@ def report() -> list[tuple[str, str]]:
     if ort:
         import onnxruntime
 
-        providers = onnxruntime.get_available_providers()
-        rows.append(("onnxruntime providers", ", ".join(providers)))
-        cuda = "CUDAExecutionProvider" in providers
-        rows.append(
-            ("CUDA graphs", "available" if cuda else "inactive: no CUDA execution provider")
-        )
+        rows.append(("onnxruntime providers", ", ".join(onnxruntime.get_available_providers())))
+        rows.append(("CUDA graphs", cuda_graph_status(onnxruntime, model)))
     rows.append(("tensorrt", module_version("tensorrt") or "missing: pip install 'edgespec[trt]'"))
     return rows
 
 
+def cuda_graph_status(ort, model: str | None) -> str:
+    """Whether ONNX Runtime would capture the verify step as a CUDA graph here, or why not."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return (
+            f"inactive: onnxruntime {ort.__version__} has no CUDA execution provider (the CPU "
+            "build); install onnxruntime-gpu: pip install 'edgespec[onnx-gpu]'"
+        )
+    try:
+        import numpy as np
+
+        ort.OrtValue.ortvalue_from_shape_and_type((1,), np.float32, "cuda", 0)
+    except Exception as e:  # noqa: BLE001 - ORT raises plain RuntimeError subclasses
+        return f"inactive: the CUDA execution provider sees no usable GPU ({str(e)[:120]})"
+    if model is None:
+        return "available (run `edgespec doctor --model DIR` to check an exported model)"
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    runtime = OnnxRuntime(model, n_ctx=256, providers=providers)
+    if runtime.cuda_graph:
+        return f"active for {model}: 1-token and {runtime.verify_width}-token steps are captured"
+    if runtime.info.get("compute") != "fp16":
+        return (
+            f"inactive for {model}: it computes in float32, and ONNX Runtime's CUDA attention "
+            "needs fp16; export it with --device cuda"
+        )
+    return f"inactive for {model}: ONNX Runtime could not capture its graph (see the log)"
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
-    for name, value in report():
+    for name, value in report(args.model):
         print(f"{name:<24} {value}")
     return 0
 
 
 def add_doctor_parser(sub) -> None:
     p = sub.add_parser("doctor", help="report back-ends, providers and devices")
+    p.add_argument("--model", help="an exported ONNX folder: report whether CUDA graphs apply")
     p.set_defaults(func=cmd_doctor)

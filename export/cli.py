@@ -29,6 +29,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     print(f"policy: {bundle.policy['reason']}")
     for m in bundle.models:
         print(f"  {m.role:<6} {m.quant:<7} {m.size / 1e6:8.1f} MB  {m.path}")
+    for role, summary in (bundle.policy.get("weight_error") or {}).items():
+        if summary:
+            name, worst = summary["worst"][0]
+            print(
+                f"  {role} weights: {summary['n_tensors']} tensors, mean relative error "
+                f"{summary['mean']:.4f}, worst {worst:.4f} ({name})"
+            )
     if bundle.tune:
         ratios = [t / bundle.tune["target_s"][0] for t in bundle.tune["target_s"]]
         print(

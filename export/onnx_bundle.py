@@ -3,6 +3,7 @@ out (graph, weights and tokenizer per role; export/onnx_export.py writes each)."
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ def build_onnx_bundle(opts: ExportOptions, staging: Path) -> Bundle:
         check_compatible(vocabs["target"], vocabs["draft"], str(opts.target), str(opts.draft))
     choice = resolve_onnx_precision(opts.device, opts.target_quant, opts.draft_quant, opts.force)
     compute = "fp32" if opts.device == "cpu" else "fp16"
-    entries = []
+    entries, errors = [], {}
     for role, ckpt in sources.items():
         quant = choice.target_quant if role == "target" else choice.draft_quant
         if compute == "fp16" and quant == "fp32":
@@ -38,9 +39,14 @@ def build_onnx_bundle(opts: ExportOptions, staging: Path) -> Bundle:
         folder = staging / f"{role}.{quant}"
         t0 = time.perf_counter()
         export_onnx(ckpt, folder, quant=quant, compute=compute)
+        errors[role] = json.loads((folder / "model.json").read_text()).get("weight_error")
         log.info("%s: %s -> %s in %.1fs", role, ckpt.source, folder.name, time.perf_counter() - t0)
         entries.append(model_entry(role, folder, quant, ckpt, vocabs[role]))
-    policy = policy_section(choice, opts) | {"compute": compute, "notes": notes(sources)}
+    policy = policy_section(choice, opts) | {
+        "compute": compute,
+        "notes": notes(sources),
+        "weight_error": errors,
+    }
     return Bundle(staging, tuple(entries), tokenizer_section(vocabs["target"]), policy)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -68,6 +68,7 @@ class ModelInfo:
     bos_id: int | None
     eos_id: int | None
     sliding_window: int | None  # the runtime caps n_ctx here: the graph attends to everything
+    weight_error: dict | None = None  # mean and worst relative error of the stored weights
     model_file: str = MODEL_FILE
     format: str = "edgespec-onnx/1"
 
@@ -107,6 +108,7 @@ def export_onnx(
         builder = GraphBuilder(quant, COMPUTES[compute], block_size, accuracy_level, data)
         build_decoder(builder, info, config, weights)
     onnx.save_model(builder.model(), str(out_dir / MODEL_FILE))
+    info = replace(info, weight_error=error_summary(builder.errors))
     (out_dir / "tokenizer.json").write_text(ckpt.tokenizer_json, encoding="utf-8")
     (out_dir / "tokenizer_config.json").write_text(json.dumps(ckpt.tokenizer_config, indent=1))
     if ckpt.generation_config is not None:
@@ -151,6 +153,18 @@ def model_info(
     )
 
 
+def error_summary(errors: list) -> dict | None:
+    """Mean and worst five relative errors: what `export` prints and bundle.json keeps."""
+    if not errors:
+        return None
+    worst = sorted(errors, key=lambda e: -e.relative_error)
+    return {
+        "n_tensors": len(errors),
+        "mean": round(sum(e.relative_error for e in errors) / len(errors), 5),
+        "worst": [[e.name, round(e.relative_error, 5)] for e in worst[:5]],
+    }
+
+
 # --- the graph ------------------------------------------------------------------------------
 
 
@@ -176,6 +190,15 @@ class GraphBuilder:
         self.inputs: list = []
         self.outputs: list = []
         self.count = 0
+        self.errors: list = []  # TensorError of each stored matmul weight (quant/reference.py)
+
+    def record_error(self, name: str, wt: np.ndarray, stored: np.ndarray) -> None:
+        """||w - stored|| / ||w|| of what the graph actually holds, for the export report."""
+        from edgespec.quant.reference import TensorError
+
+        norm = float(np.linalg.norm(wt))
+        err = float(np.linalg.norm(wt - stored)) / norm if norm else 0.0
+        self.errors.append(TensorError(name, tuple(wt.shape[::-1]), err))
 
     def name(self, hint: str) -> str:
         self.count += 1
@@ -224,14 +247,16 @@ class GraphBuilder:
         if self.quant == "fp32":
             return self.op("MatMul", x, self.const(name, wt.astype(self.dtype)))
         if self.quant == "fp16":
+            self.record_error(name, wt, wt.astype(np.float16).astype(np.float32))
             weight = self.const(name, wt.astype(np.float16))
             if self.dtype != np.float16:  # stored half, computed float: ORT folds the Cast
                 weight = self.cast(weight, self.dtype)
             return self.op("MatMul", x, weight)
         if self.quant == "fp8":
-            from edgespec.quant.fp8 import quantize_fp8
+            from edgespec.quant.fp8 import dequantize_fp8, quantize_fp8
 
             bits, scales = quantize_fp8(wt, axis=1)  # one scale per output channel
+            self.record_error(name, wt, dequantize_fp8(bits, scales, axis=1))
             q = self.const(name, bits, TensorProto.FLOAT8E4M3FN)  # uint8 bit patterns
             scale = self.const(name + ".scale", scales.astype(self.dtype))  # sets DQ's output type
             return self.op("MatMul", x, self.op("DequantizeLinear", q, scale, axis=1))
@@ -251,6 +276,9 @@ class GraphBuilder:
         scales = np.zeros((n, n_blocks), np.float32)  # [out, blocks]
         zero_points = np.zeros((n, (n_blocks + 1) // 2), np.uint8)  # unused: symmetric
         quantize_matmul_4bits(packed, padded, scales, zero_points, self.block_size, n, k, True)
+        codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(n, n_blocks, -1)
+        stored = (codes.astype(np.float32) - 8) * scales[..., None]  # symmetric: zero point 8
+        self.record_error(name, wt, stored.reshape(n, -1)[:, :k].T)
         b = self.const(name + ".q4", packed)
         s = self.const(name + ".scales", scales.astype(self.dtype))
         return self.op(

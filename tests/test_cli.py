@@ -148,3 +148,16 @@ def test_truncated_gguf(capsys, tmp_path, demo_draft_path):
         "the file may be truncated or corrupt (compare its size and sha256 "
         "with the source, or export it again)"
     )
+
+
+def test_doctor_says_why_cuda_graphs_are_off(capsys):
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("onnxruntime-gpu is installed: the CPU-build message does not apply")
+    assert main(["doctor"]) == 0
+    lines = {line[:24].strip(): line[25:] for line in capsys.readouterr().out.splitlines()}
+    assert lines["onnxruntime providers"] == ", ".join(ort.get_available_providers())
+    assert lines["CUDA graphs"] == (
+        f"inactive: onnxruntime {ort.__version__} has no CUDA execution provider (the CPU "
+        "build); install onnxruntime-gpu: pip install 'edgespec[onnx-gpu]'"
+    )

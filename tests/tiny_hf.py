@@ -111,3 +111,19 @@ def make_tiny_hf(
     }  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
+
+
+def noisy_copy(hf_dir: Path, folder: Path, *, seed: int = 7, noise: float = 0.3) -> Path:
+    """The checkpoint with noise on every 2-D weight: a draft that agrees often, not always."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(hf_dir, folder)
+    rng = np.random.default_rng(seed)
+    tensors = load_file(hf_dir / "model.safetensors")
+    for name, w in tensors.items():
+        if w.ndim == 2:
+            tensors[name] = (w + noise * w.std() * rng.standard_normal(w.shape)).astype(np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    return folder

