@@ -247,6 +247,8 @@ def run_bench(
         "machine": device_description(),
         "target": str(target),
         "draft": str(draft) if draft else None,
+        "runtimes": [type(decoder.target).__name__]
+        + [type(d.runtime).__name__ for d in decoder.drafters.values() if hasattr(d, "runtime")],
         "max_tokens": max_tokens,
         "prompts": [p.id for p in prompts],
         "command": " ".join(shlex.quote(a) for a in sys.argv),

@@ -38,6 +38,7 @@ class ExportOptions:
     force: bool = False  # allow a draft stored below the target's precision
     tune: bool = False  # measure the cost curve and store it in the bundle
     threads: int | None = None
+    int4_block: int = 128  # --format onnx: weights per INT4 scale (32 or 128)
 
 
 def export_bundle(opts: ExportOptions) -> Path:

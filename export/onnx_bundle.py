@@ -38,12 +38,13 @@ def build_onnx_bundle(opts: ExportOptions, staging: Path) -> Bundle:
             quant = "fp16"  # the CUDA EP's attention runs in half: fp32 weights cannot feed it
         folder = staging / f"{role}.{quant}"
         t0 = time.perf_counter()
-        export_onnx(ckpt, folder, quant=quant, compute=compute)
+        export_onnx(ckpt, folder, quant=quant, compute=compute, block_size=opts.int4_block)
         errors[role] = json.loads((folder / "model.json").read_text()).get("weight_error")
         log.info("%s: %s -> %s in %.1fs", role, ckpt.source, folder.name, time.perf_counter() - t0)
         entries.append(model_entry(role, folder, quant, ckpt, vocabs[role]))
     policy = policy_section(choice, opts) | {
         "compute": compute,
+        "int4_block": opts.int4_block,
         "notes": notes(sources),
         "weight_error": errors,
     }
