@@ -241,7 +241,7 @@ class SpeculativeDecoder:
         name = drafter.name if drafter and k else None
         if drafter and k:
             drafter.accept(verdict.n_accepted)
-        self.policy.observe(name, k, verdict.n_accepted, t1 - t0, t2 - t1)
+        self.policy.observe(name, k, verdict.n_accepted, t1 - t0 - draft.t_catch_up, t2 - t1)
         stats.record(name, k, verdict.n_accepted)
         stats.t_draft += t1 - t0
         stats.t_verify += t2 - t1

@@ -201,3 +201,20 @@ def test_streaming_events_concatenate_to_generate():
     assert "".join(e.text for e in events) == full.text
     assert list(itertools.chain.from_iterable(e.tokens for e in events)) == full.tokens
     assert events[-1].finish_reason == full.finish_reason
+
+
+def test_a_model_drafter_reports_catching_up_apart_from_drafting():
+    """After idle steps the draft model must forward what it missed: a one-off the policy
+    leaves out of the per-token draft cost (else one probe would price the drafter out)."""
+    from edgespec.drafters import ModelDrafter
+
+    drafter = ModelDrafter(FakeRuntime(n_ctx=64, seed=3))
+    greedy = SamplingParams()
+    context = list(range(1, 30))
+    first = drafter.propose(context, 3, greedy)
+    assert first.t_catch_up > 0.0  # 29 tokens it had never seen
+    context += [*first.tokens.tolist(), 5]  # all accepted, then the bonus token
+    steady = drafter.propose(context, 3, greedy)
+    assert steady.t_catch_up == 0.0
+    context += [7, 8, 9, 10, 11]  # five tokens emitted by other steps
+    assert drafter.propose(context, 3, greedy).t_catch_up > 0.0

@@ -15,6 +15,10 @@ from edgespec.sampling import SamplingParams
 class Draft:
     tokens: np.ndarray  # [k] int32
     q: np.ndarray | None  # [k, V] float32: what each token was drawn from; None = point mass
+    # seconds spent catching up on context the drafter had not seen since it last ran (beyond
+    # the one token every step re-forwards): a one-off when a drafter resumes after idle
+    # steps, so the policy leaves it out of the per-token draft cost
+    t_catch_up: float = 0.0
 
     @staticmethod
     def empty() -> Draft:

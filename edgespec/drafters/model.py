@@ -7,6 +7,7 @@ every outcome of verification (all accepted, early rejection) takes the same pat
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -36,7 +37,12 @@ class ModelDrafter:
         k = min(k, room)
         if k <= 0:
             return Draft.empty()
+        t0 = time.perf_counter()
+        behind = len(context) - common_prefix_len(self.cached, context)
         logits = self.catch_up(context)  # [V]
+        # a step after a drafted step re-forwards the bonus token (and the draft's last one):
+        # more than that is catching up after idle steps, not the price of drafting
+        t_catch_up = time.perf_counter() - t0 if behind > 2 else 0.0
         tokens = np.empty(k, dtype=np.int32)
         q = None if sp.greedy else np.empty((k, len(logits)), dtype=np.float32)
         for i in range(k):
@@ -48,7 +54,7 @@ class ModelDrafter:
             if i + 1 < k:
                 logits = self.runtime.forward([int(tokens[i])])[-1]
         self.cached.extend(int(t) for t in tokens[:-1])
-        return Draft(tokens, q)
+        return Draft(tokens, q, t_catch_up)
 
     def accept(self, n_accepted: int) -> None:
         pass
