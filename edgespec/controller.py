@@ -111,6 +111,7 @@ def best_choice(
     ngram_available: int,
     k_max: int,
     ngram_cost_s: float = 0.0,
+    model_catch_up_s: float = 0.0,  # the draft model forwarding what it missed while idle
 ) -> Choice:
     """The drafter and k that maximise expected tokens / expected seconds; k = 0 is plain.
 
@@ -119,7 +120,8 @@ def best_choice(
     best = Choice(None, 0, 1.0 / curve.target(1))
     if model_alphas is not None:
         for k in range(1, min(k_max, len(model_alphas)) + 1):
-            rate = expected_tokens(model_alphas[:k]) / (k * curve.draft_s + curve.target(k + 1))
+            seconds = model_catch_up_s + k * curve.draft_s + curve.target(k + 1)
+            rate = expected_tokens(model_alphas[:k]) / seconds
             if rate > best.tokens_per_second:
                 best = Choice("model", k, rate)
     if ngram_alpha is not None:
@@ -181,17 +183,28 @@ class AdaptivePolicy:
         ngram = self.drafters.get("ngram")
         match_len, available = ngram.lookahead(context) if ngram else (0, 0)  # type: ignore[attr-defined]
         self.last_match = match_len
+        model = self.drafters.get("model")
         choice = best_choice(
             self.curve,
-            self.model_alphas if "model" in self.drafters else None,
+            self.model_alphas if model else None,
             self.ngram_alpha(match_len) if match_len else None,
             available,
             self.k_max,
+            model_catch_up_s=self.catch_up_cost(model, context),
         )
         self.probing = None
         if choice.k == 0:
             choice = self.probe(available)
         return (self.drafters[choice.drafter] if choice.drafter else None), choice.k
+
+    def catch_up_cost(self, model: Drafter | None, context: Sequence[int]) -> float:
+        """Seconds for the draft model to forward the tokens it has not seen. Every drafted
+        step re-forwards one or two (in draft_s already); beyond that the draft is assumed to
+        batch like the target (its cost curve's shape, scaled by draft_s)."""
+        behind = getattr(model, "behind", lambda _: 0)(context)
+        if behind <= 2:
+            return 0.0
+        return self.curve.draft_s * self.curve.target(behind) / self.curve.target(1)
 
     def model_can_win(self) -> bool:
         """Whether the model drafter would beat plain decoding at 90% acceptance per token.

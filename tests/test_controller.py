@@ -35,6 +35,25 @@ def test_ngram_k_is_capped_by_what_the_match_offers():
     assert best_choice(flat, None, 0.9, 3, k_max=8).k == 3
 
 
+def test_a_draft_model_far_behind_pays_its_catch_up_first():
+    """ONNX-like CPU curve, draft 0.45x: at 90% acceptance the model beats plain when in
+    step, not when it must first forward 40 tokens it missed while prompt lookup ran."""
+    curve = CostCurve([1.0, 1.1, 1.4, 1.6, 1.9, 2.2, 2.4, 2.6, 3.0], draft_s=0.45)
+    in_step = best_choice(curve, [0.9] * 8, None, 0, k_max=8)
+    assert in_step.drafter == "model"
+    policy = AdaptivePolicy(curve, k_max=8)
+
+    class Behind:
+        def behind(self, context):
+            return len(context) - 10
+
+    catch_up = policy.catch_up_cost(Behind(), list(range(50)))  # 40 tokens behind
+    assert catch_up == 0.45 * curve.target(40)  # beyond the curve: extended linearly
+    assert policy.catch_up_cost(Behind(), list(range(12))) == 0.0  # one step's re-forward
+    behind = best_choice(curve, [0.9] * 8, None, 0, k_max=8, model_catch_up_s=catch_up)
+    assert (behind.drafter, behind.k) == (None, 0)
+
+
 class WrongModel(ScriptedDrafter):
     name = "model"
 

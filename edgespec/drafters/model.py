@@ -38,7 +38,7 @@ class ModelDrafter:
         if k <= 0:
             return Draft.empty()
         t0 = time.perf_counter()
-        behind = len(context) - common_prefix_len(self.cached, context)
+        behind = self.behind(context)
         logits = self.catch_up(context)  # [V]
         # a step after a drafted step re-forwards the bonus token (and the draft's last one):
         # more than that is catching up after idle steps, not the price of drafting
@@ -59,6 +59,10 @@ class ModelDrafter:
     def accept(self, n_accepted: int) -> None:
         pass
 
+    def behind(self, context: Sequence[int]) -> int:
+        """Tokens of context the draft cache lacks: what the next proposal must forward."""
+        return len(context) - common_prefix_len(self.cached, context)
+
     def catch_up(self, context: Sequence[int]) -> np.ndarray:
         """Make the cache hold context[:-1] plus the last token; return the next logits [V]."""
         keep = common_prefix_len(self.cached, context)
@@ -70,8 +74,13 @@ class ModelDrafter:
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix. Called every step: the draft cache and the context
+    usually differ only in their last few tokens, so the head is compared as whole lists."""
     n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
-    return int(diff[0]) if diff.size else n
+    head = max(0, n - 64)
+    if list(a[:head]) != list(b[:head]):  # rare: a difference far back
+        return int(np.flatnonzero(np.asarray(a[:head]) != np.asarray(b[:head]))[0])
+    for i in range(head, n):
+        if a[i] != b[i]:
+            return i
+    return n
