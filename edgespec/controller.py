@@ -184,17 +184,18 @@ class AdaptivePolicy:
         match_len, available = ngram.lookahead(context) if ngram else (0, 0)  # type: ignore[attr-defined]
         self.last_match = match_len
         model = self.drafters.get("model")
+        model_catch_up_s = self.catch_up_cost(model, context) if model else 0.0
         choice = best_choice(
             self.curve,
             self.model_alphas if model else None,
             self.ngram_alpha(match_len) if match_len else None,
             available,
             self.k_max,
-            model_catch_up_s=self.catch_up_cost(model, context),
+            model_catch_up_s=model_catch_up_s,
         )
         self.probing = None
         if choice.k == 0:
-            choice = self.probe(available)
+            choice = self.probe(available, model_catch_up_s)
         return (self.drafters[choice.drafter] if choice.drafter else None), choice.k
 
     def catch_up_cost(self, model: Drafter | None, context: Sequence[int]) -> float:
@@ -219,14 +220,21 @@ class AdaptivePolicy:
         prior = self.ngram_priors[min(match_len, len(self.ngram_priors)) - 1]
         return self.ngram_alphas.get(match_len, prior)
 
-    def probe(self, ngram_available: int) -> Choice:
-        """A drafter idle for its interval gets a short draft, to refresh its estimates."""
+    def probe(self, ngram_available: int, model_catch_up_s: float) -> Choice:
+        """A drafter idle for its interval gets a short draft, to refresh its estimates.
+
+        The draft model is not probed while catching up would cost more than a target token:
+        on a CPU that is whenever it is more than a few tokens behind (a new prompt, or after
+        prompt lookup ran), and measured there, such probes cost more than they found
+        (docs/benchmarks.md, ONNX section)."""
         for name in ("ngram", "model"):
             if name not in self.drafters or self.idle[name] < self.interval[name]:
                 continue
             if name == "ngram" and ngram_available == 0:
                 continue
-            if name == "model" and not self.model_can_win():
+            if name == "model" and (
+                not self.model_can_win() or model_catch_up_s > self.curve.target(1)
+            ):
                 continue
             self.probing = name
             k = min(2, self.k_max, ngram_available if name == "ngram" else self.k_max)

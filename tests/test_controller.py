@@ -54,6 +54,27 @@ def test_a_draft_model_far_behind_pays_its_catch_up_first():
     assert (behind.drafter, behind.k) == (None, 0)
 
 
+def test_a_far_behind_draft_model_is_not_probed():
+    from edgespec.sampling import SamplingParams
+
+    curve = CostCurve([1.0, 1.1, 1.4, 1.6, 1.9, 2.2, 2.4, 2.6, 3.0], draft_s=0.45)
+    policy = AdaptivePolicy(curve, k_max=8, probe_every=1)
+
+    class Model:
+        name = "model"
+
+        def behind(self, context):
+            return len(context) - 10
+
+    model = Model()
+    policy.begin({"model": model})
+    policy.model_alphas = [0.3] * 8  # plain beats it: only a probe would run it
+    for _ in range(2):
+        policy.observe(None, 0, 0, 0.0, 1.0)  # idle steps: a probe is due
+    assert policy.plan(list(range(50)), SamplingParams()) == (None, 0)  # 40 tokens behind
+    assert policy.plan(list(range(12)), SamplingParams()) == (model, 2)  # in step: probed
+
+
 class WrongModel(ScriptedDrafter):
     name = "model"
 
