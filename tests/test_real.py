@@ -108,3 +108,35 @@ def test_demo_pair_exported_to_a_bundle(tmp_path, demo_target_path, demo_draft_p
     out_tokens = decoder.generate(tokens, max_tokens=32).tokens
     i = first_departure(ref.tokens, out_tokens)
     assert i is None or top2_gap(decoder.target, tokens + ref.tokens[:i]) < NEAR_TIE
+
+
+@pytest.fixture(scope="module")
+def demo_draft_onnx(tmp_path_factory, demo_draft_path):
+    """The 0.5B draft GGUF exported to ONNX INT4 (about 30 s, 3 GB of memory at peak)."""
+    pytest.importorskip("onnxruntime", reason="the ONNX back-end needs edgespec[onnx]")
+    from edgespec.export.onnx_export import export_onnx
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    folder = export_onnx(demo_draft_path, tmp_path_factory.mktemp("onnx"), quant="int4",
+                         block_size=128)  # fmt: skip
+    return OnnxRuntime(folder, n_ctx=1024)
+
+
+def test_the_demo_draft_exported_to_onnx_drafts_for_the_gguf_target(demo_draft_onnx, demo_runtimes):
+    """Qwen2's vocabulary rebuilt from GGUF: the same ids, stop tokens and token texts as
+    llama.cpp, so the ONNX draft serves the GGUF target; greedy output is the target's own up
+    to near-ties."""
+    target, gguf_draft = demo_runtimes
+    assert demo_draft_onnx.vocab_info() == gguf_draft.vocab_info()
+    check_compatible(target.vocab_info(), demo_draft_onnx.vocab_info(), "target", "onnx draft")
+    for text in PROMPTS:  # the chat template travels too
+        assert chat_tokens(demo_draft_onnx, text) == chat_tokens(target, text)
+    tokens = chat_tokens(target, PROMPTS[0])
+    plain = SpeculativeDecoder(target).generate(tokens, max_tokens=48, speculative=False)
+    spec = SpeculativeDecoder(
+        target, [ModelDrafter(demo_draft_onnx)], FixedPolicy("model", 4)
+    ).generate(tokens, max_tokens=48)
+    assert spec.stats.acceptance_rate > 0.6
+    at = first_departure(plain.tokens, spec.tokens)
+    if at is not None:
+        assert top2_gap(target, tokens + plain.tokens[:at]) < NEAR_TIE
