@@ -62,14 +62,14 @@ def read_checkpoint(source: Path) -> Checkpoint:
 
 
 def read_hf_checkpoint(hf_dir: Path) -> Checkpoint:
-    from edgespec.export.hf_to_gguf import read_checkpoint_config, read_safetensors_dir
+    from edgespec.export.hf_to_gguf import SafetensorsIndex, read_checkpoint_config
 
     config = read_checkpoint_config(hf_dir)
     generation = hf_dir / "generation_config.json"
     return Checkpoint(
         source=hf_dir,
         config=config,
-        weights=dict(read_safetensors_dir(hf_dir)),
+        weights=SafetensorsIndex(hf_dir),
         tokenizer_json=(hf_dir / "tokenizer.json").read_text(),
         tokenizer_config=json.loads((hf_dir / "tokenizer_config.json").read_text()),
         generation_config=json.loads(generation.read_text()) if generation.is_file() else None,
@@ -200,6 +200,9 @@ class GgufWeights(Mapping[str, np.ndarray]):
                 heads = self.config["num_key_value_heads"]
             array = unpermute_from_interleaved_rope(array, heads)
         return array
+
+    def __contains__(self, name: object) -> bool:  # without dequantizing the tensor
+        return name in self.tensors
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.tensors)

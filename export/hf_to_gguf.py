@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,23 +170,43 @@ def cast(array: np.ndarray, outtype: str) -> np.ndarray:
 
 
 def read_safetensors_dir(hf_dir: Path) -> Iterator[tuple[str, np.ndarray]]:
-    for path in sorted(hf_dir.glob("*.safetensors")):
-        yield from read_safetensors(path)
+    index = SafetensorsIndex(hf_dir)
+    for name in index:
+        yield name, index[name]
 
 
-def read_safetensors(path: Path) -> Iterator[tuple[str, np.ndarray]]:
-    """Tensors of one .safetensors file as float32 arrays (bf16 widened exactly)."""
-    with path.open("rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_len))
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_len)
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
+class SafetensorsIndex(Mapping[str, np.ndarray]):
+    """The tensors of a folder's *.safetensors files by name, each read (as float32, bf16
+    widened exactly) only when asked for: a checkpoint is never all in memory at once."""
+
+    def __init__(self, hf_dir: Path) -> None:
+        self.entries: dict[str, tuple[Path, int, dict]] = {}
+        for path in sorted(hf_dir.glob("*.safetensors")):
+            with path.open("rb") as f:
+                (header_len,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(header_len))
+            for name, info in header.items():
+                if name != "__metadata__":
+                    self.entries[name] = (path, 8 + header_len, info)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        path, offset, info = self.entries[name]
         if info["dtype"] not in SAFETENSORS_DTYPES:
             raise ModelFileError(f"{path}: tensor {name} has dtype {info['dtype']}; not supported")
         start, end = info["data_offsets"]
-        raw = np.frombuffer(data[start:end], dtype=SAFETENSORS_DTYPES[info["dtype"]])
+        if end == start:
+            return np.zeros(info["shape"], np.float32)
+        data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset + start, shape=end - start)
+        raw = np.frombuffer(data, dtype=SAFETENSORS_DTYPES[info["dtype"]])
         if info["dtype"] == "BF16":
             raw = (raw.astype(np.uint32) << 16).view(np.float32)
-        yield name, raw.reshape(info["shape"]).astype(np.float32)
+        return raw.reshape(info["shape"]).astype(np.float32)
+
+    def __contains__(self, name: object) -> bool:  # without reading the tensor
+        return name in self.entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)

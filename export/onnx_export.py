@@ -351,7 +351,8 @@ def build_decoder(g: GraphBuilder, info: ModelInfo, config: dict, w: dict) -> No
     g.const("axis_seq", np.array([1], np.int64))
     x = g.op("Slice", x, "logits_start", "int_max", "axis_seq")
     x = rms_norm(g, x, w["model.norm.weight"], "model.norm.weight")
-    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])  # tied embeddings
+    tied = "lm_head.weight" not in w
+    head = w["model.embed_tokens.weight" if tied else "lm_head.weight"]
     logits = g.matmul(x, head, "lm_head.weight")
     if g.dtype != np.float32:
         logits = g.cast(logits, np.float32)
