@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.quant.gguf_quant import quantize_gguf
+from edgespec.quant.gguf_quant import quantize_gguf, weight_errors
 from edgespec.quant.policy import PrecisionChoice, resolve_precision
+from edgespec.quant.reference import error_summary
 from edgespec.runtimes.base import VocabInfo, check_compatible
 from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
@@ -89,9 +90,11 @@ def build_gguf_bundle(opts: ExportOptions, work_dir: Path, staging: Path) -> Bun
         quantize_role(role, src, staging, choice, opts.threads, infos[role])
         for role, src in sources.items()
     )
-    return Bundle(
-        staging, entries, tokenizer_section(infos["target"][0]), policy_section(choice, opts)
-    )
+    errors = {
+        m.role: error_summary(weight_errors(sources[m.role], staging / m.path)) for m in entries
+    }
+    policy = policy_section(choice, opts) | {"weight_error": errors}
+    return Bundle(staging, entries, tokenizer_section(infos["target"][0]), policy)
 
 
 def float_gguf(source: Path, work: Path, role: str) -> Path:

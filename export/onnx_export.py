@@ -33,6 +33,7 @@ from typing import BinaryIO
 import numpy as np
 from edgespec.export.checkpoint import Checkpoint, read_checkpoint
 from edgespec.export.hf_to_gguf import special_id
+from edgespec.quant.reference import TensorError, error_summary, relative_error
 
 from edgespec.errors import ModelFileError
 
@@ -108,7 +109,7 @@ def export_onnx(
         builder = GraphBuilder(quant, COMPUTES[compute], block_size, accuracy_level, data)
         build_decoder(builder, info, config, weights)
     onnx.save_model(builder.model(), str(out_dir / MODEL_FILE))
-    info = replace(info, weight_error=error_summary(builder.errors))
+    info = replace(info, weight_error=error_summary(builder.errors))  # quant/reference.py
     (out_dir / "tokenizer.json").write_text(ckpt.tokenizer_json, encoding="utf-8")
     (out_dir / "tokenizer_config.json").write_text(json.dumps(ckpt.tokenizer_config, indent=1))
     if ckpt.generation_config is not None:
@@ -153,18 +154,6 @@ def model_info(
     )
 
 
-def error_summary(errors: list) -> dict | None:
-    """Mean and worst five relative errors: what `export` prints and bundle.json keeps."""
-    if not errors:
-        return None
-    worst = sorted(errors, key=lambda e: -e.relative_error)
-    return {
-        "n_tensors": len(errors),
-        "mean": round(sum(e.relative_error for e in errors) / len(errors), 5),
-        "worst": [[e.name, round(e.relative_error, 5)] for e in worst[:5]],
-    }
-
-
 # --- the graph ------------------------------------------------------------------------------
 
 
@@ -190,15 +179,11 @@ class GraphBuilder:
         self.inputs: list = []
         self.outputs: list = []
         self.count = 0
-        self.errors: list = []  # TensorError of each stored matmul weight (quant/reference.py)
+        self.errors: list[TensorError] = []  # each stored matmul weight's
 
     def record_error(self, name: str, wt: np.ndarray, stored: np.ndarray) -> None:
-        """||w - stored|| / ||w|| of what the graph actually holds, for the export report."""
-        from edgespec.quant.reference import TensorError
-
-        norm = float(np.linalg.norm(wt))
-        err = float(np.linalg.norm(wt - stored)) / norm if norm else 0.0
-        self.errors.append(TensorError(name, tuple(wt.shape[::-1]), err))
+        """The relative error of what the graph actually holds, for the export report."""
+        self.errors.append(TensorError(name, tuple(wt.shape[::-1]), relative_error(wt, stored)))
 
     def name(self, hint: str) -> str:
         self.count += 1

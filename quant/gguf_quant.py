@@ -69,3 +69,22 @@ def quantize_gguf(
         raise ModelFileError(f"llama.cpp could not quantize {src} to {qtype} (status {status})")
     tmp.replace(dst)
     return dst
+
+
+def weight_errors(source: Path, quantized: Path) -> list:
+    """The relative error of every 2-D tensor the quantizer changed, against the source
+    (dequantized with gguf.quants): the export's per-tensor report."""
+    from edgespec.quant.reference import TensorError, relative_error
+    from gguf import GGUFReader
+    from gguf.quants import dequantize
+
+    before = {t.name: t for t in GGUFReader(str(source)).tensors}
+    errors = []
+    for t in GGUFReader(str(quantized)).tensors:
+        src = before.get(t.name)
+        if src is None or len(t.shape) != 2 or t.tensor_type == src.tensor_type:
+            continue  # norms, biases and tensors kept as they were
+        w = dequantize(src.data, src.tensor_type).astype("float32", copy=False)
+        stored = dequantize(t.data, t.tensor_type).astype("float32", copy=False)
+        errors.append(TensorError(t.name, tuple(w.shape), relative_error(w, stored)))
+    return errors

@@ -83,10 +83,27 @@ def error_report(tensors: dict[str, np.ndarray], kind: str, block: int = 32) -> 
         if w.ndim != 2:
             continue
         w32 = w.astype(np.float32)
-        norm = float(np.linalg.norm(w32))
-        err = float(np.linalg.norm(w32 - fake_quantize(w32, kind, block)))
-        rows.append(TensorError(name, tuple(w.shape), err / norm if norm else 0.0))
+        err = relative_error(w32, fake_quantize(w32, kind, block))
+        rows.append(TensorError(name, tuple(w.shape), err))
     return sorted(rows, key=lambda r: -r.relative_error)
+
+
+def relative_error(w: np.ndarray, stored: np.ndarray) -> float:
+    """||w - stored|| / ||w|| (Frobenius)."""
+    norm = float(np.linalg.norm(w))
+    return float(np.linalg.norm(w - stored)) / norm if norm else 0.0
+
+
+def error_summary(errors: list[TensorError]) -> dict | None:
+    """Mean and worst five relative errors: what `export` prints and bundle.json keeps."""
+    if not errors:
+        return None
+    worst = sorted(errors, key=lambda e: -e.relative_error)
+    return {
+        "n_tensors": len(errors),
+        "mean": round(sum(e.relative_error for e in errors) / len(errors), 5),
+        "worst": [[e.name, round(e.relative_error, 5)] for e in worst[:5]],
+    }
 
 
 def format_report(rows: list[TensorError], worst: int = 5) -> str:

@@ -28,6 +28,9 @@ def test_bundle_holds_verified_models_and_policy(bundle):
         ("draft", "f16", "draft.f16.gguf"),
     ]
     assert b.policy["reason"] == "chosen on the command line"
+    errors = b.policy["weight_error"]  # q8_0: ~0.006 for Gaussian weights; f16: ~3e-4
+    assert 0.001 < errors["target"]["mean"] < 0.01 and errors["draft"]["mean"] < 0.001
+    assert errors["target"]["worst"][0][0].endswith(".weight")
     assert len(b.tune["target_s"]) == 17
     assert b.tokenizer["n_vocab"] == 279
 
