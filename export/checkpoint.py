@@ -11,11 +11,12 @@ the dequantized weights: requantizing them is a second rounding, which the docs 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from edgespec.export.hf_to_gguf import LazyTensors
 
 from edgespec.errors import ModelFileError
 
@@ -167,8 +168,8 @@ def quantized(reader) -> bool:
     return any(t.tensor_type not in floats for t in reader.tensors)
 
 
-class GgufWeights(Mapping[str, np.ndarray]):
-    """HF-named float32 weights, dequantized on access (one tensor in memory at a time)."""
+class GgufWeights(LazyTensors):
+    """HF-named float32 weights of a GGUF, dequantized on access."""
 
     def __init__(self, reader, arch: str, config: dict) -> None:
         import gguf
@@ -182,17 +183,17 @@ class GgufWeights(Mapping[str, np.ndarray]):
             for t in HF_LAYER_TENSORS
         ]
         by_gguf = {t.name: t for t in reader.tensors}
-        self.tensors = {}
+        self.entries = {}
         for hf_name in wanted:
             gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
             if gguf_name in by_gguf:
-                self.tensors[hf_name] = by_gguf[gguf_name]
+                self.entries[hf_name] = by_gguf[gguf_name]
 
     def __getitem__(self, name: str) -> np.ndarray:
         from edgespec.export.hf_to_gguf import unpermute_from_interleaved_rope
         from gguf.quants import dequantize
 
-        tensor = self.tensors[name]
+        tensor = self.entries[name]
         array = dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
         if self.permute and name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = self.config["num_attention_heads"]
@@ -200,15 +201,6 @@ class GgufWeights(Mapping[str, np.ndarray]):
                 heads = self.config["num_key_value_heads"]
             array = unpermute_from_interleaved_rope(array, heads)
         return array
-
-    def __contains__(self, name: object) -> bool:  # without dequantizing the tensor
-        return name in self.tensors
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.tensors)
-
-    def __len__(self) -> int:
-        return len(self.tensors)
 
 
 def gguf_tokenizer_json(path: Path, reader, meta: GgufMetadata, tokens: list[str]) -> str:

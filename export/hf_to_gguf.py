@@ -175,9 +175,24 @@ def read_safetensors_dir(hf_dir: Path) -> Iterator[tuple[str, np.ndarray]]:
         yield name, index[name]
 
 
-class SafetensorsIndex(Mapping[str, np.ndarray]):
-    """The tensors of a folder's *.safetensors files by name, each read (as float32, bf16
-    widened exactly) only when asked for: a checkpoint is never all in memory at once."""
+class LazyTensors(Mapping[str, np.ndarray]):
+    """Float32 tensors by name, each read only when asked for (a checkpoint is never all in
+    memory at once): `entries` says where each one is, `__getitem__` reads it."""
+
+    entries: dict
+
+    def __contains__(self, name: object) -> bool:  # without reading the tensor
+        return name in self.entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class SafetensorsIndex(LazyTensors):
+    """The tensors of a folder's *.safetensors files (bf16 widened exactly)."""
 
     def __init__(self, hf_dir: Path) -> None:
         self.entries: dict[str, tuple[Path, int, dict]] = {}
@@ -201,12 +216,3 @@ class SafetensorsIndex(Mapping[str, np.ndarray]):
         if info["dtype"] == "BF16":
             raw = (raw.astype(np.uint32) << 16).view(np.float32)
         return raw.reshape(info["shape"]).astype(np.float32)
-
-    def __contains__(self, name: object) -> bool:  # without reading the tensor
-        return name in self.entries
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.entries)
-
-    def __len__(self) -> int:
-        return len(self.entries)
