@@ -113,14 +113,15 @@ def chat_prompt(target, messages, render_chat) -> str:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from edgespec.calibrate import calibrate, store_tuned, tune_key
-    from edgespec.loader import runtime_description
+    from edgespec.loader import resolve_bundle, runtime_description
     from edgespec.runtimes import check_compatible, open_runtime
 
     opts = runtime_options(args)
-    target = open_runtime(args.target, opts)
-    draft = open_runtime(args.draft, opts) if args.draft else None
+    target_path, draft_path, _ = resolve_bundle(args.target, args.draft)
+    target = open_runtime(target_path, opts)
+    draft = open_runtime(draft_path, opts) if draft_path else None
     if draft is not None:
-        check_compatible(target.vocab_info(), draft.vocab_info(), args.target, args.draft)
+        check_compatible(target.vocab_info(), draft.vocab_info(), str(target_path), str(draft_path))
     curve = calibrate(target, draft, n_max=args.n_max)
     print(f"{'n':>3} {'ms':>8} {'x one':>6}")
     for n, (t, r) in enumerate(zip(curve.target_s, curve.ratios()), start=1):
@@ -129,11 +130,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(
             f"draft token {curve.draft_s * 1e3:.1f} ms = {curve.draft_s / curve.target_s[0]:.2f}x"
         )
-    key = tune_key(
-        Path(args.target),
-        Path(args.draft) if args.draft else None,
-        runtime_description(opts, target, draft),
-    )
+    key = tune_key(target_path, draft_path, runtime_description(opts, target, draft))
     print(f"stored in {store_tuned(key, curve)}")
     return 0
 

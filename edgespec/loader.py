@@ -35,11 +35,7 @@ def load_decoder(
 ) -> SpeculativeDecoder:
     if spec.drafter not in DRAFTER_CHOICES:
         raise EdgespecError(f"unknown drafter {spec.drafter!r}; choose one of {DRAFTER_CHOICES}")
-    tuned = None
-    if is_bundle(target):
-        bundle = read_bundle(target)
-        target, draft = bundle.path("target"), draft or bundle.path("draft")  # type: ignore
-        tuned = bundle.tune
+    target, draft, tuned = resolve_bundle(target, draft)
     if spec.drafter == "model" and draft is None:
         raise EdgespecError("--drafter model needs a draft model: pass --draft DRAFT.gguf")
     target_rt = open_runtime(target, runtime)
@@ -50,6 +46,19 @@ def load_decoder(
     drafters = make_drafters(spec, draft_rt)
     policy = make_policy(spec, drafters, target_rt, draft_rt, Path(target), draft, runtime, tuned)
     return SpeculativeDecoder(target_rt, drafters, policy)
+
+
+def resolve_bundle(
+    target: str | Path, draft: str | Path | None
+) -> tuple[Path, Path | None, dict | None]:
+    """Model paths from a bundle folder (verified) or as given; plus the bundle's tune data.
+    An explicit draft wins over the bundle's."""
+    if is_bundle(target):
+        bundle = read_bundle(target)
+        bundle_target = bundle.path("target")
+        assert bundle_target is not None  # read_bundle refuses a bundle without one
+        return bundle_target, Path(draft) if draft else bundle.path("draft"), bundle.tune
+    return Path(target), Path(draft) if draft else None, None
 
 
 def make_drafters(spec: SpecOptions, draft_rt: Runtime | None) -> list[Drafter]:
