@@ -68,9 +68,12 @@ def sha256_path(path: Path) -> str:
 
 
 def size_of(path: Path) -> int:
-    if path.is_dir():
-        return sum(f.stat().st_size for f in folder_files(path))
-    return path.stat().st_size
+    return sum(f.stat().st_size for f in model_files(path))
+
+
+def model_files(path: Path) -> list[Path]:
+    """The file a GGUF entry names, or the files of an ONNX model folder."""
+    return folder_files(path) if path.is_dir() else [path]
 
 
 def folder_files(folder: Path) -> list[Path]:
@@ -176,14 +179,14 @@ def verify_file(folder: Path, m: ModelEntry) -> None:
     path = confined_path(folder, m.path)
     if not (path.is_dir() if m.format == "onnx" else path.is_file()):
         raise BundleError(f"bundle file missing: {path} (named in {folder / MANIFEST})")
-    size = size_of(path)
+    files = model_files(path)
+    size = sum(f.stat().st_size for f in files)
     if size != m.size:
         raise BundleError(
             f"bundle file {path} is {size:,} bytes, the manifest says {m.size:,}: "
             "truncated or replaced; export the bundle again"
         )
     stamp = path.parent / f".{path.name}.verified"
-    files = folder_files(path) if path.is_dir() else [path]
     key = f"{m.sha256} {size} " + " ".join(str(f.stat().st_mtime_ns) for f in files)
     if stamp.is_file() and stamp.read_text() == key:
         return

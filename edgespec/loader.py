@@ -107,5 +107,9 @@ def curve_from_bundle(tuned: dict | None) -> CostCurve | None:
 
 def runtime_description(opts: RuntimeOptions, target: Runtime, draft: Runtime | None) -> str:
     """Which back-ends, threads and offload a cost curve was measured with."""
-    backends = "+".join(type(rt).__name__ for rt in (target, draft) if rt is not None)
-    return f"{backends} threads={opts.n_threads} gpu_layers={opts.n_gpu_layers}"
+    return f"{backend_names(target, draft)} threads={opts.n_threads} gpu_layers={opts.n_gpu_layers}"
+
+
+def backend_names(target: Runtime, draft: Runtime | None) -> str:
+    """ "LlamaCppRuntime+OnnxRuntime": the back-ends of a target and its draft."""
+    return "+".join(type(rt).__name__ for rt in (target, draft) if rt is not None)

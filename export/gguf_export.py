@@ -169,6 +169,7 @@ def tune(bundle: Bundle) -> dict[str, object]:
     from edgespec.runtimes import RuntimeOptions, open_runtime
 
     from edgespec.calibrate import calibrate, device_description
+    from edgespec.loader import backend_names
 
     target_path, draft_path = bundle.path("target"), bundle.path("draft")
     assert target_path is not None
@@ -180,5 +181,5 @@ def tune(bundle: Bundle) -> dict[str, object]:
         "target_s": curve.target_s,
         "draft_s": curve.draft_s,
         "device": device_description(),
-        "runtime": "+".join(type(rt).__name__ for rt in (target, draft) if rt is not None),
+        "runtime": backend_names(target, draft),
     }

@@ -53,12 +53,13 @@ def build_onnx_bundle(opts: ExportOptions, staging: Path) -> Bundle:
 
 def checkpoint_vocab(ckpt: Checkpoint) -> VocabInfo:
     from edgespec.export.onnx_export import model_info
-    from edgespec.runtimes.onnxrt import tokenizer_vocab_info
+    from edgespec.runtimes.onnxrt import tokenizer_vocab_info, vocab_type
     from tokenizers import Tokenizer
 
     info = model_info(ckpt, "fp32", "fp32", 32, 0)
     return tokenizer_vocab_info(
         Tokenizer.from_str(ckpt.tokenizer_json),
+        vocab_type(json.loads(ckpt.tokenizer_json)["model"]),
         info.n_vocab,
         info.bos_id,
         info.eos_id,

@@ -357,6 +357,7 @@ class OnnxRuntime:
             gen = self.path / "generation_config.json"
             self._vocab_info = tokenizer_vocab_info(
                 self.tokenizer,
+                self.kind,
                 self.n_vocab,
                 self.info.get("bos_id"),
                 self.info.get("eos_id"),
@@ -384,13 +385,18 @@ def token_text_of(tokenizer, token: int) -> bytes:
 
 
 def tokenizer_vocab_info(
-    tokenizer, n_vocab: int, bos: int | None, eos: int | None, generation_config: dict | None
+    tokenizer,
+    kind: str,
+    n_vocab: int,
+    bos: int | None,
+    eos: int | None,
+    generation_config: dict | None,
 ) -> VocabInfo:
-    """What check_compatible compares, from a `tokenizers` tokenizer: the export checks a
-    draft against its target with it before spending minutes on quantization."""
+    """What check_compatible compares, from a `tokenizers` tokenizer of vocab_type `kind`:
+    the export checks a draft against its target with it before quantizing anything."""
     return VocabInfo(
         n_vocab=n_vocab,
-        vocab_type=vocab_type(json.loads(tokenizer.to_str())["model"]),
+        vocab_type=kind,
         bos_id=bos,
         eos_id=eos,
         eog_ids=frozenset(eog_ids(tokenizer, n_vocab, eos, generation_config)),

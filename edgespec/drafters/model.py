@@ -38,11 +38,11 @@ class ModelDrafter:
         if k <= 0:
             return Draft.empty()
         t0 = time.perf_counter()
-        behind = self.behind(context)
-        logits = self.catch_up(context)  # [V]
+        keep = common_prefix_len(self.cached, context)
+        logits = self.catch_up(context, keep)  # [V]
         # a step after a drafted step re-forwards the bonus token (and the draft's last one):
         # more than that is catching up after idle steps, not the price of drafting
-        t_catch_up = time.perf_counter() - t0 if behind > 2 else 0.0
+        t_catch_up = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0
         tokens = np.empty(k, dtype=np.int32)
         q = None if sp.greedy else np.empty((k, len(logits)), dtype=np.float32)
         for i in range(k):
@@ -63,9 +63,9 @@ class ModelDrafter:
         """Tokens of context the draft cache lacks: what the next proposal must forward."""
         return len(context) - common_prefix_len(self.cached, context)
 
-    def catch_up(self, context: Sequence[int]) -> np.ndarray:
-        """Make the cache hold context[:-1] plus the last token; return the next logits [V]."""
-        keep = common_prefix_len(self.cached, context)
+    def catch_up(self, context: Sequence[int], keep: int) -> np.ndarray:
+        """Make the cache hold context[:-1] plus the last token, keeping the first `keep`
+        cached tokens (the common prefix); return the next logits [V]."""
         keep = min(keep, len(context) - 1)  # re-forward at least one token to get its logits
         self.runtime.rollback(keep)
         logits = self.runtime.forward(context[keep:], last_only=True)[-1]
