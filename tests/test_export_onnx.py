@@ -176,3 +176,11 @@ def test_a_corrupt_gguf_source_is_named(tmp_path):
     with pytest.raises(ModelFileError, match="is not a readable GGUF file"):
         export_onnx(bad, tmp_path / "o")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_gguf_only_option_is_refused_for_onnx(models, tmp_path):
+    opts = ExportOptions(models["hf"], tmp_path / "b", format="onnx", output_tensor_type="q4_0")
+    with pytest.raises(EdgespecError) as e:
+        export_bundle(opts)
+    assert str(e.value) == "--output-tensor-type applies to --format gguf only"
+    assert list(tmp_path.iterdir()) == []
