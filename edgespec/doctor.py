@@ -62,7 +62,10 @@ def cuda_graph_status(ort, model: str | None) -> str:
     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
     runtime = OnnxRuntime(model, n_ctx=256, providers=providers)
     if runtime.cuda_graph:
-        return f"active for {model}: 1-token and {runtime.verify_width}-token steps are captured"
+        return (
+            f"active for {model}: steps of 1..{runtime.max_graph_width} tokens are captured, "
+            "one graph per width"
+        )
     if runtime.info.get("compute") != "fp16":
         return (
             f"inactive for {model}: it computes in float32, and ONNX Runtime's CUDA attention "

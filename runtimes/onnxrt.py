@@ -5,9 +5,11 @@ both `past_key_values.{i}.*` and `present.{i}.*`: GroupQueryAttention then write
 entries in place at n_past, so a step copies no cache and rollback only lowers n_past.
 
 Inputs, outputs and their bindings are made once per step width and reused (`Step`). On the
-CUDA EP the two widths the engine repeats — one token (plain decode, drafting) and k+1 (verify,
-shorter drafts padded up to it) — are captured as CUDA graphs and replayed; padding is harmless
-because attention is causal and the padded cache rows lie beyond n_past.
+CUDA EP every step of 1..max_graph_width tokens that returns all its rows (plain decode,
+drafting, verify at any k) is captured as a CUDA graph of its own width on first use and
+replayed after: a graph fixes its host inputs, so captured steps pass the whole cache as
+total_sequence_length (seqlens_k, on the device, says how much of it is real). One graph per
+width, rather than padding every verify step to the widest, keeps k = 1 as cheap as it is.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ EOG_TEXTS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>
              "<end_of_turn>", "<|end_of_text|>", "</s>", "<EOT>", "_<EOT>", "<|return|>",
              "<|call|>", "<end_of_utterance>", "<|fim_pad|>", "<|repo_name|>", "<|fim_repo|>",
              "<|file_sep|>")  # fmt: skip
-GRAPH_DECODE, GRAPH_VERIFY, NO_GRAPH = 1, 2, -1  # CUDA graph ids ("gpu_graph_id")
+NO_GRAPH = -1  # "gpu_graph_id" of an uncaptured run; a captured step's id is its width
+MAX_GRAPH_WIDTH = 17  # k + 1 for the controller's k_max = 16
 CACHED_WIDTHS = 16  # steps up to this width keep their bindings between calls
 
 
@@ -89,13 +92,14 @@ class OnnxRuntime:
         providers: Sequence[str | tuple[str, dict]] | None = None,
         n_batch: int = 512,
         cuda_graph: bool = True,
-        verify_width: int = 9,
-        pad_to_verify_width: bool | None = None,
+        max_graph_width: int = MAX_GRAPH_WIDTH,
+        pad_to_width: int | None = None,
     ) -> None:
-        """verify_width: the widest step captured as a CUDA graph (k+1 for k <= 8).
-        pad_to_verify_width: pad steps of 2..verify_width tokens to verify_width and pass the
-        whole cache length as total_sequence_length, as CUDA graphs need; defaults to on with
-        CUDA graphs, off otherwise (it is testable on the CPU EP)."""
+        """max_graph_width: the widest step captured as a CUDA graph.
+        pad_to_width: pad steps of 2..pad_to_width tokens to that width and pass the whole
+        cache as total_sequence_length (one graph for every verify width, at the cost of the
+        padded rows); off by default. Both shapes run on the CPU EP too, where tests check
+        them against plain passes."""
         import onnxruntime as ort
 
         self.ort = ort
@@ -106,8 +110,10 @@ class OnnxRuntime:
         self.n_ctx = self.context_size(n_ctx)
         self.n_batch = max(1, min(n_batch, self.n_ctx))
         self.n_past = 0
-        self.verify_width = verify_width
+        self.max_graph_width = max_graph_width
         wants_cuda = any(provider_name(p) == "CUDAExecutionProvider" for p in providers or ())
+        if wants_cuda:
+            preload_cuda_libraries(ort)
         self.cuda_graph = cuda_graph and wants_cuda and self.fp16_compute_for_cuda()
         self.providers = [
             with_cuda_graph(p) if self.cuda_graph else p
@@ -118,7 +124,7 @@ class OnnxRuntime:
         if wants_cuda and not self.on_cuda:
             log.warning("%s: the CUDA EP is not available; running on the CPU", self.path)
             self.cuda_graph = False
-        self.pad = self.cuda_graph if pad_to_verify_width is None else pad_to_verify_width
+        self.pad_to_width = pad_to_width or 0
         self.kv_dtype = kv_dtype(self.session)
         self.kv = self.allocate_cache()  # name -> OrtValue [1, n_kv, n_ctx, hd]
         self.steps: dict[tuple[int, int], Step] = {}  # (width, rows) -> bound step
@@ -222,7 +228,8 @@ class OnnxRuntime:
         step.ids[0, :n] = tokens
         step.ids[0, n:] = 0
         step.seqlens_k[0] = self.n_past + width - 1
-        step.total[...] = self.n_ctx if self.pad else self.n_past + width
+        whole_cache = self.pad_to_width or step.graph_id != NO_GRAPH
+        step.total[...] = self.n_ctx if whole_cache else self.n_past + width
         self.launch(step)
         self.n_past += n
         logits = self.read_logits(step)  # [keep, V]
@@ -231,9 +238,8 @@ class OnnxRuntime:
         return np.array(logits[-max(rows, 1) :], dtype=np.float32)
 
     def padded_width(self, n: int) -> int:
-        if self.pad and 1 < n < self.verify_width and self.n_past + self.verify_width <= self.n_ctx:
-            return self.verify_width
-        return n
+        w = self.pad_to_width
+        return w if 1 < n < w and self.n_past + w <= self.n_ctx else n
 
     def rollback(self, n_past: int) -> None:
         if not 0 <= n_past <= self.n_past:
@@ -249,7 +255,7 @@ class OnnxRuntime:
         step = self.steps.get((width, rows))
         if step is None:
             step = self.bind_step(width, rows)
-            if width <= max(CACHED_WIDTHS, self.verify_width):
+            if width <= max(CACHED_WIDTHS, self.max_graph_width):
                 self.steps[(width, rows)] = step
         return step
 
@@ -295,9 +301,11 @@ class OnnxRuntime:
                     graph_id)  # fmt: skip
 
     def graph_id(self, width: int, rows: int) -> int:
-        if not self.cuda_graph or rows != width:
+        """Steps that return every row, up to max_graph_width tokens, are captured: the decode
+        and verify steps that repeat. A prefill chunk (one row wanted) runs uncaptured."""
+        if not self.cuda_graph or rows != width or width > self.max_graph_width:
             return NO_GRAPH
-        return {1: GRAPH_DECODE, self.verify_width: GRAPH_VERIFY}.get(width, NO_GRAPH)
+        return width
 
     def launch(self, step: Step) -> None:
         if self.on_cuda:  # device buffers at fixed addresses: copy the host values in
@@ -440,6 +448,18 @@ def use_shared_thread_pool(n_threads: int) -> bool:
     elif n_threads != _shared_pool_threads:
         log.info("the shared thread pool has %d threads, not %d", _shared_pool_threads, n_threads)
     return _shared_pool_threads > 0
+
+
+def preload_cuda_libraries(ort) -> None:
+    """Load CUDA and cuDNN from pip's nvidia-* packages (PyTorch's, say) when the system has
+    none: onnxruntime-gpu looks for them only on the library path otherwise."""
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
+    if preload is None or "CUDAExecutionProvider" not in ort.get_available_providers():
+        return
+    try:
+        preload()
+    except Exception as e:  # noqa: BLE001 - best effort: the session reports what is missing
+        log.info("could not preload CUDA libraries from nvidia packages: %s", e)
 
 
 def provider_name(provider: str | tuple[str, dict]) -> str:

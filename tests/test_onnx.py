@@ -221,7 +221,7 @@ def test_chunked_prefill_and_padded_steps_equal_one_pass(exported, runtime):
     whole = fresh_logits(runtime, TOKENS)
     chunked = OnnxRuntime(exported, n_ctx=64, n_batch=3)
     assert np.abs(chunked.forward(TOKENS) - whole).max() < 1e-5
-    padded = OnnxRuntime(exported, n_ctx=64, pad_to_verify_width=True, verify_width=5)
+    padded = OnnxRuntime(exported, n_ctx=64, pad_to_width=5)
     pieces = [padded.forward(TOKENS[:4]), padded.forward(TOKENS[4:5]), padded.forward(TOKENS[5:])]
     assert np.abs(np.concatenate(pieces) - whole).max() < 1e-5
     padded.rollback(2)
@@ -273,7 +273,7 @@ def test_greedy_speculative_equals_plain(runtime, draft_runtime, plain, kind):
 
 def test_padded_verify_steps_give_the_same_output(exported, draft_runtime, plain):
     tokens, ref = plain
-    padded = OnnxRuntime(exported, n_ctx=256, pad_to_verify_width=True)
+    padded = OnnxRuntime(exported, n_ctx=256, pad_to_width=9)
     out = SpeculativeDecoder(
         padded, [ModelDrafter(draft_runtime)], FixedPolicy("model", 3)
     ).generate(tokens, max_tokens=40)
@@ -371,19 +371,25 @@ def cuda_available() -> str | None:
 
 
 @pytest.mark.gpu
-def test_cuda_graph_steps_match_the_cpu(checkpoint, runtime, draft_runtime, plain, tmp_path):
-    """Verify (k+1 wide, padded) and one-token steps replayed as CUDA graphs."""
+@pytest.mark.parametrize("pad_to_width", [None, 5])
+def test_cuda_graph_steps_match_the_cpu(
+    checkpoint, runtime, draft_runtime, plain, tmp_path, pad_to_width
+):
+    """Decode and verify steps replayed as CUDA graphs (one per width, or all verify steps
+    padded to one width) give the CPU's logits and the plain greedy output at every k."""
     reason = cuda_available()
     if reason:
         pytest.skip(f"CUDA-graph steps not tested: {reason}")
     onnx_dir = export_onnx(checkpoint, tmp_path / "fp16", quant="fp16", compute="fp16")
-    gpu = OnnxRuntime(onnx_dir, n_ctx=256, providers=["CUDAExecutionProvider"], verify_width=5)
-    assert gpu.on_cuda and gpu.cuda_graph and gpu.pad
+    gpu = OnnxRuntime(
+        onnx_dir, n_ctx=256, providers=["CUDAExecutionProvider"], pad_to_width=pad_to_width
+    )
+    assert gpu.on_cuda and gpu.cuda_graph
     assert np.abs(fresh_logits(gpu, TOKENS) - fresh_logits(runtime, TOKENS)).max() < 0.05
     tokens, _ = plain
     ref = SpeculativeDecoder(gpu).generate(tokens, max_tokens=40, speculative=False)
-    for _ in range(2):  # the second request replays the captured graphs
+    for k in (4, 2, 4):  # the second k=4 request replays graphs captured by the first
         out = SpeculativeDecoder(
-            gpu, [ModelDrafter(draft_runtime)], FixedPolicy("model", 4)
+            gpu, [ModelDrafter(draft_runtime)], FixedPolicy("model", k)
         ).generate(tokens, max_tokens=40)
         assert out.tokens == ref.tokens

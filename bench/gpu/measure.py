@@ -1,0 +1,415 @@
+"""GPU kit measurements for one back-end and one target/draft pair; prints a table, writes JSON.
+
+Random weights make real acceptance meaningless, so acceptance is controlled: an oracle drafter
+proposes the target's own greedy continuation (from a plain run of the same prompt), wrong at
+text positions chosen once per acceptance rate, so every k meets the same wrong positions.
+It runs at zero draft cost (the ceiling the verify curve allows) and paying the real forward
+passes of the draft model (what a user pays).
+
+    python bench/gpu/measure.py --backend llama --device cuda --bundle B --label demo --json OUT
+    python bench/gpu/measure.py --report OUT1.json OUT2.json ...   # one table over several
+
+Measured, per back-end: the target's verify cost curve t(n)/t(1) for n = 1..17; the draft's
+per-token cost; the loop's own time per step (greedy and sampled) against the verify pass;
+speedup over plain decoding for acceptance 1.0/0.9/0.8/0.6 at k = 1..8 and with the adaptive
+controller; and whether every speculative output equals the plain one token for token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.bundle import read_bundle
+from edgespec.calibrate import measure_curve
+from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
+from edgespec.drafters import Draft, ModelDrafter
+from edgespec.drafters.model import common_prefix_len
+from edgespec.engine import Result, SpeculativeDecoder
+from edgespec.runtimes.base import Runtime
+from edgespec.sampling import SamplingParams
+
+ACCEPTANCE = (1.0, 0.9, 0.8, 0.6)
+KS = tuple(range(1, 9))
+PROMPT = """Complete the module: keep the public names, add type hints and docstrings.
+
+import json
+from dataclasses import dataclass
+
+
+@dataclass
+class Order:
+    item: str
+    quantity: int
+    price: float
+
+
+def total(orders):
+    return sum(o.quantity * o.price for o in orders)
+
+
+def load(path):
+    with open(path) as f:
+        return [Order(**row) for row in json.load(f)]
+"""
+SAMPLED = {
+    "temperature 0.8, top-k 40, top-p 0.9": SamplingParams(0.8, 40, 0.9, seed=0),
+    "temperature 0.8": SamplingParams(0.8, seed=0),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_tokens: int = 128
+    repeats: int = 1  # each timed run is done this many times; the fastest counts
+    curve_reps: int = 20
+    curve_n: int = 17
+    acceptance: tuple[float, ...] = ACCEPTANCE
+    ks: tuple[int, ...] = KS
+
+
+SMOKE = Settings(max_tokens=12, repeats=1, curve_reps=2, curve_n=5, acceptance=(1.0, 0.6),
+                 ks=(1, 4))  # fmt: skip
+
+
+class OracleDrafter:
+    """Drafts the reference continuation, wrong exactly at the text positions `wrong` marks.
+
+    Named "model" so the adaptive controller prices and probes it as a draft model. With
+    `model` set it also runs that draft model's forward passes as ModelDrafter would (catch-up,
+    then one token at a time), so its time is the real draft cost; its logits are ignored.
+    """
+
+    name = "model"
+
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        reference: Sequence[int],
+        wrong: np.ndarray,  # [len(reference)] bool: positions whose proposal is made wrong
+        n_vocab: int,
+        model: ModelDrafter | None = None,
+    ) -> None:
+        self.prompt_len = len(prompt)
+        self.expected = list(prompt) + list(reference)
+        self.wrong = wrong
+        self.n_vocab = n_vocab
+        self.model = model
+
+    def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
+        k = min(k, len(self.expected) - len(context))
+        if k <= 0:
+            return Draft.empty()
+        t_catch_up = self.pay_draft_cost(context, k)
+        n = len(context)
+        on_track = common_prefix_len(self.expected, context) == n
+        tokens = np.empty(k, dtype=np.int32)
+        for i in range(k):
+            right = self.expected[n + i]
+            bad = not on_track or self.wrong[n + i - self.prompt_len]
+            tokens[i] = (right + 1) % self.n_vocab if bad else right
+        if self.model is not None:
+            self.model.cached.extend(int(t) for t in tokens[:-1])
+        return Draft(tokens, None, t_catch_up)
+
+    def pay_draft_cost(self, context: Sequence[int], k: int) -> float:
+        """The draft model's forward passes for a k-token proposal; returns catch-up seconds."""
+        if self.model is None:
+            return 0.0
+        t0 = time.perf_counter()
+        keep = common_prefix_len(self.model.cached, context)
+        logits = self.model.catch_up(context, keep)
+        t_catch_up = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0
+        token = int(np.argmax(logits))
+        for _ in range(k - 1):
+            token = int(np.argmax(self.model.runtime.forward([token])[-1]))
+        return t_catch_up
+
+    def accept(self, n_accepted: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        if self.model is not None:
+            self.model.reset()
+
+    def behind(self, context: Sequence[int]) -> int:
+        return self.model.behind(context) if self.model is not None else 0
+
+
+def wrong_positions(acceptance: float, n: int, seed: int = 0) -> np.ndarray:
+    """[n] bool: each text position is wrong with probability 1 - acceptance, fixed per seed."""
+    return np.random.default_rng([seed, int(acceptance * 1000)]).random(n) >= acceptance
+
+
+@dataclass
+class Run:
+    """One generation's figures (the fastest of the repeats)."""
+
+    tokens_per_second: float
+    n_steps: int
+    mean_acceptance_length: float
+    acceptance_rate: float
+    verify_ms_per_step: float
+    draft_ms_per_step: float
+    loop_us_per_step: float
+    identical: bool
+    steps_by_k: dict[int, int] = field(default_factory=dict)
+
+    @staticmethod
+    def of(result: Result, reference: Sequence[int] | None) -> Run:
+        s = result.stats
+        steps = max(s.n_steps, 1)
+        return Run(
+            tokens_per_second=s.tokens_per_second,
+            n_steps=s.n_steps,
+            mean_acceptance_length=s.mean_acceptance_length,
+            acceptance_rate=s.acceptance_rate,
+            verify_ms_per_step=1e3 * s.t_verify / steps,
+            draft_ms_per_step=1e3 * s.t_draft / steps,
+            loop_us_per_step=1e6 * s.t_loop / steps,
+            identical=reference is None or list(result.tokens) == list(reference),
+        )
+
+
+def fastest(runs: list[Run]) -> Run:
+    return max(runs, key=lambda r: r.tokens_per_second)
+
+
+class Bench:
+    def __init__(self, target: Runtime, draft: Runtime | None, settings: Settings) -> None:
+        self.target, self.draft, self.settings = target, draft, settings
+        self.prompt = target.tokenize(PROMPT, special=True)
+
+    def generate(
+        self, drafters: list, policy: Policy, sp: SamplingParams = SamplingParams()
+    ) -> Result:
+        decoder = SpeculativeDecoder(self.target, drafters, policy)
+        return decoder.generate(self.prompt, max_tokens=self.settings.max_tokens, sp=sp)
+
+    def plain(self) -> tuple[list[int], Run]:
+        runs, tokens = [], None
+        for _ in range(self.settings.repeats + 1):  # the first allocates and captures: not timed
+            result = self.generate([], FixedPolicy(None, 0))
+            if tokens is not None:
+                runs.append(Run.of(result, tokens))
+            tokens = list(result.tokens)
+        assert tokens is not None
+        return tokens, fastest(runs)
+
+    def oracle(self, reference: list[int], acceptance: float, real_cost: bool, policy_of) -> Run:
+        wrong = wrong_positions(acceptance, len(reference))
+        runs = []
+        for _ in range(self.settings.repeats):
+            model = ModelDrafter(self.draft) if real_cost and self.draft is not None else None
+            drafter = OracleDrafter(self.prompt, reference, wrong, self.target.n_vocab, model)
+            runs.append(Run.of(self.generate([drafter], policy_of()), reference))
+        return fastest(runs)
+
+    def loop_overhead(self, reference: list[int]) -> dict[str, dict]:
+        """The loop's own time per step at k = 4 (acceptance 0.8, zero draft cost), greedy and
+        sampled, against the verify pass it wraps."""
+        out = {}
+        wrong = wrong_positions(0.8, len(reference))
+        for name, sp in {"greedy": SamplingParams(), **SAMPLED}.items():
+            runs = []
+            for _ in range(self.settings.repeats + 1):
+                drafter = OracleDrafter(self.prompt, reference, wrong, self.target.n_vocab)
+                runs.append(Run.of(self.generate([drafter], FixedPolicy("model", 4), sp), None))
+            run = min(runs[1:] or runs, key=lambda r: r.loop_us_per_step)
+            out[name] = {
+                "loop_us_per_step": round(run.loop_us_per_step, 1),
+                "verify_ms_per_step": round(run.verify_ms_per_step, 3),
+                "share_of_verify": round(run.loop_us_per_step / 1e3 / run.verify_ms_per_step, 4),
+            }
+        return out
+
+
+def measure(args: argparse.Namespace) -> dict:
+    settings = SMOKE if args.smoke else Settings()
+    target, draft = open_pair(args)
+    bench = Bench(target, draft, settings)
+    t0 = time.perf_counter()
+    curve = measure_curve(target, settings.curve_n, reps=settings.curve_reps)
+    draft_token_s = measure_curve(draft, 1, reps=settings.curve_reps)[0] if draft else 0.0
+    reference, plain = bench.plain()
+    report: dict = {
+        "label": args.label, "backend": args.backend, "device": args.device,
+        "cuda_graphs": args.graphs, "machine": machine(), "bundle": str(args.bundle),
+        "settings": settings.__dict__, "prompt_tokens": len(bench.prompt),
+        "curve_ms": [round(1e3 * t, 4) for t in curve],
+        "curve_ratio": [round(t / curve[0], 4) for t in curve],
+        "draft_token_ms": round(1e3 * draft_token_s, 4),
+        "draft_over_target": round(draft_token_s / curve[0], 4),
+        "plain": plain.__dict__, "loop": bench.loop_overhead(reference), "oracle": [],
+    }  # fmt: skip
+    for acceptance in settings.acceptance if args.grid == "full" else ():
+        for real_cost in (False, True) if draft else (False,):
+            draft_s = draft_token_s if real_cost else 0.0
+            policies = {k: (lambda k=k: FixedPolicy("model", k)) for k in settings.ks}
+            policies["auto"] = lambda d=draft_s: AdaptivePolicy(CostCurve(list(curve), d), k_max=8)
+            for k, policy_of in policies.items():
+                run = bench.oracle(reference, acceptance, real_cost, policy_of)
+                report["oracle"].append({
+                    "acceptance": acceptance, "draft_cost": "real" if real_cost else "zero",
+                    "k": k, "speedup": round(run.tokens_per_second / plain.tokens_per_second, 4),
+                    **run.__dict__,
+                })  # fmt: skip
+    report["goals"] = goals(report)
+    report["seconds"] = round(time.perf_counter() - t0, 1)
+    return report
+
+
+def open_pair(args: argparse.Namespace) -> tuple[Runtime, Runtime | None]:
+    bundle = read_bundle(args.bundle)
+    paths = bundle.path("target"), bundle.path("draft")
+    assert paths[0] is not None
+    return open_model(paths[0], args), (open_model(paths[1], args) if paths[1] else None)
+
+
+def open_model(path: Path, args: argparse.Namespace) -> Runtime:
+    n_ctx = 1024
+    if args.backend == "llama":
+        from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+        layers = 999 if args.device == "cuda" else 0
+        if args.graphs == "off":  # read by ggml-cuda at its first graph, after this
+            os.environ["GGML_CUDA_DISABLE_GRAPHS"] = "1"
+        return LlamaCppRuntime(path, n_ctx=n_ctx, n_gpu_layers=layers)
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    providers = ["CUDAExecutionProvider"] if args.device == "cuda" else None
+    rt = OnnxRuntime(path, n_ctx=n_ctx, providers=providers, cuda_graph=args.graphs == "on")
+    if args.device == "cuda" and not rt.on_cuda:
+        raise SystemExit(f"{path}: ONNX Runtime's CUDA EP did not load (see the log above)")
+    return rt
+
+
+def goals(r: dict) -> dict:
+    """The issue's goals, each with the measured figure and whether it is met."""
+    verify_1 = r["curve_ms"][0]
+    rows = {(o["acceptance"], o["draft_cost"], o["k"]): o for o in r["oracle"]}
+    out: dict = {}
+    share = max(v["share_of_verify"] for v in r["loop"].values())
+    out["loop_overhead_at_most_5pct_of_verify"] = {"worst_share": share, "met": share <= 0.05}
+    ceiling_row = rows.get((1.0, "zero", 4))
+    if ceiling_row and len(r["curve_ms"]) >= 5:
+        ceiling = 5 / (r["curve_ms"][4] / verify_1)
+        got = ceiling_row["speedup"]
+        out["k4_within_10pct_of_curve_ceiling"] = {
+            "speedup": got, "ceiling": round(ceiling, 3), "ratio": round(got / ceiling, 3),
+            "met": got >= 0.9 * ceiling,
+        }  # fmt: skip
+    fixed = [o for (a, c, k), o in rows.items() if a == 0.8 and c == "real" and k != "auto"]
+    auto = rows.get((0.8, "real", "auto"))
+    if fixed and auto:
+        best = max(fixed, key=lambda o: o["speedup"])
+        out["auto_within_5pct_of_best_k_at_0.8_real_cost"] = {
+            "auto": auto["speedup"], "best_k": best["k"], "best": best["speedup"],
+            "met": auto["speedup"] >= 0.95 * best["speedup"] and auto["speedup"] >= 1.0,
+        }  # fmt: skip
+    if not r["oracle"]:
+        return out
+    out["all_outputs_identical_to_plain"] = {
+        "departed": sum(not o["identical"] for o in r["oracle"]),
+        "met": all(o["identical"] for o in r["oracle"]),
+    }
+    return out
+
+
+def machine() -> dict:
+    info = {"python": platform.python_version(), "processor": platform.processor()}
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+        info["gpu"] = smi.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        info["gpu"] = None
+    return info
+
+
+# --- the table --------------------------------------------------------------------------------
+
+
+def table(reports: list[dict]) -> str:
+    lines = []
+    for r in reports:
+        lines.append(f"\n## {r['label']} on {r['backend']} ({r['device']}, CUDA graphs "
+                     f"{r['cuda_graphs']}) — {r['machine'].get('gpu') or 'no GPU'}")  # fmt: skip
+        lines.append("verify cost t(n)/t(1), n=1..: "
+                     + " ".join(f"{x:.2f}" for x in r["curve_ratio"])
+                     + f"   t(1) = {r['curve_ms'][0]:.2f} ms; draft token {r['draft_token_ms']:.2f}"
+                     f" ms ({r['draft_over_target']:.2f} of a target token)")  # fmt: skip
+        p = r["plain"]
+        lines.append(f"plain: {p['tokens_per_second']:.1f} tok/s, verify "
+                     f"{p['verify_ms_per_step']:.2f} ms/step, loop {p['loop_us_per_step']:.0f}"
+                     " us/step")  # fmt: skip
+        for name, v in r["loop"].items():
+            lines.append(f"loop, {name}: {v['loop_us_per_step']:.0f} us/step = "
+                         f"{100 * v['share_of_verify']:.1f}% of a {v['verify_ms_per_step']:.2f} ms"
+                         " verify (k=4)")  # fmt: skip
+        ks = [k for k in r["settings"]["ks"]] + ["auto"]
+        if r["oracle"]:
+            lines.append("speedup over plain | " + " | ".join(f"k={k}" for k in ks))
+        for a in r["settings"]["acceptance"]:
+            for cost in ("zero", "real"):
+                row = [o for o in r["oracle"] if o["acceptance"] == a and o["draft_cost"] == cost]
+                if not row:
+                    continue
+                cells = [f"{o['speedup']:.2f}" + ("" if o["identical"] else "*") for o in row]
+                lines.append(f"a={a} {cost:>4} draft | " + " | ".join(cells))
+        for name, g in r["goals"].items():
+            figures = ", ".join(f"{k}={v}" for k, v in g.items() if k != "met")
+            lines.append(f"goal {name}: {'met' if g['met'] else 'NOT met'} ({figures})")
+    lines.append("(* = output departed from plain decoding)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bundle", type=Path)
+    ap.add_argument("--backend", choices=["llama", "onnx"], default="llama")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument(
+        "--graphs",
+        choices=["on", "off"],
+        default="on",
+        help="CUDA graphs (ONNX Runtime's, or llama.cpp's own)",
+    )
+    ap.add_argument(
+        "--grid",
+        choices=["full", "quick"],
+        default="full",
+        help="quick: the cost curve, plain decoding and the loop only",
+    )
+    ap.add_argument("--label", default="pair")
+    ap.add_argument("--smoke", action="store_true", help="tiny settings for a CPU check")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--report", type=Path, nargs="+", help="print the table of these JSON files")
+    args = ap.parse_args()  # fmt: skip
+    if args.report:
+        print(table([json.loads(p.read_text()) for p in args.report]))
+        return
+    if args.bundle is None:
+        ap.error("give --bundle (or --report JSON...)")
+    report = measure(args)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1))
+    print(table([report]))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

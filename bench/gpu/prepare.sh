@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Gather what an offline CUDA machine lacks into one git-ignored folder, in uploads that each
+# stay under a size limit (default 60 MiB), and print the order in which to send them.
+#
+#   bash bench/gpu/prepare.sh [--out .gpukit] [--chunk-mib 60]
+#
+# Runs where pip reaches PyPI. The GPU machine needs Python 3.12, CUDA 13, nvcc, cmake, ninja,
+# scikit-build-core, numpy, onnx, tokenizers, safetensors, jinja2 and tqdm (docs/gpu.md); this
+# brings the rest: llama-cpp-python's source (trimmed: no models, docs, examples, web UI or
+# back-ends other than CPU and CUDA), the gguf wheel, edgespec as a wheel, onnxruntime-gpu
+# split into chunks, and the demo pair's real tokenizer (so prompts tokenize as Qwen2.5's do).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=.gpukit
+CHUNK_MIB=60
+LLAMA_VERSION=0.3.36
+ORT_VERSION=1.31.1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT=$2; shift 2 ;;
+    --chunk-mib) CHUNK_MIB=$2; shift 2 ;;
+    *) echo "prepare.sh: unknown argument $1 (use --out DIR, --chunk-mib N)" >&2; exit 2 ;;
+  esac
+done
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+DL="$OUT/downloads"  # stays here: not part of any upload
+mkdir -p "$DL"
+rm -rf "$OUT"/up*
+mkdir -p "$OUT/up1"
+
+fetch() {  # fetch FILE_GLOB PIP_ARGS...: download once, reuse after
+  local glob=$1; shift
+  if ! compgen -G "$DL/$glob" > /dev/null; then
+    "$PY" -m pip download -q --no-deps -d "$DL" "$@"
+  fi
+}
+PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64
+           --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+fetch "onnxruntime_gpu-$ORT_VERSION-*.whl" --only-binary=:all: --python-version 3.12 \
+  --implementation cp "${PLATFORMS[@]}" "onnxruntime-gpu==$ORT_VERSION"
+fetch "llama_cpp_python-$LLAMA_VERSION.tar.gz" --no-binary=:all: "llama-cpp-python==$LLAMA_VERSION"
+fetch "gguf-*.whl" --only-binary=:all: "gguf>=0.17"
+
+echo "trimming llama-cpp-python $LLAMA_VERSION" >&2
+TRIM=$(mktemp -d)
+trap 'rm -rf "$TRIM"' EXIT
+tar -xzf "$DL/llama_cpp_python-$LLAMA_VERSION.tar.gz" -C "$TRIM"
+SRC="$TRIM/llama_cpp_python-$LLAMA_VERSION"
+V="$SRC/vendor/llama.cpp"
+# llama.cpp built as a subproject builds no tools, tests or examples (LLAMA_STANDALONE is off);
+# run.sh turns the multimodal library (tools/mtmd) off too
+rm -rf "$V"/{models,docs,media,examples,pocs,benches,tests,gguf-py,scripts,conversion}
+find "$V/tools" -mindepth 1 -maxdepth 1 ! -name mtmd ! -name CMakeLists.txt -exec rm -rf {} +
+for backend in vulkan sycl opencl hexagon metal cann openvino webgpu virtgpu et zdnn kompute; do
+  rm -rf "$V/ggml/src/ggml-$backend"
+done
+tar -czf "$OUT/up1/llama_cpp_python-$LLAMA_VERSION-trimmed.tar.gz" -C "$TRIM" \
+  "llama_cpp_python-$LLAMA_VERSION"
+cp "$DL"/gguf-*.whl "$OUT/up1/"
+rm -f "$DL"/edgespec-*.whl
+"$PY" -m pip wheel -q --no-deps -w "$DL" . > /dev/null
+cp "$DL"/edgespec-*.whl "$OUT/up1/"
+"$PY" bench/gpu/make_models.py --save-tokenizer "$OUT/up1/qwen2.5-tokenizer"
+
+ORT=$(ls "$DL"/onnxruntime_gpu-$ORT_VERSION-*.whl)
+split -b "${CHUNK_MIB}M" -d -a 2 "$ORT" "$TRIM/$(basename "$ORT").part"
+# first fit: each part goes into the first upload with room for it (the last, small part
+# usually rides with upload 1)
+limit=$((CHUNK_MIB * 1024 * 1024))
+for part in "$TRIM"/*.part*; do
+  size=$(stat -c %s "$part")
+  n=1
+  while [ -d "$OUT/up$n" ] && [ $(($(du -sb "$OUT/up$n" | cut -f1) + size)) -gt $limit ]; do
+    n=$((n + 1))
+  done
+  mkdir -p "$OUT/up$n"
+  mv "$part" "$OUT/up$n/"
+done
+# one checksum list over every upload: run.sh names what is missing or damaged
+(cd "$OUT" && find up* -type f | sort | xargs sha256sum > MANIFEST.sha256 \
+  && sha256sum "downloads/$(basename "$ORT")" | sed "s# downloads/# #" > ORT.sha256)
+cp "$OUT/MANIFEST.sha256" "$OUT/ORT.sha256" "$OUT/up1/"
+
+echo
+echo "Send these to the GPU machine, one upload each, into $OUT/ beside the checkout:"
+for dir in "$OUT"/up*; do
+  printf '  %s  %s\n' "$(du -sh "$dir" | cut -f1)" "$dir"
+done
+echo "then run there: bash bench/gpu/run.sh   (bash bench/gpu/run.sh --help for the steps)"

@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# The GPU kit, on the GPU machine: install what prepare.sh brought, build llama.cpp for this
+# GPU, make shape-true models of the demo pair (and a 7B target), export them through
+# `edgespec export`, and measure every back-end with bench/gpu/measure.py. Nothing is fetched.
+#
+#   bash bench/gpu/run.sh                 # everything; steps already done are skipped
+#   bash bench/gpu/run.sh --background    # start the build and the models, return at once
+#   bash bench/gpu/run.sh --smoke --out D # a CPU check with tiny models, in this environment
+#   options: --kit DIR (default .gpukit)  --out DIR (results)  --no-7b  --wait-min N
+#
+# Steps leave marks in $KIT/state, so a run after uploads or after --background picks up
+# where the last one stopped. Logs: $KIT/logs. Results: $OUT/*.json and $OUT/table.txt.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+KIT=.gpukit
+OUT=
+SMOKE=0
+BACKGROUND=0
+WITH_7B=1
+WAIT_MIN=25
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --kit) KIT=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --smoke) SMOKE=1; shift ;;
+    --background) BACKGROUND=1; shift ;;
+    --no-7b) WITH_7B=0; shift ;;
+    --wait-min) WAIT_MIN=$2; shift 2 ;;
+    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+KIT=$(mkdir -p "$KIT" && cd "$KIT" && pwd)
+OUT=${OUT:-$KIT/results}
+mkdir -p "$OUT" "$KIT/state" "$KIT/logs"
+OUT=$(cd "$OUT" && pwd)
+WORK=$KIT/work
+SITE=$KIT/site
+export PYTHONUNBUFFERED=1
+say() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+done_mark() { touch "$KIT/state/$1"; }
+is_done() { [ -e "$KIT/state/$1" ]; }
+
+# --- the CPU smoke run: this environment as it is, tiny models, tiny settings ----------------
+if [ "$SMOKE" = 1 ]; then
+  PY=${PYTHON:-python3}
+  [ -x .venv/bin/python ] && PY=${PYTHON:-.venv/bin/python}
+  T=$(mktemp -d)
+  trap 'rm -rf "$T"' EXIT
+  "$PY" bench/gpu/make_models.py --shape tiny --out "$T/hf-target" --seed 1
+  "$PY" bench/gpu/make_models.py --shape tiny-draft --out "$T/hf-draft" --seed 2
+  "$PY" -m edgespec export --target "$T/hf-target" --draft "$T/hf-draft" --out "$T/gguf" \
+    --target-quant q4_k_m --draft-quant q8_0
+  "$PY" -m edgespec export --format onnx --target "$T/hf-target" --draft "$T/hf-draft" \
+    --out "$T/onnx" --target-quant int4 --draft-quant fp16
+  "$PY" bench/gpu/measure.py --smoke --device cpu --backend llama --bundle "$T/gguf" \
+    --label tiny --json "$OUT/tiny-llama.json"
+  "$PY" bench/gpu/measure.py --smoke --device cpu --backend onnx --graphs off \
+    --bundle "$T/onnx" --label tiny --json "$OUT/tiny-onnx.json"
+  "$PY" bench/gpu/measure.py --report "$OUT"/tiny-*.json > "$OUT/table.txt"
+  cat "$OUT/table.txt"
+  exit 0
+fi
+
+# --- the GPU machine ---------------------------------------------------------------------------
+PY=${PYTHON:-python3}
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+
+check_uploads() {  # $1 = all | up1: which uploads the next steps need
+  local manifest=$KIT/up1/MANIFEST.sha256
+  [ -f "$manifest" ] || { say "upload 1 missing: send $KIT/up1 (made by prepare.sh)"; exit 3; }
+  local missing=0
+  while read -r sum path; do
+    [ "$1" = up1 ] && [[ $path != up1/* ]] && continue
+    if [ ! -f "$KIT/$path" ]; then
+      say "missing: $path — send $KIT/${path%%/*}"; missing=1
+    elif ! is_done "ok-${path//\//_}"; then
+      echo "$sum  $KIT/$path" | sha256sum -c --quiet - \
+        || { say "damaged: $path — send $KIT/${path%%/*} again"; exit 3; }
+      done_mark "ok-${path//\//_}"
+    fi
+  done < "$manifest"
+  [ $missing = 0 ] || exit 3
+}
+
+install_python_parts() {
+  mkdir -p "$SITE"
+  if ! is_done gguf; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$KIT"/up1/gguf-*.whl
+    done_mark gguf
+  fi
+  # edgespec from this checkout (it may be newer than the wheel prepare.sh made)
+  "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade \
+    --target "$SITE" "$REPO" > "$KIT/logs/edgespec-install.log" 2>&1 \
+    || "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade \
+      --target "$SITE" "$KIT"/up1/edgespec-*.whl
+}
+
+build_llama() {  # llama-cpp-python with CUDA for this GPU only, on every core
+  is_done llama && return
+  local src
+  src=$(ls "$KIT"/up1/llama_cpp_python-*-trimmed.tar.gz)
+  say "building llama-cpp-python with CUDA (log: $KIT/logs/llama-build.log)"
+  CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native -DLLAVA_BUILD=off" \
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    "$PY" -m pip install --no-index --no-deps --no-build-isolation --no-compile \
+      --target "$SITE" "$src" > "$KIT/logs/llama-build.log" 2>&1
+  done_mark llama
+  say "llama-cpp-python built"
+}
+
+make_model() {  # make_model SHAPE
+  is_done "hf-$1" && return
+  say "make $1"
+  if "$PY" bench/gpu/make_models.py --shape "$1" --tokenizer "$KIT/up1/qwen2.5-tokenizer" \
+    --out "$WORK/hf/$1" > "$KIT/logs/hf-$1.log" 2>&1; then
+    done_mark "hf-$1"
+  else
+    say "make $1 failed: $(tail -2 "$KIT/logs/hf-$1.log")"
+  fi
+}
+
+export_bundle() {  # export_bundle NAME FORMAT TARGET DRAFT TARGET_QUANT DRAFT_QUANT
+  local name=$1 format=$2
+  is_done "bundle-$name" && return
+  say "export $name"
+  local extra=()
+  [ "$format" = onnx ] && extra=(--device cuda)
+  if "$PY" -m edgespec export --format "$format" --target "$WORK/hf/$3" --draft "$WORK/hf/$4" \
+    --out "$WORK/bundles/$name" --target-quant "$5" --draft-quant "$6" --force "${extra[@]}" \
+    > "$KIT/logs/export-$name.log" 2>&1; then
+    done_mark "bundle-$name"
+    say "exported $name"
+  else
+    done_mark "failed-bundle-$name"
+    say "export $name failed: $(tail -2 "$KIT/logs/export-$name.log")"
+  fi
+}
+
+models_and_exports() {  # ONNX exports need no llama.cpp: they run while it builds
+  local pids=()
+  make_model qwen2.5-0.5b
+  make_model qwen2.5-1.5b
+  export_bundle demo-onnx onnx qwen2.5-1.5b qwen2.5-0.5b int4 fp16 &
+  pids+=($!)
+  if [ $WITH_7B = 1 ]; then
+    make_model qwen2.5-7b
+    export_bundle 7b-onnx onnx qwen2.5-7b qwen2.5-0.5b int4 fp16 &
+    pids+=($!)
+  fi
+  wait_for llama || { done_mark failed-bundle-demo-gguf; done_mark failed-bundle-7b-gguf; }
+  export_bundle demo-gguf gguf qwen2.5-1.5b qwen2.5-0.5b q4_k_m q8_0 &
+  pids+=($!)
+  if [ $WITH_7B = 1 ]; then
+    export_bundle 7b-gguf gguf qwen2.5-7b qwen2.5-0.5b q4_k_m q8_0 &
+    pids+=($!)
+  fi
+  for pid in "${pids[@]}"; do wait "$pid"; done
+}
+
+wait_for() {  # wait_for MARK: 0 once a step has left it; 1 if it failed or WAIT_MIN passed
+  local deadline=$((SECONDS + 60 * WAIT_MIN))
+  until is_done "$1"; do
+    if [ -e "$KIT/state/failed-$1" ]; then say "$1 failed (see $KIT/logs)"; return 1; fi
+    [ $SECONDS -lt $deadline ] || { say "gave up waiting for $1 after $WAIT_MIN min"; return 1; }
+    sleep 5
+  done
+}
+
+background_steps() {
+  rm -f "$KIT"/state/failed-*
+  build_llama || done_mark failed-llama &
+  local build=$!
+  models_and_exports
+  wait $build
+  done_mark background
+}
+
+install_onnxruntime_gpu() {
+  is_done ort && return
+  local parts wheel
+  parts=$(find "$KIT"/up* -name 'onnxruntime_gpu-*.whl.part*' -printf '%f %p\n' | sort | cut -d' ' -f2-)
+  wheel=$WORK/$(basename "$(echo "$parts" | head -1)" | sed 's/\.part[0-9]*$//')
+  mkdir -p "$WORK"
+  # shellcheck disable=SC2086  # one path per word, in part order
+  cat $parts > "$wheel"
+  (cd "$WORK" && sha256sum -c --quiet "$KIT/up1/ORT.sha256")
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$wheel"
+  rm -f "$wheel"
+  done_mark ort
+}
+
+measure_all() {  # demo pair first; the 7B when its bundles are ready in time
+  local pairs=(demo)
+  [ $WITH_7B = 1 ] && pairs+=(7b)
+  for pair in "${pairs[@]}"; do
+    for backend in gguf onnx; do
+      wait_for "bundle-$pair-$backend" || continue
+      local b=$backend
+      [ "$b" = gguf ] && b=llama
+      run_measure "$pair" "$b" on full "$WORK/bundles/$pair-$backend"
+      run_measure "$pair" "$b" off quick "$WORK/bundles/$pair-$backend"
+    done
+  done
+  "$PY" bench/gpu/measure.py --report "$OUT"/*.json > "$OUT/table.txt"
+  cat "$OUT/table.txt"
+}
+
+run_measure() {  # run_measure PAIR BACKEND GRAPHS GRID BUNDLE: a process each (clean CUDA state)
+  local name=$1-$2-graphs-$3
+  say "measure $name"
+  "$PY" bench/gpu/measure.py --device cuda --backend "$2" --graphs "$3" --grid "$4" \
+    --bundle "$5" --label "$1" --json "$OUT/$name.json" > "$KIT/logs/measure-$name.log" 2>&1 \
+    || say "measure $name failed: $(tail -3 "$KIT/logs/measure-$name.log")"
+}
+
+gpu_tests() {
+  say "tests marked gpu"
+  "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_onnx.py tests/test_gpu_kit.py 2>&1 \
+    | tee "$OUT/gpu-tests.txt" | tail -15 \
+    || true
+}
+
+check_uploads up1
+install_python_parts
+if [ "$BACKGROUND" = 1 ]; then
+  setsid nohup bash -c "set -eEuo pipefail; $(declare -f); \
+    $(declare -p KIT WORK SITE PY REPO WITH_7B WAIT_MIN OUT); \
+    export PYTHONPATH=$PYTHONPATH PYTHONUNBUFFERED=1; background_steps" \
+    > "$KIT/logs/background.log" 2>&1 < /dev/null &
+  say "build, models and exports started in the background (log: $KIT/logs/background.log)"
+  exit 0
+fi
+check_uploads all
+install_onnxruntime_gpu
+if ! is_done background && ! pgrep -f background_steps > /dev/null; then
+  background_steps &
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+gpu_tests
+measure_all

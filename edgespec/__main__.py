@@ -1,0 +1,5 @@
+"""`python -m edgespec`: the `edgespec` command, where no console script is on PATH."""
+
+from edgespec.cli import main
+
+raise SystemExit(main())

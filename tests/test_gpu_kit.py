@@ -1,0 +1,138 @@
+"""The GPU kit (bench/gpu/): its oracle drafter, its CPU smoke run, and llama.cpp on CUDA.
+
+The kit must not rot where no GPU is at hand: the smoke run exercises make_models.py, both
+exports, measure.py on both back-ends and the table, on tiny models, in CI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.controller import FixedPolicy
+from edgespec.drafters import ModelDrafter
+from edgespec.engine import SpeculativeDecoder
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_measure():
+    spec = importlib.util.spec_from_file_location("gpu_measure", REPO / "bench/gpu/measure.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_measure"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+measure = load_measure()
+PROMPT = [5, 9, 14, 3, 7]
+N = 24
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_runtimes) -> list[int]:
+    target, _ = tiny_runtimes
+    out = SpeculativeDecoder(target).generate(PROMPT, max_tokens=N, speculative=False)
+    assert len(out.tokens) == N  # the tests below need the whole continuation
+    return out.tokens
+
+
+def run_oracle(target, reference, wrong, k, model=None):
+    drafter = measure.OracleDrafter(PROMPT, reference, wrong, target.n_vocab, model)
+    decoder = SpeculativeDecoder(target, [drafter], FixedPolicy("model", k))
+    return decoder.generate(PROMPT, max_tokens=N)
+
+
+def test_oracle_proposals_are_accepted_exactly_up_to_the_first_wrong_position(
+    tiny_runtimes, reference
+):
+    target, _ = tiny_runtimes
+    wrong = np.zeros(N, dtype=bool)
+    wrong[[3, 4, 11]] = True
+    out = run_oracle(target, reference, wrong, k=4)
+    assert out.tokens == reference
+    # steps by text position: draft 0-3 keeps 0-2, recovers 3; draft 4-7 keeps none, recovers
+    # 4; 5-8 all, bonus 9; 10-13 keeps 10, recovers 11; 12-15 all, bonus 16; 17-20 all, bonus
+    # 21; one token of room left for a draft: 22, bonus 23
+    assert out.stats.accepted_by_pos == [6, 4, 4, 3]
+    assert out.stats.n_accepted == 3 + 0 + 4 + 1 + 4 + 4 + 1
+
+
+def test_oracle_at_full_acceptance_emits_k_plus_one_per_step(tiny_runtimes, reference):
+    target, _ = tiny_runtimes
+    out = run_oracle(target, reference, np.zeros(N, dtype=bool), k=3)
+    assert out.tokens == reference
+    assert out.stats.acceptance_rate == 1.0
+    assert out.stats.n_steps == N // 4
+
+
+def test_oracle_paying_the_draft_cost_runs_the_draft_model(tiny_runtimes, reference):
+    target, draft = tiny_runtimes
+    model = ModelDrafter(draft)
+    wrong = measure.wrong_positions(0.6, N)
+    out = run_oracle(target, reference, wrong, k=4, model=model)
+    assert out.tokens == reference
+    assert model.cached[: len(PROMPT)] == PROMPT  # it forwarded the context as a drafter would
+    assert out.stats.t_draft > 0
+
+
+def test_wrong_positions_follow_the_acceptance_rate():
+    wrong = measure.wrong_positions(0.8, 100_000)
+    assert abs(wrong.mean() - 0.2) < 0.005  # binomial sd 0.0013
+    assert not measure.wrong_positions(1.0, 1000).any()
+    assert (measure.wrong_positions(0.8, 50) == measure.wrong_positions(0.8, 50)).all()
+
+
+@pytest.mark.slow
+def test_the_kit_smoke_run_measures_both_back_ends(tmp_path):
+    """bench/gpu/run.sh --smoke on the CPU: tiny models exported to GGUF and ONNX, measured."""
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        ["bash", "bench/gpu/run.sh", "--smoke", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "PYTHON": sys.executable},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for backend in ("llama", "onnx"):
+        report = json.loads((out / f"tiny-{backend}.json").read_text())
+        assert report["backend"] == backend
+        assert len(report["curve_ms"]) == 5 and report["curve_ratio"][0] == 1.0
+        assert set(report["loop"]) == {"greedy", *measure.SAMPLED}
+        keys = {(o["acceptance"], o["draft_cost"], o["k"]) for o in report["oracle"]}
+        assert keys == {
+            (a, c, k) for a in (1.0, 0.6) for c in ("zero", "real") for k in (1, 4, "auto")
+        }
+        full = [o for o in report["oracle"] if o["acceptance"] == 1.0 and o["identical"]]
+        assert full and all(o["acceptance_rate"] == 1.0 for o in full)
+        assert "loop_overhead_at_most_5pct_of_verify" in report["goals"]
+    table = (out / "table.txt").read_text()
+    assert "## tiny on llama" in table and "## tiny on onnx" in table
+
+
+@pytest.mark.gpu
+def test_llama_cpp_on_cuda_speculates_exactly(tiny_pair):
+    """All layers offloaded: speculative greedy output equals plain decoding on the GPU."""
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    llama_cpp = pytest.importorskip("llama_cpp")
+    if not llama_cpp.llama_supports_gpu_offload():
+        pytest.skip("this llama-cpp-python build has no GPU offload")
+    target_path, draft_path = tiny_pair
+    target = LlamaCppRuntime(target_path, n_ctx=512, n_gpu_layers=999)
+    draft = LlamaCppRuntime(draft_path, n_ctx=512, n_gpu_layers=999)
+    plain = SpeculativeDecoder(target).generate(PROMPT, max_tokens=40, speculative=False)
+    for k in (1, 4, 8):
+        out = SpeculativeDecoder(target, [ModelDrafter(draft)], FixedPolicy("model", k)).generate(
+            PROMPT, max_tokens=40
+        )
+        assert out.tokens == plain.tokens
