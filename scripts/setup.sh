@@ -1,12 +1,33 @@
 #!/usr/bin/env bash
-# Create .venv and install edgespec with the llama.cpp back-end (compiles llama.cpp: ~6 min on
-# 2 cores the first time; pip caches the wheel after that). Idempotent.
+# Create .venv and install edgespec with the llama.cpp back-end. Idempotent.
+#
+# llama-cpp-python is compiled here (~3-6 min on 2 cores) for this CPU's vector extensions,
+# AMX excepted: in sandboxes that do not grant AMX tile state (gVisor), llama.cpp's AMX
+# kernels crash on the first quantized matmul. The wheel is kept in
+# ~/.cache/edgespec/wheels/<flags>, so a fresh clone on the same CPU installs it in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+LLAMA_VERSION=0.3.36  # the version every benchmark in docs/ was measured with
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-  .venv/bin/python -m pip install -q -e ".[llama,onnx,dev,plot]"
+
+cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+cmake_args="-DGGML_NATIVE=OFF"
+for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx512f:AVX512 \
+            avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 \
+            avx_vnni:AVX_VNNI; do
+  [[ $cpu_flags == *" ${pair%%:*} "* ]] && cmake_args+=" -DGGML_${pair#*:}=ON"
+done
+[ -e /proc/cpuinfo ] || cmake_args="-DGGML_NATIVE=ON"  # not Linux: the compiler knows best
+wheels=${EDGESPEC_WHEELS:-$HOME/.cache/edgespec/wheels}/llama-$LLAMA_VERSION-$(echo "$cmake_args" | sha256sum | cut -c1-12)
+if ! ls "$wheels"/llama_cpp_python-*.whl > /dev/null 2>&1; then
+  echo "building llama-cpp-python $LLAMA_VERSION ($cmake_args)" >&2
+  CMAKE_ARGS="$cmake_args" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+    .venv/bin/python -m pip wheel -q --no-cache-dir --no-deps -w "$wheels" \
+    "llama-cpp-python==$LLAMA_VERSION"
+fi
+.venv/bin/python -m pip install -q --find-links "$wheels" "llama-cpp-python==$LLAMA_VERSION"
+.venv/bin/python -m pip install -q --find-links "$wheels" -e ".[llama,onnx,dev,plot]"

@@ -112,8 +112,11 @@ def test_the_kit_smoke_run_measures_both_back_ends(tmp_path):
         assert keys == {
             (a, c, k) for a in (1.0, 0.6) for c in ("zero", "real") for k in (1, 4, "auto")
         }
-        full = [o for o in report["oracle"] if o["acceptance"] == 1.0 and o["identical"]]
-        assert full and all(o["acceptance_rate"] == 1.0 for o in full)
+        # a fixed k drafts every step, and at acceptance 1.0 keeps every drafted token (the
+        # controller may choose plain steps, which draft nothing)
+        fixed = [o for o in report["oracle"] if o["acceptance"] == 1.0 and o["k"] != "auto"]
+        assert all(o["acceptance_rate"] == 1.0 for o in fixed if o["identical"])
+        assert all(o["identical"] for o in report["oracle"])
         assert "loop_overhead_at_most_5pct_of_verify" in report["goals"]
     table = (out / "table.txt").read_text()
     assert "## tiny on llama" in table and "## tiny on onnx" in table
