@@ -39,10 +39,6 @@ GRAPH_DECODE, GRAPH_VERIFY, NO_GRAPH = 1, 2, -1  # CUDA graph ids ("gpu_graph_id
 CACHED_WIDTHS = 16  # steps up to this width keep their bindings between calls
 
 
-def is_onnx_model_dir(path: Path) -> bool:
-    return path.is_dir() and (path / MODEL_JSON).is_file()
-
-
 def read_model_json(model_dir: Path) -> dict:
     if not model_dir.is_dir():
         raise ModelFileError(f"{model_dir} is not a folder; give an exported ONNX model folder")
