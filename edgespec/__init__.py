@@ -1,8 +1,14 @@
 """edgespec: lossless speculative decoding on one device.
 
-from edgespec import load_decoder, SamplingParams
-decoder = load_decoder("target.gguf", "draft.gguf")
-print(decoder.generate("def fib(n):", max_tokens=64).text)
+    from edgespec import load_decoder, SamplingParams
+    decoder = load_decoder("target.gguf", "draft.gguf")
+    print(decoder.generate("def fib(n):", max_tokens=64).text)
+
+Importing edgespec loads the numpy core and nothing heavier: the engine (SpeculativeDecoder,
+Event, Result, Stats) with what it imports (controller, drafters, verify, sampling,
+textstream, errors) and the Runtime protocol (edgespec.runtimes.base). No back-end library
+(llama-cpp-python, onnxruntime, onnx, gguf) is imported until load_decoder is first called:
+it imports edgespec.loader, which opens each model with the back-end its format needs.
 """
 
 from edgespec.engine import Event, Result, SpeculativeDecoder, Stats

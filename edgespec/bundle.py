@@ -21,13 +21,13 @@ from edgespec.errors import BundleError
 SCHEMA_VERSION = 1
 MANIFEST = "bundle.json"
 ROLES = ("target", "draft")
-FORMATS = ("gguf", "onnx", "tensorrt")
+FORMATS = ("gguf", "onnx", "tensorrt")  # tensorrt: reserved for the planned back-end
 
 
 @dataclass(frozen=True)
 class ModelEntry:
     role: str  # target | draft
-    format: str  # gguf | onnx | tensorrt
+    format: str  # gguf | onnx | tensorrt (planned: no runtime opens it yet)
     path: str  # relative to the bundle folder, POSIX separators
     quant: str  # q4_k_m, q8_0, f16, int4, fp8, ...
     sha256: str

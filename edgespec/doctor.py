@@ -38,7 +38,8 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
 
         rows.append(("onnxruntime providers", ", ".join(onnxruntime.get_available_providers())))
         rows.append(("CUDA graphs", cuda_graph_status(onnxruntime, model)))
-    rows.append(("tensorrt", module_version("tensorrt") or "missing: pip install 'edgespec[trt]'"))
+    trt = module_version("tensorrt") or "not installed"
+    rows.append(("tensorrt", f"{trt} (the TensorRT back-end is planned, not built yet)"))
     return rows
 
 

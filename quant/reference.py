@@ -1,4 +1,4 @@
-"""Numpy reference quantizers and the per-tensor error report `export` prints and stores.
+"""Numpy reference quantizers and the weight-error summary `export` stores in bundle.json.
 
 INT4: symmetric blocks along the input dimension (32 or 128 weights share one float scale),
 as ONNX Runtime's MatMulNBits and llama.cpp's Q4_0 store them. FP8: E4M3 (max 448) with one
@@ -76,18 +76,6 @@ class TensorError:
     relative_error: float  # ||w - q(w)|| / ||w||, Frobenius
 
 
-def error_report(tensors: dict[str, np.ndarray], kind: str, block: int = 32) -> list[TensorError]:
-    """Relative error of every 2-D weight under `kind`, worst first."""
-    rows = []
-    for name, w in tensors.items():
-        if w.ndim != 2:
-            continue
-        w32 = w.astype(np.float32)
-        err = relative_error(w32, fake_quantize(w32, kind, block))
-        rows.append(TensorError(name, tuple(w.shape), err))
-    return sorted(rows, key=lambda r: -r.relative_error)
-
-
 def relative_error(w: np.ndarray, stored: np.ndarray) -> float:
     """||w - stored|| / ||w|| (Frobenius)."""
     norm = float(np.linalg.norm(w))
@@ -104,12 +92,3 @@ def error_summary(errors: list[TensorError]) -> dict | None:
         "mean": round(sum(e.relative_error for e in errors) / len(errors), 5),
         "worst": [[e.name, round(e.relative_error, 5)] for e in worst[:5]],
     }
-
-
-def format_report(rows: list[TensorError], worst: int = 5) -> str:
-    if not rows:
-        return "no 2-D weights"
-    mean = sum(r.relative_error for r in rows) / len(rows)
-    lines = [f"{len(rows)} tensors, mean relative error {mean:.4f}; worst:"]
-    lines += [f"  {r.relative_error:.4f}  {r.name} {r.shape}" for r in rows[:worst]]
-    return "\n".join(lines)

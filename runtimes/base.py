@@ -1,7 +1,7 @@
 """The Runtime protocol: what the engine needs from a back-end.
 
 A runtime owns one model and one KV cache for one sequence. The engine keeps the invariant
-that the target's cache never holds the last emitted token (see DESIGN.md).
+that the target's cache never holds the last emitted token (see docs/design.md).
 """
 
 from __future__ import annotations

@@ -42,10 +42,6 @@ MAX_GRAPH_WIDTH = 17  # k + 1 for the controller's k_max = 16
 CACHED_WIDTHS = 16  # steps up to this width keep their bindings between calls
 
 
-def is_onnx_model_dir(path: Path) -> bool:
-    return path.is_dir() and (path / MODEL_JSON).is_file()
-
-
 def read_model_json(model_dir: Path) -> dict:
     if not model_dir.is_dir():
         raise ModelFileError(f"{model_dir} is not a folder; give an exported ONNX model folder")

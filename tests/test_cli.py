@@ -89,29 +89,39 @@ def test_console_script_exits_2_without_traceback(tmp_path):
     )
 
 
-@pytest.mark.real
-def test_run_json_with_the_real_pair(capsys, demo_target_path, demo_draft_path):
+def check_run_json(capsys, target_path, draft_path, target) -> None:
+    """`run --json` prints what the pair decodes: its text is its tokens' text, and its tokens
+    are plain greedy decoding's up to a near-tie (llama.cpp on CPU is not batch-invariant)."""
+    from edgespec.bench import NEAR_TIE, first_departure, top2_gap
+    from edgespec.engine import SpeculativeDecoder
+
+    prompt = "def add(a, b):"
+    argv = ["--prompt", prompt, "--max-tokens", "12", "--json", "--n-ctx", "512"]
     code, out, _ = run_cli(
-        capsys,
-        "run",
-        "--target",
-        str(demo_target_path),
-        "--draft",
-        str(demo_draft_path),
-        "--prompt",
-        "def add(a, b):",
-        "--max-tokens",
-        "12",
-        "--json",
-        "--n-ctx",
-        "512",
+        capsys, "run", "--target", str(target_path), "--draft", str(draft_path), *argv
     )
     assert code == 0
     result = json.loads(out)
-    assert result["finish_reason"] in ("stop", "length")
-    assert len(result["tokens"]) <= 12
-    assert result["text"].strip().startswith("return a + b") or result["text"].strip()
+    ref = SpeculativeDecoder(target).generate(prompt, max_tokens=12, speculative=False)
+    i = first_departure(ref.tokens, result["tokens"])
+    if i is None:
+        assert (result["tokens"], result["finish_reason"]) == (ref.tokens, ref.finish_reason)
+    else:
+        context = target.tokenize(prompt, special=True) + ref.tokens[:i]
+        assert top2_gap(target, context) < NEAR_TIE, f"departure at {i} is not a near-tie"
+    assert result["text"] == target.detokenize(result["tokens"]).decode("utf-8", "replace")
+    assert result["finish_reason"] == ("length" if len(result["tokens"]) == 12 else "stop")
+    assert result["stats"]["n_generated"] == len(result["tokens"])
     assert {"acceptance_rate", "mean_acceptance_length", "t_loop_s"} <= set(result["stats"])
+
+
+@pytest.mark.real
+def test_run_json_with_the_real_pair(capsys, demo_runtimes, demo_target_path, demo_draft_path):
+    check_run_json(capsys, demo_target_path, demo_draft_path, demo_runtimes[0])
+
+
+def test_run_json_with_a_tiny_pair(capsys, tiny_pair, tiny_runtimes):
+    check_run_json(capsys, *tiny_pair, tiny_runtimes[0])
 
 
 @pytest.mark.real

@@ -36,12 +36,15 @@ def test_greedy_equals_plain_when_wrong_at_every_position(k):
 
 def test_all_accepted_emits_k_plus_one_per_step():
     rt = FakeRuntime(n_vocab=16, n_ctx=128, seed=5)
+    rt.eog = 999  # before the decoder reads the vocabulary: nothing ends the run early
     dec = SpeculativeDecoder(rt, [ScriptedDrafter(rt, None)], FixedPolicy("scripted", 4))
-    out = dec.generate(PROMPT, max_tokens=10)
-    eog_cut = out.finish_reason == "stop"
-    assert out.stats.n_accepted == out.stats.n_draft_tokens or eog_cut
-    assert rt.forward_calls[0] == len(PROMPT) - 1  # prefill leaves the last prompt token out
-    assert set(rt.forward_calls[1:]) <= {5, 2}  # [last, *4 drafted], then room for 1 more
+    events = list(dec.stream(PROMPT, max_tokens=12))
+    assert [len(e.tokens) for e in events] == [5, 5, 2]  # 4 accepted + bonus; then room for 2
+    assert events[-1].tokens == tuple(plain(rt, max_tokens=12).tokens[10:])
+    stats = events[-1].stats
+    assert (stats.n_draft_tokens, stats.n_accepted, stats.n_steps) == (9, 9, 3)
+    # prefill leaves the last prompt token out; then [last, *4 drafted] twice, [last, *1]
+    assert rt.forward_calls[:4] == [len(PROMPT) - 1, 5, 5, 2]
 
 
 def test_ngram_drafter_is_exact():
@@ -96,14 +99,18 @@ def test_empty_prompt_is_refused():
         plain(FakeRuntime(), prompt=[])
 
 
-def test_rollback_restores_the_cache_exactly():
-    rt = FakeRuntime()
-    drafter = ScriptedDrafter(FakeRuntime(), wrong_at=1)
-    SpeculativeDecoder(rt, [drafter], FixedPolicy("scripted", 4)).generate(PROMPT, max_tokens=9)
-    out_tokens = rt.cache + []
-    fresh = FakeRuntime()
-    fresh.forward(out_tokens)
-    assert fresh.cache == rt.cache
+def test_rollback_leaves_the_cache_holding_the_context_but_the_last_token():
+    """After every step the target's cache is exactly prompt + emitted minus the last token
+    (the invariant): a rejected draft token never stays, an accepted one never goes."""
+    rt = FakeRuntime(n_ctx=128)
+    rt.eog = 999
+    drafter = ScriptedDrafter(FakeRuntime(), wrong_at=1)  # 1 accepted, then a rejection
+    dec = SpeculativeDecoder(rt, [drafter], FixedPolicy("scripted", 4))
+    context = list(PROMPT)
+    for event in dec.stream(PROMPT, max_tokens=9):
+        context += event.tokens
+        assert rt.cache == context[:-1]
+    assert context[len(PROMPT) :] == plain(rt, max_tokens=9).tokens
 
 
 def test_sampling_is_seeded_and_deterministic():
@@ -218,3 +225,29 @@ def test_a_model_drafter_reports_catching_up_apart_from_drafting():
     assert steady.t_catch_up == 0.0
     context += [7, 8, 9, 10, 11]  # five tokens emitted by other steps
     assert drafter.propose(context, 3, greedy).t_catch_up > 0.0
+
+
+def test_a_model_drafter_reports_the_distribution_it_sampled_from():
+    """q must be the distribution each draft token was drawn from, top-p cut and renormalized
+    included: a q that differs from it biases acceptance. Bound: each cell of the first
+    token's frequencies within 5 standard errors of q (N = 4000)."""
+    from edgespec.drafters import ModelDrafter
+
+    draft_rt = FakeRuntime(n_vocab=6, n_ctx=64, seed=3, scale=1.5)
+    oracle = FakeRuntime(n_vocab=6, n_ctx=64, seed=3, scale=1.5)
+    sp = SamplingParams(temperature=1.0, top_p=0.7)
+    drafter = ModelDrafter(draft_rt, seed=0)
+    context = [1, 2, 1, 2]
+    q0 = logits_to_probs(oracle.logits_after(context), sp)
+    assert 0 < np.count_nonzero(q0) < len(q0)  # top-p cuts some tokens, keeps several
+    n = 4000
+    counts = np.zeros(len(q0))
+    for _ in range(n):
+        draft = drafter.propose(context, 2, sp)
+        assert draft.q is not None
+        np.testing.assert_array_equal(draft.q[0], q0)
+        after = logits_to_probs(oracle.logits_after([*context, int(draft.tokens[0])]), sp)
+        np.testing.assert_array_equal(draft.q[1], after)
+        counts[draft.tokens[0]] += 1
+    se = np.sqrt(q0 * (1 - q0) / n)
+    assert np.all(np.abs(counts / n - q0) <= 5 * se + 1e-12), (counts / n, q0)

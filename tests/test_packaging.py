@@ -29,6 +29,9 @@ def test_wheel_installs_only_the_edgespec_package(tmp_path):
         assert f"edgespec/{sub}" in names, sub
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "edgespec = edgespec.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("/METADATA")))
+    # the SPDX string form (PEP 639); the table form is deprecated and warns at every install
+    assert "License-Expression: Apache-2.0" in metadata.decode().splitlines()
 
 
 def test_subpackages_import_under_one_name():
@@ -39,3 +42,14 @@ def test_subpackages_import_under_one_name():
     assert Path(edgespec.runtimes.llamacpp.__file__).parent.name == "runtimes"
     assert edgespec.export.__name__ == "edgespec.export"
     assert edgespec.quant.__name__ == "edgespec.quant"
+
+
+def test_importing_edgespec_loads_no_back_end():
+    """What edgespec/__init__.py promises: the numpy core only, back-ends on first use."""
+    code = (
+        "import sys, edgespec; "
+        "print(sorted({'llama_cpp', 'onnxruntime', 'onnx', 'gguf', 'edgespec.loader'} "
+        "& set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

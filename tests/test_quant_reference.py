@@ -1,10 +1,12 @@
 import numpy as np
 import pytest
 from edgespec.quant.reference import (
+    TensorError,
     dequantize_int4_blocks,
-    error_report,
+    error_summary,
     fake_quantize,
     quantize_int4_blocks,
+    relative_error,
     round_to_e4m3,
 )
 
@@ -33,23 +35,30 @@ def test_relative_error_bounds_on_gaussian_weights(kind, bound):
     """Gaussian weights: fp16 keeps ~3 decimal digits, E4M3 ~2^-4 relative per value,
     symmetric int4 in blocks of 32 ~0.1-0.15 relative. Bounds hold with margin."""
     w = np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32)
-    (row,) = error_report({"w": w}, kind)
-    assert row.relative_error <= bound
+    error = relative_error(w, fake_quantize(w, kind))
+    assert error <= bound
     if kind in ("fp8", "int4"):
-        assert row.relative_error > bound / 10  # and the quantizer does something
+        assert error > bound / 10  # and the quantizer does something
 
 
-def test_report_orders_worst_first_and_skips_vectors():
+def test_summary_names_the_worst_tensors_first():
     rng = np.random.default_rng(1)
     tensors = {
-        "norm": np.ones(8, np.float32),
         "smooth": rng.standard_normal((8, 32)).astype(np.float32),
         # one large weight per block sets a coarse step for the 31 ordinary ones
         "outliers": np.where(np.arange(32) == 0, 10.0, rng.standard_normal((8, 32))).astype(
             np.float32
         ),
     }
-    rows = error_report(tensors, "int4")
-    assert [r.name for r in rows] == ["outliers", "smooth"]
+    errors = [
+        TensorError(name, w.shape, relative_error(w, fake_quantize(w, "int4")))
+        for name, w in tensors.items()
+    ]
+    summary = error_summary(errors)
+    assert summary is not None
+    assert [name for name, _ in summary["worst"]] == ["outliers", "smooth"]
+    assert summary["n_tensors"] == 2
+    assert summary["mean"] == round(sum(e.relative_error for e in errors) / 2, 5)
+    assert error_summary([]) is None
     with pytest.raises(ValueError, match="unknown quantization 'int3'"):
         fake_quantize(tensors["smooth"], "int3")

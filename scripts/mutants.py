@@ -1,0 +1,247 @@
+"""Deliberate bugs, one at a time: each must make at least one fast test fail.
+
+Every mutant replaces one exact snippet of the source. It is applied to a scratch copy of the
+package (laid out as pyproject's package-dir installs it, imported through PYTHONPATH ahead
+of the editable install), so the working tree is never changed, whatever stops the run.
+A snippet that is no longer in the code stops the run before any test: re-anchor it here.
+
+    python scripts/mutants.py [NAME ...]   # all mutants, or the named ones
+    python scripts/mutants.py --list
+    python scripts/mutants.py --every rollback-off-by-one   # name every test it fails
+
+Exit status: 0 every mutant killed, 1 some survived, 2 the mutants or the baseline are broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pytest depends on tomli there
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+TIME_LIMIT_S = 300  # per mutant; a mutant that hangs the tests counts as killed
+PYTEST = ["-q", "-p", "no:cacheprovider", "-rf", "-m", "not real and not gpu and not slow"]
+ENGINE, VERIFY = "tests/test_engine.py", "tests/test_verify.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str  # relative to the repository root
+    old: str  # exact snippet, found exactly once
+    new: str
+    tests: tuple[str, ...]  # the fast tests that should kill it
+
+
+MUTANTS = (
+    Mutant(
+        "residual-ignores-q",
+        "edgespec/verify.py",
+        "r = np.maximum(p - q, 0.0)",
+        "r = np.maximum(p, 0.0)",
+        (VERIFY, ENGINE),
+    ),
+    Mutant(
+        "residual-keeps-rejected-token",
+        "edgespec/verify.py",
+        "        r[x] = 0.0\n",
+        "        pass\n",
+        (VERIFY, ENGINE),
+    ),
+    Mutant(
+        "rollback-off-by-one",
+        "edgespec/engine.py",
+        "self.target.rollback(n0 + 1 + verdict.n_accepted)",
+        "self.target.rollback(n0 + verdict.n_accepted)",
+        (ENGINE,),
+    ),
+    Mutant(
+        "bonus-token-skipped",
+        "edgespec/verify.py",
+        "return Verdict(n_accepted, argmax[: n_accepted + 1])",
+        "return Verdict(n_accepted, argmax[: min(n_accepted + 1, max(k, 1))])",
+        (VERIFY, ENGINE),
+    ),
+    Mutant(
+        "greedy-accepts-past-mismatch",
+        "edgespec/verify.py",
+        "n_accepted = int(mismatch[0]) if mismatch.size else k",
+        "n_accepted = int(mismatch[0]) + 1 if mismatch.size else k",
+        (VERIFY, ENGINE),
+    ),
+    Mutant(
+        "q-before-top-p-token-after",
+        "edgespec/drafters/model.py",
+        "q[i] = logits_to_probs(logits, sp)\n                tokens[i] = sample(q[i], self.rng)",
+        "q[i] = logits_to_probs(logits, SamplingParams(sp.temperature, sp.top_k))\n"
+        "                tokens[i] = sample(logits_to_probs(logits, sp), self.rng)",
+        (ENGINE,),
+    ),
+    Mutant(
+        "q-after-top-p-token-before",
+        "edgespec/drafters/model.py",
+        "q[i] = logits_to_probs(logits, sp)\n                tokens[i] = sample(q[i], self.rng)",
+        "q[i] = logits_to_probs(logits, sp)\n                tokens[i] = sample("
+        "logits_to_probs(logits, SamplingParams(sp.temperature, sp.top_k)), self.rng)",
+        (ENGINE,),
+    ),
+    Mutant(
+        "stop-string-cut-one-late",
+        "edgespec/textstream.py",
+        "return min(hits) if hits else None",
+        "return min(hits) + 1 if hits else None",
+        (ENGINE,),
+    ),
+    Mutant(
+        "k-not-bounded-by-room",
+        "edgespec/engine.py",
+        "k = min(k, room - 1)",
+        "k = min(k, room)",
+        (ENGINE,),
+    ),
+)
+
+
+def check_snippets(mutants: list[Mutant]) -> list[str]:
+    """Every snippet must occur exactly once in today's code; return the problems."""
+    problems = []
+    for m in mutants:
+        path = ROOT / m.path
+        count = path.read_text().count(m.old) if path.is_file() else 0
+        if count != 1:
+            what = "snippet not found" if count == 0 else f"snippet found {count} times"
+            problems.append(f"{m.name}: {what} in {m.path}: update scripts/mutants.py")
+    return problems
+
+
+def package_dirs() -> dict[str, str]:
+    """pyproject's [tool.setuptools] package-dir: import name -> folder in the repository."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return config["tool"]["setuptools"]["package-dir"]
+
+
+def make_scratch(scratch: Path) -> tuple[Path, Path]:
+    """Copy the package (as installed) and the tests; return (import root, test root)."""
+    site, repo = scratch / "site", scratch / "repo"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    # parents first, so edgespec/ exists before edgespec/runtimes/ is copied into it
+    for name, folder in sorted(package_dirs().items(), key=lambda item: item[0].count(".")):
+        shutil.copytree(ROOT / folder, site / name.replace(".", "/"), ignore=ignore)
+    shutil.copytree(ROOT / "tests", repo / "tests", ignore=ignore)
+    shutil.copy2(ROOT / "pyproject.toml", repo / "pyproject.toml")
+    return site, repo
+
+
+def scratch_path(site: Path, repo_path: str) -> Path:
+    """Where a repository file lives in the scratch import tree."""
+    for name, folder in sorted(package_dirs().items(), key=lambda item: -len(item[1])):
+        if repo_path.startswith(folder.rstrip("/") + "/"):
+            return site / name.replace(".", "/") / repo_path[len(folder.rstrip("/")) + 1 :]
+    raise SystemExit(f"{repo_path} is in no package of pyproject's package-dir")
+
+
+def run_tests(
+    site: Path, repo: Path, tests: tuple[str, ...], every: bool = False
+) -> subprocess.CompletedProcess:
+    """pytest on the scratch copy; stop at the first failure unless every one is wanted."""
+    env = dict(os.environ, PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
+    cmd = [sys.executable, "-m", "pytest", *PYTEST, *([] if every else ["-x"]), *tests]
+    return subprocess.run(
+        cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=TIME_LIMIT_S
+    )
+
+
+def check_imports_from(site: Path, repo: Path) -> None:
+    """The tests must import the scratch copy, not the editable install."""
+    env = dict(os.environ, PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
+    code = "import edgespec.engine, edgespec.verify; print(edgespec.engine.__file__)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True
+    )
+    if not out.stdout.strip().startswith(str(site)):
+        raise SystemExit(f"edgespec was imported from {out.stdout.strip()!r}, not {site}")
+
+
+def failures(output: str) -> str:
+    """The failing tests pytest's short summary names, comma-separated."""
+    hits = re.findall(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+    return ", ".join(hits) if hits else "(no test named)"
+
+
+def try_mutant(m: Mutant, site: Path, repo: Path, every: bool) -> tuple[str, str]:
+    """Apply m to the scratch copy, run its tests, restore; return (verdict, evidence)."""
+    path = scratch_path(site, m.path)
+    original = path.read_text()
+    path.write_text(original.replace(m.old, m.new, 1))
+    try:
+        done = run_tests(site, repo, m.tests, every)
+    except subprocess.TimeoutExpired:
+        return "killed", f"tests ran past {TIME_LIMIT_S} s"
+    finally:
+        path.write_text(original)
+    if done.returncode == 1:
+        return "killed", failures(done.stdout)
+    if done.returncode == 0:
+        return "SURVIVED", "all of " + " ".join(m.tests) + " passed"
+    return "killed", f"pytest exit {done.returncode}: {failures(done.stdout)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--every", action="store_true", help="name every failing test")
+    args = parser.parse_args(argv)
+    known = {m.name: m for m in MUTANTS}
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        print(f"unknown mutant {unknown[0]!r}; known: {', '.join(known)}", file=sys.stderr)
+        return 2
+    chosen = [known[n] for n in args.names] if args.names else list(MUTANTS)
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:<30} {m.path:<28} {' '.join(m.tests)}")
+        return 0
+    problems = check_snippets(chosen)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="edgespec-mutants-") as tmp:
+        site, repo = make_scratch(Path(tmp))
+        check_imports_from(site, repo)
+        baseline = run_tests(site, repo, tuple(sorted({t for m in chosen for t in m.tests})))
+        if baseline.returncode != 0:
+            print(baseline.stdout[-3000:], file=sys.stderr)
+            print("the unmutated tests fail: fix them before judging mutants", file=sys.stderr)
+            return 2
+        rows = []
+        for m in chosen:
+            verdict, evidence = try_mutant(m, site, repo, args.every)
+            rows.append((m.name, m.path, verdict, evidence))
+            print(f"{m.name:<30} {verdict}", file=sys.stderr, flush=True)
+    print_table(rows)
+    return 1 if any(verdict == "SURVIVED" for _, _, verdict, _ in rows) else 0
+
+
+def print_table(rows: list[tuple[str, str, str, str]]) -> None:
+    header = ("mutant", "file", "result", "failing tests")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[3])
+    n_killed = sum(verdict == "killed" for _, _, verdict, _ in rows)
+    print(f"{n_killed} of {len(rows)} mutants killed")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
