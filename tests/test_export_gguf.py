@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from edgespec.export.gguf_export import ExportOptions, export_bundle
+from edgespec.export.orchestrator import ExportOptions, export_bundle
 from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
 from edgespec.bundle import read_bundle

@@ -82,7 +82,7 @@ def test_missing_files_and_unknown_architectures(tmp_path):
 
 
 def test_export_from_hf_folders_to_a_bundle(tmp_path):
-    from edgespec.export.gguf_export import ExportOptions, export_bundle
+    from edgespec.export.orchestrator import ExportOptions, export_bundle
 
     from edgespec.bundle import read_bundle
 

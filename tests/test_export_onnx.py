@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (edgespec[onnx])")
 pytest.importorskip("llama_cpp", reason="GGUF sources are compared with llama.cpp")
 
-from edgespec.export.gguf_export import ExportOptions, export_bundle  # noqa: E402
+from edgespec.export.orchestrator import ExportOptions, export_bundle  # noqa: E402
 from edgespec.export.hf_to_gguf import convert_hf_to_gguf  # noqa: E402
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
 from edgespec.runtimes.llamacpp import LlamaCppRuntime  # noqa: E402
