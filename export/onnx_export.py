@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from collections.abc import Iterator
 from typing import BinaryIO
 
 import numpy as np
@@ -257,13 +257,13 @@ class GraphBuilder:
             q = bits.close()
             scale = self.const(name + ".scale", np.concatenate(scales).astype(self.dtype))
             return self.op("MatMul", x, self.op("DequantizeLinear", q, scale, axis=1))
-        stored = np.float16 if self.quant == "fp16" else self.dtype
-        weight = self.stream(name, (n_in, n_out), stored, axis=1)
+        dtype = np.dtype(np.float16 if self.quant == "fp16" else self.dtype)
+        weight = self.stream(name, (n_in, n_out), dtype, axis=1)
         for wt in self.blocks(w):
-            half = wt.astype(stored)
+            stored = wt.astype(dtype)
             if self.quant == "fp16":
-                errors.add(wt, half.astype(np.float32))
-            weight.write(half)
+                errors.add(wt, stored.astype(np.float32))
+            weight.write(stored)
         if self.quant == "fp32":
             return self.op("MatMul", x, weight.close())
         self.record_error(name, w, errors)
@@ -291,7 +291,9 @@ class GraphBuilder:
         and scales [N, K/block] float32; the error of what is stored is recorded."""
         n, k = w.shape
         n_blocks = -(-k // self.block_size)
-        shape = (n, n_blocks * self.block_size // 2) if flat else (n, n_blocks, self.block_size // 2)
+        shape = (
+            (n, n_blocks * self.block_size // 2) if flat else (n, n_blocks, self.block_size // 2)
+        )
         packed = self.stream(name + ".q4", shape, np.uint8)
         scales, errors = [], ErrorSum()
         for wt in self.blocks(w):

@@ -74,9 +74,10 @@ def quantize_gguf(
 def weight_errors(source: Path, quantized: Path) -> list:
     """The relative error of every 2-D tensor the quantizer changed, against the source
     (dequantized with gguf.quants): the export's per-tensor report."""
-    from edgespec.quant.reference import TensorError, relative_error
     from gguf import GGUFReader
     from gguf.quants import dequantize
+
+    from edgespec.quant.reference import TensorError, relative_error
 
     before = {t.name: t for t in GGUFReader(str(source)).tensors}
     errors = []
