@@ -347,20 +347,10 @@ class GgufWeights(LazyTensors):
         return self.read_stored(name, start, stop)
 
     def read_stored(self, name: str, start: int, stop: int) -> np.ndarray:
-        """Rows as the file stores them: read with a plain file read (a memory map would keep
-        every page it touched resident), then dequantized."""
-        from gguf.quants import dequantize
+        """Rows as the file stores them, dequantized (plain file reads, no memory map)."""
+        from edgespec.quant.gguf_quant import read_rows
 
-        tensor = self.entries[name]
-        row_bytes = tensor.data.nbytes // tensor.data.shape[0]
-        shape = (stop - start, *tensor.data.shape[1:])
-        raw = np.fromfile(
-            self.path,
-            dtype=tensor.data.dtype,
-            count=math.prod(shape),
-            offset=tensor.data_offset + start * row_bytes,
-        ).reshape(shape)
-        return dequantize(raw, tensor.tensor_type).astype(np.float32, copy=False)
+        return read_rows(self.path, self.entries[name], start, stop)
 
     def read_unpermuted(self, name: str, start: int, stop: int) -> np.ndarray:
         """HF rows of a llama.cpp-interleaved q or k: each comes from a stored row of its head."""
