@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from edgespec.export.gguf_export import ExportOptions, export_bundle
+from edgespec.export.orchestrator import ExportOptions, export_bundle
 from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
 from edgespec.bench import first_departure

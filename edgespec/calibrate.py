@@ -99,6 +99,11 @@ def device_description() -> str:
     return f"{cpu}, {os.cpu_count()} cores"
 
 
+def backend_names(target: Runtime, draft: Runtime | None) -> str:
+    """ "LlamaCppRuntime+OnnxRuntime": the back-ends of a target and its draft."""
+    return "+".join(type(rt).__name__ for rt in (target, draft) if rt is not None)
+
+
 def tune_key(target: Path, draft: Path | None, runtime_desc: str) -> str:
     parts = [file_fingerprint(target), file_fingerprint(draft) if draft else "-", runtime_desc]
     return "|".join([*parts, device_description()])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.bundle import is_bundle, read_bundle
-from edgespec.calibrate import calibrate, load_tuned, store_tuned, tune_key
+from edgespec.calibrate import backend_names, calibrate, load_tuned, store_tuned, tune_key
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Drafter, ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
@@ -108,8 +108,3 @@ def curve_from_bundle(tuned: dict | None) -> CostCurve | None:
 def runtime_description(opts: RuntimeOptions, target: Runtime, draft: Runtime | None) -> str:
     """Which back-ends, threads and offload a cost curve was measured with."""
     return f"{backend_names(target, draft)} threads={opts.n_threads} gpu_layers={opts.n_gpu_layers}"
-
-
-def backend_names(target: Runtime, draft: Runtime | None) -> str:
-    """ "LlamaCppRuntime+OnnxRuntime": the back-ends of a target and its draft."""
-    return "+".join(type(rt).__name__ for rt in (target, draft) if rt is not None)

@@ -1,26 +1,34 @@
 """A model's float weights, HF config and tokenizer, read from an HF folder or a GGUF file.
 
-The ONNX exporter builds its graph from HF tensor names and an HF tokenizer.json. An HF folder
-supplies them directly. A GGUF file (the only form the demo pair ships in) is read with the
+Every exporter reads its source here. An HF folder supplies config.json, tokenizer.json and
+*.safetensors directly. A GGUF file (the only form the demo pair ships in) is read with the
 gguf package: tensors are dequantized with gguf.quants, renamed through gguf's TensorNameMap
 in reverse, and the byte-level BPE vocabulary becomes a tokenizer.json for the `tokenizers`
 library with the pre-tokenizer llama.cpp names in `tokenizer.ggml.pre`. A quantized GGUF gives
 the dequantized weights: requantizing them is a second rounding, which the docs state.
+
+Weights are read a block of rows at a time (`LazyTensors.rows`) with plain file reads, never
+a memory map, so an export holds a few blocks of one tensor at once whatever the model's size.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+import struct
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from edgespec.export.hf_to_gguf import LazyTensors
 
 from edgespec.errors import ModelFileError
 
+HF_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 GGUF_ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
+SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 # llama.cpp's tokenizer.ggml.pre -> the regex split HF tokenizers of that family use
 PRE_TOKENIZER_REGEX = {
     "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
@@ -39,17 +47,83 @@ HF_LAYER_TENSORS = (
 HF_MODEL_TENSORS = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
 
 
+@dataclass(frozen=True)
+class Rows:
+    """A float32 tensor read a block of rows (first-axis slices) at a time."""
+
+    shape: tuple[int, ...]
+    read: Callable[[int, int], np.ndarray]  # (start, stop) -> float32 [stop - start, ...]
+
+    @staticmethod
+    def of(array: np.ndarray) -> Rows:
+        return Rows(tuple(array.shape), lambda start, stop: array[start:stop])
+
+    @staticmethod
+    def stack(parts: list[Rows]) -> Rows:
+        """The parts one after another along the first axis (q, k, v -> one qkv matrix)."""
+        bounds = np.cumsum([0] + [p.shape[0] for p in parts])
+
+        def read(start: int, stop: int) -> np.ndarray:
+            pieces = [
+                p.read(max(start, lo) - lo, min(stop, hi) - lo)
+                for p, lo, hi in zip(parts, bounds[:-1], bounds[1:])
+                if start < hi and stop > lo
+            ]
+            return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+        return Rows((int(bounds[-1]), *parts[0].shape[1:]), read)
+
+    @property
+    def nbytes(self) -> int:  # as float32
+        return 4 * math.prod(self.shape)
+
+    def blocks(self, max_bytes: int) -> Iterator[tuple[int, int]]:
+        """(start, stop) row ranges of at most max_bytes of float32 each (at least one row)."""
+        row_bytes = 4 * math.prod(self.shape[1:])
+        step = max(1, max_bytes // max(row_bytes, 1))
+        for start in range(0, self.shape[0], step):
+            yield start, min(start + step, self.shape[0])
+
+
 @dataclass
 class Checkpoint:
-    """What the ONNX exporter reads: an HF config, float32 weights by HF name, tokenizer files."""
+    """What an exporter reads: an HF config, float32 weights by HF name, tokenizer files."""
 
     source: Path
     config: dict
-    weights: Mapping[str, np.ndarray]
+    weights: LazyTensors
     tokenizer_json: str
     tokenizer_config: dict
     generation_config: dict | None = None
     notes: list[str] = field(default_factory=list)  # what the reader had to approximate
+
+
+class LazyTensors(Mapping[str, np.ndarray]):
+    """Float32 tensors by name, each read only when asked for: `entries` says where each one
+    is, `shape` and `read_rows` read its header and a block of its rows."""
+
+    entries: dict
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def rows(self, name: str) -> Rows:
+        return Rows(self.shape(name), lambda start, stop: self.read_rows(name, start, stop))
+
+    def __getitem__(self, name: str) -> np.ndarray:  # the whole tensor: small ones only
+        return self.read_rows(name, 0, self.shape(name)[0])
+
+    def __contains__(self, name: object) -> bool:  # without reading the tensor
+        return name in self.entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
 
 
 def read_checkpoint(source: Path) -> Checkpoint:
@@ -62,10 +136,11 @@ def read_checkpoint(source: Path) -> Checkpoint:
     return read_gguf_checkpoint(source)
 
 
-def read_hf_checkpoint(hf_dir: Path) -> Checkpoint:
-    from edgespec.export.hf_to_gguf import SafetensorsIndex, read_checkpoint_config
+# --- HF folder ------------------------------------------------------------------------------
 
-    config = read_checkpoint_config(hf_dir)
+
+def read_hf_checkpoint(hf_dir: Path) -> Checkpoint:
+    config = read_hf_config(hf_dir)
     generation = hf_dir / "generation_config.json"
     return Checkpoint(
         source=hf_dir,
@@ -75,6 +150,80 @@ def read_hf_checkpoint(hf_dir: Path) -> Checkpoint:
         tokenizer_config=json.loads((hf_dir / "tokenizer_config.json").read_text()),
         generation_config=json.loads(generation.read_text()) if generation.is_file() else None,
     )
+
+
+def read_hf_config(hf_dir: Path) -> dict:
+    if not hf_dir.is_dir():
+        raise ModelFileError(f"{hf_dir} is not a folder; give a Hugging Face checkpoint folder")
+    missing = [f for f in REQUIRED_FILES if not (hf_dir / f).is_file()]
+    if not any(hf_dir.glob("*.safetensors")):
+        missing.append("*.safetensors")
+    if missing:
+        raise ModelFileError(f"{hf_dir} is missing {', '.join(missing)}")
+    config = json.loads((hf_dir / "config.json").read_text())
+    archs = config.get("architectures") or ["(none)"]
+    if archs[0] not in HF_ARCHS:
+        raise ModelFileError(
+            f"{hf_dir}: architecture {archs[0]} is not supported; supported: {', '.join(HF_ARCHS)}"
+        )
+    return config
+
+
+class SafetensorsIndex(LazyTensors):
+    """The tensors of a folder's *.safetensors files (bf16 widened exactly)."""
+
+    def __init__(self, hf_dir: Path) -> None:
+        self.entries: dict[str, tuple[Path, int, dict]] = {}
+        for path in sorted(hf_dir.glob("*.safetensors")):
+            with path.open("rb") as f:
+                (header_len,) = struct.unpack("<Q", f.read(8))
+                header = json.loads(f.read(header_len))
+            for name, info in header.items():
+                if name != "__metadata__":
+                    self.entries[name] = (path, 8 + header_len, info)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.entries[name][2]["shape"])
+
+    def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        path, offset, info = self.entries[name]
+        if info["dtype"] not in SAFETENSORS_DTYPES:
+            raise ModelFileError(f"{path}: tensor {name} has dtype {info['dtype']}; not supported")
+        shape = (stop - start, *info["shape"][1:])
+        if info["data_offsets"][1] == info["data_offsets"][0]:
+            return np.zeros(shape, np.float32)
+        dtype = np.dtype(SAFETENSORS_DTYPES[info["dtype"]])
+        row = math.prod(shape[1:])
+        first = offset + info["data_offsets"][0] + start * row * dtype.itemsize
+        raw = np.fromfile(path, dtype=dtype, count=math.prod(shape), offset=first)
+        if info["dtype"] == "BF16":
+            raw = (raw.astype(np.uint32) << 16).view(np.float32)
+        return raw.reshape(shape).astype(np.float32)
+
+
+# --- special tokens and RoPE layouts, shared by both readers and both writers -----------------
+
+
+def special_id(token: object, tokens: list[str], fallback: object) -> int | None:
+    """The id of a tokenizer_config special token (text or {"content": text})."""
+    if isinstance(token, dict):
+        token = token.get("content")
+    if isinstance(token, str) and token in tokens:
+        return tokens.index(token)
+    return fallback if isinstance(fallback, int) else None
+
+
+def permute_for_interleaved_rope(w: np.ndarray, n_head: int) -> np.ndarray:
+    """[n_head * head_dim, in]: within each head, rows (first half, second half) become pairs
+    (HF rotates halves; llama.cpp's Llama architecture rotates interleaved pairs)."""
+    rows = w.shape[0]
+    return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def unpermute_from_interleaved_rope(w: np.ndarray, n_head: int) -> np.ndarray:
+    """The inverse of permute_for_interleaved_rope: llama.cpp's pairs back to HF's halves."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 # --- GGUF ----------------------------------------------------------------------------------
@@ -103,7 +252,7 @@ def read_gguf_checkpoint(path: Path) -> Checkpoint:
     return Checkpoint(
         source=path,
         config=config,
-        weights=GgufWeights(reader, arch, config),
+        weights=GgufWeights(path, reader, arch, config),
         tokenizer_json=tokenizer_json,
         tokenizer_config=tok_config,
         notes=["weights dequantized from GGUF"] if quantized(reader) else [],
@@ -169,12 +318,12 @@ def quantized(reader) -> bool:
 
 
 class GgufWeights(LazyTensors):
-    """HF-named float32 weights of a GGUF, dequantized on access."""
+    """HF-named float32 weights of a GGUF, dequantized a block of rows at a time."""
 
-    def __init__(self, reader, arch: str, config: dict) -> None:
+    def __init__(self, path: Path, reader, arch: str, config: dict) -> None:
         import gguf
 
-        self.config, self.permute = config, arch == "llama"
+        self.path, self.config, self.permute = path, config, arch == "llama"
         arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
         names = gguf.TensorNameMap(arch_id, config["num_hidden_layers"])
         wanted = list(HF_MODEL_TENSORS) + [
@@ -183,24 +332,35 @@ class GgufWeights(LazyTensors):
             for t in HF_LAYER_TENSORS
         ]
         by_gguf = {t.name: t for t in reader.tensors}
-        self.entries = {}
+        self.entries: dict[str, Any] = {}
         for hf_name in wanted:
             gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
             if gguf_name in by_gguf:
                 self.entries[hf_name] = by_gguf[gguf_name]
 
-    def __getitem__(self, name: str) -> np.ndarray:
-        from edgespec.export.hf_to_gguf import unpermute_from_interleaved_rope
-        from gguf.quants import dequantize
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(int(d) for d in reversed(self.entries[name].shape.tolist()))
 
-        tensor = self.entries[name]
-        array = dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
+    def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
         if self.permute and name.endswith(("q_proj.weight", "k_proj.weight")):
-            heads = self.config["num_attention_heads"]
-            if name.endswith("k_proj.weight"):
-                heads = self.config["num_key_value_heads"]
-            array = unpermute_from_interleaved_rope(array, heads)
-        return array
+            return self.read_unpermuted(name, start, stop)
+        return self.read_stored(name, start, stop)
+
+    def read_stored(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows as the file stores them, dequantized (plain file reads, no memory map)."""
+        from edgespec.quant.gguf_quant import read_rows
+
+        return read_rows(self.path, self.entries[name], start, stop)
+
+    def read_unpermuted(self, name: str, start: int, stop: int) -> np.ndarray:
+        """HF rows of a llama.cpp-interleaved q or k: each comes from a stored row of its head."""
+        heads = self.config["num_attention_heads"]
+        if name.endswith("k_proj.weight"):
+            heads = self.config["num_key_value_heads"]
+        n_rows = self.shape(name)[0]
+        source = unpermute_from_interleaved_rope(np.arange(n_rows), heads)[start:stop]
+        lo, hi = int(source.min()), int(source.max()) + 1
+        return self.read_stored(name, lo, hi)[source - lo]
 
 
 def gguf_tokenizer_json(path: Path, reader, meta: GgufMetadata, tokens: list[str]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from edgespec.export.gguf_export import ExportOptions, export_bundle
+from edgespec.export.orchestrator import ExportOptions, export_bundle
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -1,26 +1,35 @@
 """Hugging Face checkpoint folder (Llama, Mistral, Qwen2) -> float GGUF.
 
 The gguf package does the writing and the tensor-name mapping; this module only decides what
-goes in: hyperparameters from config.json, weights from *.safetensors (read with numpy, bf16
-included), and the byte-level BPE tokenizer from tokenizer.json with its chat template.
+goes in: hyperparameters from config.json, weights and tokenizer as export/checkpoint.py reads
+them (bf16 widened exactly), and the byte-level BPE tokenizer with its chat template.
 llama.cpp's Llama architecture applies RoPE to interleaved pairs where HF rotates halves, so
 q and k of Llama/Mistral are permuted on the way (Qwen2 uses the halves form, as HF does).
+Each tensor is written as it is read, a block of rows at a time, so memory stays bounded by
+one block whatever the model's size.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import struct
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.export.checkpoint import (
+    Checkpoint,
+    Rows,
+    permute_for_interleaved_rope,
+    read_hf_checkpoint,
+    special_id,
+)
+from edgespec.export.progress import progress
 
 log = logging.getLogger(__name__)
+BLOCK_BYTES = 64 << 20  # float32 rows read, cast and written at a time
 
 
 @dataclass(frozen=True)
@@ -30,59 +39,61 @@ class ArchSpec:
     pre_tokenizer: str  # llama.cpp's tokenizer.ggml.pre for byte-level BPE of this family
 
 
-ARCHS = {
+ARCHS = {  # the architectures export/checkpoint.py reads (HF_ARCHS)
     "LlamaForCausalLM": ArchSpec("llama", True, "llama-bpe"),
     "MistralForCausalLM": ArchSpec("llama", True, "llama-bpe"),
     "Qwen2ForCausalLM": ArchSpec("qwen2", False, "qwen2"),
 }
-REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
-SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 
 
 def convert_hf_to_gguf(hf_dir: Path, out_path: Path, *, outtype: str = "f16") -> Path:
     import gguf
 
-    config = read_checkpoint_config(hf_dir)
+    ckpt = read_hf_checkpoint(hf_dir)
+    config = ckpt.config
     spec = ARCHS[config["architectures"][0]]
     arch = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == spec.gguf_arch)
     writer = gguf.GGUFWriter(str(out_path), spec.gguf_arch)
     write_hparams(writer, config, outtype)
-    write_tokenizer(writer, hf_dir, config, spec)
+    write_tokenizer(writer, ckpt, spec)
     names = gguf.TensorNameMap(arch, config["num_hidden_layers"])
-    for hf_name, array in read_safetensors_dir(hf_dir):
+    tensors = []  # (GGUF name, rows as written, dtype)
+    for hf_name in ckpt.weights:
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
             if hf_name.endswith("rotary_emb.inv_freq"):
                 continue  # recomputed by llama.cpp from rope_theta
             raise ModelFileError(f"{hf_dir}: tensor {hf_name} has no GGUF name; not supported")
+        rows = ckpt.weights.rows(hf_name)
         if spec.permute_qk and name.endswith(("attn_q.weight", "attn_k.weight")):
             heads = config["num_attention_heads"]
             if name.endswith("attn_k.weight"):
                 heads = config.get("num_key_value_heads", heads)
-            array = permute_for_interleaved_rope(array, heads)
-        writer.add_tensor(name, cast(array, outtype))
+            rows = Rows.of(permute_for_interleaved_rope(rows.read(0, rows.shape[0]), heads))
+        dtype = np.dtype(np.float16 if outtype == "f16" and len(rows.shape) == 2 else np.float32)
+        writer.add_tensor_info(name, rows.shape, dtype, dtype.itemsize * rows.nbytes // 4)
+        tensors.append((rows, dtype))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
+    writer.write_ti_data_to_file()
+    for rows, dtype in progress(tensors, f"gguf {out_path.name}", unit="tensor"):
+        writer.write_tensor_data(StreamedTensor(rows, dtype))  # type: ignore[arg-type]
     writer.close()
     return out_path
 
 
-def read_checkpoint_config(hf_dir: Path) -> dict:
-    if not hf_dir.is_dir():
-        raise ModelFileError(f"{hf_dir} is not a folder; give a Hugging Face checkpoint folder")
-    missing = [f for f in REQUIRED_FILES if not (hf_dir / f).is_file()]
-    if not any(hf_dir.glob("*.safetensors")):
-        missing.append("*.safetensors")
-    if missing:
-        raise ModelFileError(f"{hf_dir} is missing {', '.join(missing)}")
-    config = json.loads((hf_dir / "config.json").read_text())
-    archs = config.get("architectures") or ["(none)"]
-    if archs[0] not in ARCHS:
-        raise ModelFileError(
-            f"{hf_dir}: architecture {archs[0]} is not supported; supported: {', '.join(ARCHS)}"
-        )
-    return config
+class StreamedTensor:
+    """What GGUFWriter.write_tensor_data uses of an array (nbytes, tofile), cast and written a
+    block of rows at a time: 2-D weights in f16 when asked, norms and biases in float32, as
+    llama.cpp expects."""
+
+    def __init__(self, rows: Rows, dtype: np.dtype) -> None:
+        self.rows, self.dtype = rows, dtype
+        self.nbytes = dtype.itemsize * rows.nbytes // 4
+
+    def tofile(self, f) -> None:
+        for start, stop in self.rows.blocks(BLOCK_BYTES):
+            self.rows.read(start, stop).astype(self.dtype).tofile(f)
 
 
 def write_hparams(writer, config: dict, outtype: str) -> None:
@@ -100,12 +111,13 @@ def write_hparams(writer, config: dict, outtype: str) -> None:
     writer.add_file_type(1 if outtype == "f16" else 0)
 
 
-def write_tokenizer(writer, hf_dir: Path, config: dict, spec: ArchSpec) -> None:
-    tok = json.loads((hf_dir / "tokenizer.json").read_text())
+def write_tokenizer(writer, ckpt: Checkpoint, spec: ArchSpec) -> None:
+    tok = json.loads(ckpt.tokenizer_json)
+    config = ckpt.config
     model = tok.get("model", {})
     if model.get("type") != "BPE" or model.get("byte_fallback"):
         raise ModelFileError(
-            f"{hf_dir}/tokenizer.json: only byte-level BPE tokenizers are supported "
+            f"{ckpt.source}/tokenizer.json: only byte-level BPE tokenizers are supported "
             "(GPT-2 style, as Qwen2 and Llama 3 use); SentencePiece-style BPE is not"
         )
     n_vocab = config.get("vocab_size") or len(model["vocab"])
@@ -122,7 +134,7 @@ def write_tokenizer(writer, hf_dir: Path, config: dict, spec: ArchSpec) -> None:
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
-    tok_config = json.loads((hf_dir / "tokenizer_config.json").read_text())
+    tok_config = ckpt.tokenizer_config
     for role, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id)):
         token_id = special_id(
             tok_config.get(f"{role}_token"), tokens, config.get(f"{role}_token_id")
@@ -140,79 +152,3 @@ def pre_tokenizer_name(tok: dict, spec: ArchSpec) -> str:
     if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
         return "gpt-2"
     return spec.pre_tokenizer
-
-
-def special_id(token: object, tokens: list[str], fallback: object) -> int | None:
-    if isinstance(token, dict):
-        token = token.get("content")
-    if isinstance(token, str) and token in tokens:
-        return tokens.index(token)
-    return fallback if isinstance(fallback, int) else None
-
-
-def permute_for_interleaved_rope(w: np.ndarray, n_head: int) -> np.ndarray:
-    """[n_head * head_dim, in]: within each head, rows (first half, second half) become pairs."""
-    rows = w.shape[0]
-    return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def unpermute_from_interleaved_rope(w: np.ndarray, n_head: int) -> np.ndarray:
-    """The inverse of permute_for_interleaved_rope: llama.cpp's pairs back to HF's halves."""
-    rows = w.shape[0]
-    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def cast(array: np.ndarray, outtype: str) -> np.ndarray:
-    """2-D weights in outtype; norms and biases stay float32, as llama.cpp expects."""
-    if outtype == "f16" and array.ndim == 2:
-        return array.astype(np.float16)
-    return array.astype(np.float32)
-
-
-def read_safetensors_dir(hf_dir: Path) -> Iterator[tuple[str, np.ndarray]]:
-    index = SafetensorsIndex(hf_dir)
-    for name in index:
-        yield name, index[name]
-
-
-class LazyTensors(Mapping[str, np.ndarray]):
-    """Float32 tensors by name, each read only when asked for (a checkpoint is never all in
-    memory at once): `entries` says where each one is, `__getitem__` reads it."""
-
-    entries: dict
-
-    def __contains__(self, name: object) -> bool:  # without reading the tensor
-        return name in self.entries
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.entries)
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-
-class SafetensorsIndex(LazyTensors):
-    """The tensors of a folder's *.safetensors files (bf16 widened exactly)."""
-
-    def __init__(self, hf_dir: Path) -> None:
-        self.entries: dict[str, tuple[Path, int, dict]] = {}
-        for path in sorted(hf_dir.glob("*.safetensors")):
-            with path.open("rb") as f:
-                (header_len,) = struct.unpack("<Q", f.read(8))
-                header = json.loads(f.read(header_len))
-            for name, info in header.items():
-                if name != "__metadata__":
-                    self.entries[name] = (path, 8 + header_len, info)
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        path, offset, info = self.entries[name]
-        if info["dtype"] not in SAFETENSORS_DTYPES:
-            raise ModelFileError(f"{path}: tensor {name} has dtype {info['dtype']}; not supported")
-        start, end = info["data_offsets"]
-        if end == start:
-            return np.zeros(info["shape"], np.float32)
-        data = np.memmap(path, dtype=np.uint8, mode="r", offset=offset + start, shape=end - start)
-        raw = np.frombuffer(data, dtype=SAFETENSORS_DTYPES[info["dtype"]])
-        if info["dtype"] == "BF16":
-            raw = (raw.astype(np.uint32) << 16).view(np.float32)
-        return raw.reshape(info["shape"]).astype(np.float32)

@@ -1,5 +1,6 @@
-"""`edgespec export --format onnx`: HF folders or GGUF files in, a bundle of ONNX model folders
-out (graph, weights and tokenizer per role; export/onnx_export.py writes each)."""
+"""The ONNX builder: HF folders or GGUF files in, one ONNX model folder per role out (graph,
+weights and tokenizer; export/onnx_export.py writes each). The orchestrator
+(export/orchestrator.py) stages and writes the bundle around it."""
 
 from __future__ import annotations
 
@@ -8,24 +9,21 @@ import logging
 import time
 from pathlib import Path
 
+from edgespec.bundle import ModelEntry, sha256_path, size_of
+from edgespec.errors import EdgespecError
 from edgespec.export.checkpoint import Checkpoint, read_checkpoint
-from edgespec.export.gguf_export import ExportOptions, policy_section, tokenizer_section
-from edgespec.export.onnx_export import export_onnx
+from edgespec.export.onnx_export import model_info, write_onnx_model
+from edgespec.export.options import BuiltModels, ExportOptions
 from edgespec.quant.policy import resolve_onnx_precision
 from edgespec.runtimes.base import VocabInfo, check_compatible
-
-from edgespec.bundle import Bundle, ModelEntry, sha256_path, size_of
-from edgespec.errors import EdgespecError
 
 log = logging.getLogger(__name__)
 
 
-def build_onnx_bundle(opts: ExportOptions, staging: Path) -> Bundle:
+def build_onnx(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModels:
     if opts.output_tensor_type:
         raise EdgespecError("--output-tensor-type applies to --format gguf only")
-    sources = {"target": read_checkpoint(opts.target)}
-    if opts.draft is not None:
-        sources["draft"] = read_checkpoint(opts.draft)
+    sources = {role: read_checkpoint(path) for role, path in opts.sources().items()}
     vocabs = {role: checkpoint_vocab(ckpt) for role, ckpt in sources.items()}
     if "draft" in vocabs:  # refuse before spending minutes on quantization
         check_compatible(vocabs["target"], vocabs["draft"], str(opts.target), str(opts.draft))
@@ -38,23 +36,23 @@ def build_onnx_bundle(opts: ExportOptions, staging: Path) -> Bundle:
             quant = "fp16"  # the CUDA EP's attention runs in half: fp32 weights cannot feed it
         folder = staging / f"{role}.{quant}"
         t0 = time.perf_counter()
-        export_onnx(ckpt, folder, quant=quant, compute=compute, block_size=opts.int4_block)
-        errors[role] = json.loads((folder / "model.json").read_text()).get("weight_error")
+        info = write_onnx_model(ckpt, folder, quant, compute, opts.int4_block)
+        errors[role] = info.weight_error
         log.info("%s: %s -> %s in %.1fs", role, ckpt.source, folder.name, time.perf_counter() - t0)
         entries.append(model_entry(role, folder, quant, ckpt, vocabs[role]))
-    policy = policy_section(choice, opts) | {
+    policy = {
         "compute": compute,
         "int4_block": opts.int4_block,
         "notes": notes(sources),
         "weight_error": errors,
     }
-    return Bundle(staging, tuple(entries), tokenizer_section(vocabs["target"]), policy)
+    return BuiltModels(tuple(entries), vocabs["target"], choice, policy)
 
 
 def checkpoint_vocab(ckpt: Checkpoint) -> VocabInfo:
-    from edgespec.export.onnx_export import model_info
-    from edgespec.runtimes.onnxrt import tokenizer_vocab_info, vocab_type
     from tokenizers import Tokenizer
+
+    from edgespec.runtimes.onnxrt import tokenizer_vocab_info, vocab_type
 
     info = model_info(ckpt, "fp32", "fp32", 32, 0)
     return tokenizer_vocab_info(

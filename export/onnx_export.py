@@ -26,16 +26,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
-from edgespec.export.checkpoint import Checkpoint, read_checkpoint
-from edgespec.export.hf_to_gguf import special_id
-from edgespec.quant.reference import TensorError, error_summary, relative_error
 
 from edgespec.errors import ModelFileError
+from edgespec.export.checkpoint import Checkpoint, LazyTensors, Rows, read_checkpoint, special_id
+from edgespec.export.progress import progress
+from edgespec.quant.reference import ErrorSum, TensorError, error_summary
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"  # weights beside the graph: protobuf stops at 2 GiB
 DATA_ALIGN = 4096  # page-aligned offsets let ONNX Runtime map the weights instead of reading
 DATA_MIN_BYTES = 1024  # smaller constants stay inside model.onnx
+BLOCK_BYTES = 64 << 20  # float32 rows of a weight read, quantized and written at a time
 ARCH_NAMES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
               "Qwen2ForCausalLM": "qwen2"}  # fmt: skip
 
@@ -83,14 +85,19 @@ def export_onnx(
     block_size: int = 32,
     accuracy_level: int = 4,
 ) -> Path:
-    """Write out_dir/{model.onnx, model.json, tokenizer files}; return out_dir.
+    """Write out_dir/{model.onnx, model.onnx.data, model.json, tokenizer files}; return out_dir.
 
     source: an HF checkpoint folder, a .gguf file, or a Checkpoint already read.
     int4 only: block_size 32 or 128 weights per scale; accuracy_level is MatMulNBits' compute
     type (4 = int8 activations: on CPU the fast kernel for every width; 0 = float32, whose
     multi-row path dequantizes the whole weight per call and runs ~2.5x slower at n >= 2)."""
-    import onnx
+    check_choices(quant, compute, block_size)
+    ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(Path(source))
+    write_onnx_model(ckpt, Path(out_dir), quant, compute, block_size, accuracy_level)
+    return Path(out_dir)
 
+
+def check_choices(quant: str, compute: str, block_size: int) -> None:
     if quant not in QUANTS:
         raise ValueError(f"unknown quant {quant!r}; choose one of {', '.join(QUANTS)}")
     if compute not in COMPUTES:
@@ -99,15 +106,26 @@ def export_onnx(
         raise ValueError("fp16 compute needs fp16, int4 or fp8 weights, not fp32")
     if block_size not in (32, 128):
         raise ValueError(f"int4 block size must be 32 or 128, got {block_size}")
-    ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(Path(source))
-    out_dir = Path(out_dir)
-    config = ckpt.config
+
+
+def write_onnx_model(
+    ckpt: Checkpoint,
+    out_dir: Path,
+    quant: str,
+    compute: str,
+    block_size: int,
+    accuracy_level: int = 4,
+) -> ModelInfo:
+    """The model folder; returns what model.json holds (the weight-error report included).
+    Each weight goes to the data file as it is quantized, a block of rows at a time."""
+    import onnx
+
+    check_choices(quant, compute, block_size)
     info = model_info(ckpt, quant, compute, block_size, accuracy_level)
-    weights = ckpt.weights
     out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / DATA_FILE).open("wb") as data:
+    with (out_dir / DATA_FILE).open("w+b") as data:  # w+: column blocks are placed by mmap
         builder = GraphBuilder(quant, COMPUTES[compute], block_size, accuracy_level, data)
-        build_decoder(builder, info, config, weights)
+        build_decoder(builder, info, ckpt.config, ckpt.weights, f"onnx {out_dir.name}")
     onnx.save_model(builder.model(), str(out_dir / MODEL_FILE))
     info = replace(info, weight_error=error_summary(builder.errors))  # quant/reference.py
     (out_dir / "tokenizer.json").write_text(ckpt.tokenizer_json, encoding="utf-8")
@@ -116,7 +134,7 @@ def export_onnx(
         (out_dir / "generation_config.json").write_text(json.dumps(ckpt.generation_config))
     (out_dir / "model.json").write_text(json.dumps(asdict(info), indent=1) + "\n")
     log.info("exported %s (%s weights, %s compute) to %s", ckpt.source, quant, compute, out_dir)
-    return out_dir
+    return info
 
 
 def model_info(
@@ -181,10 +199,6 @@ class GraphBuilder:
         self.count = 0
         self.errors: list[TensorError] = []  # each stored matmul weight's
 
-    def record_error(self, name: str, wt: np.ndarray, stored: np.ndarray) -> None:
-        """The relative error of what the graph actually holds, for the export report."""
-        self.errors.append(TensorError(name, tuple(wt.shape[::-1]), relative_error(wt, stored)))
-
     def name(self, hint: str) -> str:
         self.count += 1
         return f"{hint}_{self.count}"
@@ -200,69 +214,99 @@ class GraphBuilder:
 
     def const(self, name: str, array: np.ndarray, onnx_type: int | None = None) -> str:
         """An initializer; large ones are appended to the data file, page-aligned."""
-        from onnx import TensorProto, helper, numpy_helper
+        stream = self.stream(name, array.shape, array.dtype, onnx_type)
+        stream.write(array)
+        return stream.close()
 
-        if self.data is None or array.nbytes < DATA_MIN_BYTES:
-            tensor = numpy_helper.from_array(array, name)
-            if onnx_type is not None:
-                tensor.data_type = onnx_type
-            self.initializers.append(tensor)
-            return name
-        offset = -self.data.tell() % DATA_ALIGN + self.data.tell()
-        self.data.seek(offset)
-        self.data.write(np.ascontiguousarray(array).tobytes())
-        tensor = TensorProto(name=name, dims=array.shape, data_location=TensorProto.EXTERNAL)
-        tensor.data_type = onnx_type or helper.np_dtype_to_tensor_dtype(array.dtype)
-        location = {"location": DATA_FILE, "offset": str(offset), "length": str(array.nbytes)}
-        for key, value in location.items():
-            tensor.external_data.add(key=key, value=value)
-        self.initializers.append(tensor)
-        return name
+    def stream(
+        self, name: str, shape: tuple[int, ...], dtype, onnx_type: int | None = None, axis: int = 0
+    ) -> ConstStream:
+        """An initializer written as its parts arrive (see ConstStream)."""
+        return ConstStream(self, name, tuple(shape), np.dtype(dtype), onnx_type, axis)
 
     def cast(self, x: str, dtype: type) -> str:
         from onnx import helper
 
         return self.op("Cast", x, to=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
-    def matmul(self, x: str, w: np.ndarray, name: str) -> str:
-        """x [1, n, in] @ w.T, w [out, in] float32 in the HF layout, stored as self.quant."""
+    def blocks(self, w: Rows) -> Iterator[np.ndarray]:
+        """w's rows, BLOCK_BYTES of float32 at a time, as [in, rows] (the graph's layout)."""
+        for start, stop in w.blocks(BLOCK_BYTES):
+            yield np.ascontiguousarray(w.read(start, stop).T)
+
+    def matmul(self, x: str, w: Rows, name: str) -> str:
+        """x [1, n, in] @ w.T, w [out, in] float32 in the HF layout, stored as self.quant. w is
+        read a block of output rows at a time; a block is a block of the stored columns."""
         from onnx import TensorProto
 
-        wt = np.ascontiguousarray(w.T)  # [in, out]
-        if self.quant == "fp32":
-            return self.op("MatMul", x, self.const(name, wt.astype(self.dtype)))
-        if self.quant == "fp16":
-            self.record_error(name, wt, wt.astype(np.float16).astype(np.float32))
-            weight = self.const(name, wt.astype(np.float16))
-            if self.dtype != np.float16:  # stored half, computed float: ORT folds the Cast
-                weight = self.cast(weight, self.dtype)
-            return self.op("MatMul", x, weight)
-        if self.quant == "fp8":
+        if self.quant == "int4":
+            return self.matmul_nbits(x, w, name)
+        n_out, n_in = w.shape
+        errors = ErrorSum()
+        if self.quant == "fp8":  # E4M3 bits, one scale per output channel
             from edgespec.quant.fp8 import dequantize_fp8, quantize_fp8
 
-            bits, scales = quantize_fp8(wt, axis=1)  # one scale per output channel
-            self.record_error(name, wt, dequantize_fp8(bits, scales, axis=1))
-            q = self.const(name, bits, TensorProto.FLOAT8E4M3FN)  # uint8 bit patterns
-            scale = self.const(name + ".scale", scales.astype(self.dtype))  # sets DQ's output type
+            bits = self.stream(name, (n_in, n_out), np.uint8, TensorProto.FLOAT8E4M3FN, axis=1)
+            scales = []
+            for wt in self.blocks(w):
+                block_bits, block_scales = quantize_fp8(wt, axis=1)
+                errors.add(wt, dequantize_fp8(block_bits, block_scales, axis=1))
+                bits.write(block_bits)
+                scales.append(block_scales)
+            self.record_error(name, w, errors)
+            q = bits.close()
+            scale = self.const(name + ".scale", np.concatenate(scales).astype(self.dtype))
             return self.op("MatMul", x, self.op("DequantizeLinear", q, scale, axis=1))
-        return self.matmul_nbits(x, wt, name)
+        dtype = np.dtype(np.float16 if self.quant == "fp16" else self.dtype)
+        weight = self.stream(name, (n_in, n_out), dtype, axis=1)
+        for wt in self.blocks(w):
+            stored = wt.astype(dtype)
+            if self.quant == "fp16":
+                errors.add(wt, stored.astype(np.float32))
+            weight.write(stored)
+        if self.quant == "fp32":
+            return self.op("MatMul", x, weight.close())
+        self.record_error(name, w, errors)
+        weight_name = weight.close()
+        if self.dtype != np.float16:  # stored half, computed float: ORT folds the Cast
+            weight_name = self.cast(weight_name, self.dtype)
+        return self.op("MatMul", x, weight_name)
 
-    def matmul_nbits(self, x: str, wt: np.ndarray, name: str) -> str:
+    def matmul_nbits(self, x: str, w: Rows, name: str) -> str:
         """INT4 blocks along the input dimension, packed by ONNX Runtime's own quantizer kernel
         (what onnxruntime.quantization's MatMulNBitsQuantizer calls, without its onnx_ir
         dependency): symmetric, so no zero points (MatMulNBits then assumes 8)."""
-        k, n = wt.shape
-        packed, scales = self.int4_blocks(wt, name)
-        b = self.const(name + ".q4", packed)
+        n, k = w.shape
+        packed, scales = self.int4_rows(w, name, flat=False)
+        b = packed.close()
         s = self.const(name + ".scales", scales.astype(self.dtype))
         return self.op(
             "MatMulNBits", x, b, s, K=k, N=n, bits=4, block_size=self.block_size,
             accuracy_level=self.accuracy_level,
         )  # fmt: skip
 
-    def int4_blocks(self, wt: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
-        """wt [K, N] -> packed [N, K/block, block/2] uint8 (low nibble first, zero point 8)
+    def int4_rows(self, w: Rows, name: str, flat: bool) -> tuple[ConstStream, np.ndarray]:
+        """w [N, K] in INT4 blocks along K: packed [N, K/block, block/2] uint8 ([N, K/2] if
+        flat, as GatherBlockQuantized reads it) streamed to name.q4 a block of rows at a time,
         and scales [N, K/block] float32; the error of what is stored is recorded."""
+        n, k = w.shape
+        n_blocks = -(-k // self.block_size)
+        shape = (
+            (n, n_blocks * self.block_size // 2) if flat else (n, n_blocks, self.block_size // 2)
+        )
+        packed = self.stream(name + ".q4", shape, np.uint8)
+        scales, errors = [], ErrorSum()
+        for wt in self.blocks(w):
+            block_packed, block_scales = self.int4_blocks(wt, errors)
+            packed.write(block_packed.reshape(len(block_packed), *shape[1:]))
+            scales.append(block_scales)
+        self.record_error(name, w, errors)
+        return packed, np.concatenate(scales)
+
+    def int4_blocks(self, wt: np.ndarray, errors: ErrorSum) -> tuple[np.ndarray, np.ndarray]:
+        """wt [K, N] -> packed [N, K/block, block/2] uint8 (low nibble first, zero point 8)
+        and scales [N, K/block] float32; the error of what is stored goes into errors. Each
+        output column is quantized on its own, so a block of columns gives the same bytes."""
         from onnxruntime.capi._pybind_state import quantize_matmul_4bits
 
         k, n = wt.shape
@@ -275,27 +319,35 @@ class GraphBuilder:
         quantize_matmul_4bits(packed, padded, scales, zero_points, self.block_size, n, k, True)
         codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(n, n_blocks, -1)
         stored = (codes.astype(np.float32) - 8) * scales[..., None]  # symmetric: zero point 8
-        self.record_error(name, wt, stored.reshape(n, -1)[:, :k].T)
+        errors.add(wt, stored.reshape(n, -1)[:, :k].T)
         return packed, scales
 
-    def gather(self, table: np.ndarray, ids: str, name: str) -> str:
+    def record_error(self, name: str, w: Rows, errors: ErrorSum) -> None:
+        """The relative error of what the graph actually holds, for the export report."""
+        self.errors.append(TensorError(name, w.shape, errors.value()))
+
+    def gather(self, table: Rows, ids: str, name: str) -> str:
         """Embedding rows: float32 under fp32 weights; INT4 blocks under int4 weights
         (GatherBlockQuantized reads MatMulNBits' packing), where the row length allows;
         else half (cast up for fp32 compute). The table is read a row per token, so its
         precision costs no speed, and it is a large part of a small model's file (151,936
         rows in Qwen2): INT4 saves 0.34 GB on the 1.5B target against half."""
-        if self.quant == "fp32":
-            return self.op("Gather", self.const(name, table.astype(np.float32)), ids)
         if self.quant == "int4" and table.shape[1] % self.block_size == 0:
-            packed, scales = self.int4_blocks(np.ascontiguousarray(table.T), name)
-            data = self.const(name + ".q4", packed.reshape(table.shape[0], -1))  # [V, D/2]
-            s = self.const(name + ".scales", scales.astype(self.dtype))  # [V, D/block]
+            packed, scales = self.int4_rows(table, name, flat=True)  # [V, D/2], [V, D/block]
+            data = packed.close()
+            s = self.const(name + ".scales", scales.astype(self.dtype))
             return self.op(
                 "GatherBlockQuantized", data, ids, s, gather_axis=0, quantize_axis=1,
                 block_size=self.block_size, bits=4,
             )  # fmt: skip
-        rows = self.op("Gather", self.const(name, table.astype(np.float16)), ids)
-        return rows if self.dtype == np.float16 else self.cast(rows, self.dtype)
+        stored = np.float32 if self.quant == "fp32" else np.float16
+        rows = self.stream(name, table.shape, stored)
+        for start, stop in table.blocks(BLOCK_BYTES):
+            rows.write(table.read(start, stop).astype(stored))
+        if self.quant == "fp32":
+            return self.op("Gather", rows.close(), ids)
+        gathered = self.op("Gather", rows.close(), ids)
+        return gathered if self.dtype == np.float16 else self.cast(gathered, self.dtype)
 
     def model(self):
         from onnx import helper
@@ -307,7 +359,78 @@ class GraphBuilder:
         return helper.make_model(graph, opset_imports=opsets, producer_name="edgespec")
 
 
-def build_decoder(g: GraphBuilder, info: ModelInfo, config: dict, w: dict) -> None:
+class ConstStream:
+    """One initializer written as its parts arrive. axis 0: parts are blocks of rows, appended
+    to the data file in order. axis 1: parts are blocks of columns (a [in, out] weight whose
+    output channels are read a block at a time), placed into the tensor's reserved region
+    through a memory map that is dropped after each block, so its pages leave the resident
+    set. Tensors under DATA_MIN_BYTES, or with no data file, stay inside the graph."""
+
+    def __init__(
+        self,
+        g: GraphBuilder,
+        name: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        onnx_type: int | None,
+        axis: int,
+    ) -> None:
+        self.g, self.name, self.shape, self.dtype = g, name, shape, dtype
+        self.onnx_type, self.axis = onnx_type, axis
+        self.nbytes = dtype.itemsize * math.prod(shape)
+        self.inline = g.data is None or self.nbytes < DATA_MIN_BYTES
+        self.parts: list[np.ndarray] = []  # inline only
+        self.done = 0  # rows (axis 0) or columns (axis 1) written
+        self.offset = 0
+        if not self.inline:
+            assert g.data is not None
+            self.offset = -g.data.tell() % DATA_ALIGN + g.data.tell()
+            g.data.seek(self.offset)
+
+    def write(self, part: np.ndarray) -> None:
+        assert part.dtype == self.dtype, (self.name, part.dtype, self.dtype)
+        if self.inline:
+            self.parts.append(part)
+        elif self.axis == 0:
+            assert self.g.data is not None
+            self.g.data.write(np.ascontiguousarray(part).tobytes())
+        else:
+            assert self.g.data is not None
+            self.g.data.flush()
+            region = np.memmap(self.g.data, self.dtype, "r+", self.offset, self.shape)
+            region[:, self.done : self.done + part.shape[1]] = part
+            region.flush()
+            del region
+        self.done += part.shape[self.axis] if part.ndim else 1
+
+    def close(self) -> str:
+        """Register the initializer (all parts written) and return its name."""
+        from onnx import TensorProto, helper, numpy_helper
+
+        assert self.done == (self.shape[self.axis] if self.shape else 1), (self.name, self.shape)
+        if self.inline:
+            array = self.parts[0] if len(self.parts) == 1 else np.concatenate(self.parts, self.axis)
+            tensor = numpy_helper.from_array(array.reshape(self.shape), self.name)
+            if self.onnx_type is not None:
+                tensor.data_type = self.onnx_type
+            self.g.initializers.append(tensor)
+            return self.name
+        assert self.g.data is not None
+        self.g.data.seek(self.offset + self.nbytes)
+        tensor = TensorProto(name=self.name, dims=self.shape, data_location=TensorProto.EXTERNAL)
+        tensor.data_type = self.onnx_type or helper.np_dtype_to_tensor_dtype(self.dtype)
+        location = {"location": DATA_FILE, "offset": str(self.offset), "length": str(self.nbytes)}
+        for key, value in location.items():
+            tensor.external_data.add(key=key, value=value)
+        self.g.initializers.append(tensor)
+        return self.name
+
+
+def build_decoder(
+    g: GraphBuilder, info: ModelInfo, config: dict, w: LazyTensors, desc: str = "onnx"
+) -> None:
+    """The decoder graph; weights are read, quantized and written one at a time (a progress
+    bar per layer on a terminal)."""
     from onnx import TensorProto, helper
 
     eps = float(config.get("rms_norm_eps", 1e-6))
@@ -323,12 +446,12 @@ def build_decoder(g: GraphBuilder, info: ModelInfo, config: dict, w: dict) -> No
     g.const("eps", np.array(eps, np.float32))
     g.const("two", np.array(2.0, np.float32))
     g.const("axis_last", np.array([-1], np.int64))
-    x = g.gather(w["model.embed_tokens.weight"], "input_ids", "model.embed_tokens.weight")
-    for i in range(info.n_layer):
+    x = g.gather(w.rows("model.embed_tokens.weight"), "input_ids", "model.embed_tokens.weight")
+    for i in progress(range(info.n_layer), desc, unit="layer"):
         p = f"model.layers.{i}."
         h = rms_norm(g, x, w[p + "input_layernorm.weight"], p + "input_layernorm.weight")
         attn = attention(g, h, info, w, i)
-        x = g.op("Add", x, g.matmul(attn, w[p + "self_attn.o_proj.weight"], p + "o_proj"))
+        x = g.op("Add", x, g.matmul(attn, w.rows(p + "self_attn.o_proj.weight"), p + "o_proj"))
         h = rms_norm(g, x, w[p + "post_attention_layernorm.weight"], p + "post_norm.weight")
         x = g.op("Add", x, swiglu(g, h, w, p))
     # only the rows the caller wants go through the final norm and the (large) lm_head
@@ -337,7 +460,7 @@ def build_decoder(g: GraphBuilder, info: ModelInfo, config: dict, w: dict) -> No
     x = g.op("Slice", x, "logits_start", "int_max", "axis_seq")
     x = rms_norm(g, x, w["model.norm.weight"], "model.norm.weight")
     tied = "lm_head.weight" not in w
-    head = w["model.embed_tokens.weight" if tied else "lm_head.weight"]
+    head = w.rows("model.embed_tokens.weight" if tied else "lm_head.weight")
     logits = g.matmul(x, head, "lm_head.weight")
     if g.dtype != np.float32:
         logits = g.cast(logits, np.float32)
@@ -359,12 +482,12 @@ def rms_norm(g: GraphBuilder, x: str, weight: np.ndarray, name: str) -> str:
     return g.op("Mul", normed, g.const(name, weight.astype(g.dtype)))
 
 
-def attention(g: GraphBuilder, h: str, info: ModelInfo, w: dict, i: int) -> str:
+def attention(g: GraphBuilder, h: str, info: ModelInfo, w: LazyTensors, i: int) -> str:
     """q, k, v in one packed projection (one matmul reads h once), then GQA over the cache."""
     from onnx import helper
 
     p = f"model.layers.{i}.self_attn."
-    qkv = np.concatenate([w[p + f"{n}_proj.weight"] for n in "qkv"])  # [(nh + 2 nkv) hd, d]
+    qkv = Rows.stack([w.rows(p + f"{n}_proj.weight") for n in "qkv"])  # [(nh + 2 nkv) hd, d]
     x = g.matmul(h, qkv, p + "qkv_proj")
     if p + "q_proj.bias" in w:  # Qwen2
         bias = np.concatenate([w[p + f"{n}_proj.bias"] for n in "qkv"])
@@ -387,11 +510,11 @@ def attention(g: GraphBuilder, h: str, info: ModelInfo, w: dict, i: int) -> str:
     return out
 
 
-def swiglu(g: GraphBuilder, h: str, w: dict, p: str) -> str:
-    gate = g.matmul(h, w[p + "mlp.gate_proj.weight"], p + "gate_proj")
-    up = g.matmul(h, w[p + "mlp.up_proj.weight"], p + "up_proj")
+def swiglu(g: GraphBuilder, h: str, w: LazyTensors, p: str) -> str:
+    gate = g.matmul(h, w.rows(p + "mlp.gate_proj.weight"), p + "gate_proj")
+    up = g.matmul(h, w.rows(p + "mlp.up_proj.weight"), p + "up_proj")
     act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
-    return g.matmul(act, w[p + "mlp.down_proj.weight"], p + "down_proj")
+    return g.matmul(act, w.rows(p + "mlp.down_proj.weight"), p + "down_proj")
 
 
 def rope_caches(config: dict, head_dim: int, n_pos: int) -> tuple[np.ndarray, np.ndarray]:

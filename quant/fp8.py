@@ -9,6 +9,7 @@ DequantizeLinear (opset 19+) restore values * scale. E4M3FN: 1 sign, 4 exponent 
 from __future__ import annotations
 
 import numpy as np
+
 from edgespec.quant.reference import FP8_E4M3_MAX, round_to_e4m3
 
 E4M3_BIAS = 7

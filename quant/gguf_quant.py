@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 from pathlib import Path
+
+import numpy as np
 
 from edgespec.errors import EdgespecError, ModelFileError
 
 log = logging.getLogger(__name__)
+BLOCK_BYTES = 64 << 20  # float32 rows compared at a time
 
 # edgespec name -> llama.cpp file type (the bulk of the weights)
 FILE_TYPES = {
@@ -73,10 +77,11 @@ def quantize_gguf(
 
 def weight_errors(source: Path, quantized: Path) -> list:
     """The relative error of every 2-D tensor the quantizer changed, against the source
-    (dequantized with gguf.quants): the export's per-tensor report."""
-    from edgespec.quant.reference import TensorError, relative_error
+    (dequantized with gguf.quants): the export's per-tensor report. Both tensors are read a
+    block of rows at a time, so memory stays bounded whatever the model's size."""
     from gguf import GGUFReader
-    from gguf.quants import dequantize
+
+    from edgespec.quant.reference import ErrorSum, TensorError
 
     before = {t.name: t for t in GGUFReader(str(source)).tensors}
     errors = []
@@ -84,7 +89,27 @@ def weight_errors(source: Path, quantized: Path) -> list:
         src = before.get(t.name)
         if src is None or len(t.shape) != 2 or t.tensor_type == src.tensor_type:
             continue  # norms, biases and tensors kept as they were
-        w = dequantize(src.data, src.tensor_type).astype("float32", copy=False)
-        stored = dequantize(t.data, t.tensor_type).astype("float32", copy=False)
-        errors.append(TensorError(t.name, tuple(w.shape), relative_error(w, stored)))
+        n_cols, n_rows = (int(d) for d in t.shape)
+        step = max(1, BLOCK_BYTES // (4 * n_cols))
+        total = ErrorSum()
+        for start in range(0, n_rows, step):
+            stop = min(start + step, n_rows)
+            total.add(read_rows(source, src, start, stop), read_rows(quantized, t, start, stop))
+        errors.append(TensorError(t.name, (n_rows, n_cols), total.value()))
     return errors
+
+
+def read_rows(path: Path, tensor, start: int, stop: int) -> np.ndarray:
+    """Rows [start, stop) of a GGUFReader tensor as float32, read with a plain file read (the
+    reader's memory map would keep every page it touched resident) and dequantized."""
+    from gguf.quants import dequantize
+
+    row_bytes = tensor.data.nbytes // tensor.data.shape[0]
+    shape = (stop - start, *tensor.data.shape[1:])
+    raw = np.fromfile(
+        path,
+        dtype=tensor.data.dtype,
+        count=math.prod(shape),
+        offset=tensor.data_offset + start * row_bytes,
+    ).reshape(shape)
+    return dequantize(raw, tensor.tensor_type).astype(np.float32, copy=False)

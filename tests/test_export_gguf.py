@@ -2,14 +2,14 @@
 
 import numpy as np
 import pytest
-from edgespec.export.gguf_export import ExportOptions, export_bundle
-from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
 from edgespec.bundle import read_bundle
 from edgespec.cli import main
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError, VocabularyMismatchError
+from edgespec.export.orchestrator import ExportOptions, export_bundle
 from edgespec.loader import SpecOptions, load_decoder
+from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +102,9 @@ def test_cli_export_refuses_a_non_empty_out(tiny_pair, tmp_path, capsys):
 def test_tune_measures_a_bundle_and_stores_it_where_loading_finds_it(
     bundle, tmp_path, monkeypatch, capsys
 ):
-    from edgespec.runtimes import RuntimeOptions, open_runtime
-
     from edgespec.calibrate import load_tuned, tune_key
     from edgespec.loader import resolve_bundle, runtime_description
+    from edgespec.runtimes import RuntimeOptions, open_runtime
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     assert main(["tune", "--target", str(bundle), "--n-max", "3", "--n-ctx", "256"]) == 0

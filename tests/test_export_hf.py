@@ -4,10 +4,10 @@ import json
 
 import numpy as np
 import pytest
-from edgespec.export.hf_to_gguf import convert_hf_to_gguf
-from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
 from edgespec.errors import ModelFileError
+from edgespec.export.hf_to_gguf import convert_hf_to_gguf
+from edgespec.runtimes.llamacpp import LlamaCppRuntime
 from tests import numpy_reference
 from tests.tiny_hf import make_tiny_hf
 
@@ -82,9 +82,8 @@ def test_missing_files_and_unknown_architectures(tmp_path):
 
 
 def test_export_from_hf_folders_to_a_bundle(tmp_path):
-    from edgespec.export.gguf_export import ExportOptions, export_bundle
-
     from edgespec.bundle import read_bundle
+    from edgespec.export.orchestrator import ExportOptions, export_bundle
 
     target = make_tiny_hf(tmp_path / "t", "qwen2", seed=1)
     draft = make_tiny_hf(tmp_path / "d", "qwen2", seed=2, n_layer=1)
@@ -97,3 +96,12 @@ def test_export_from_hf_folders_to_a_bundle(tmp_path):
     ref = numpy_reference.forward(target, TOKENS)
     got = llama_logits(b.path("target"))
     assert np.abs(got - ref).max() < 0.5  # q8_0 weights, measured ~0.1
+
+
+def test_tensors_written_a_block_at_a_time_give_the_same_file(checkpoint, tmp_path, monkeypatch):
+    from edgespec.export import hf_to_gguf
+
+    whole = convert_hf_to_gguf(checkpoint, tmp_path / "whole.gguf", outtype="f16")
+    monkeypatch.setattr(hf_to_gguf, "BLOCK_BYTES", 1000)  # a few rows per block
+    blocks = convert_hf_to_gguf(checkpoint, tmp_path / "blocks.gguf", outtype="f16")
+    assert blocks.read_bytes() == whole.read_bytes()

@@ -19,17 +19,16 @@ import pytest
 pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (edgespec[onnx])")
 pytest.importorskip("llama_cpp", reason="GGUF sources are compared with llama.cpp")
 
-from edgespec.export.gguf_export import ExportOptions, export_bundle  # noqa: E402
-from edgespec.export.hf_to_gguf import convert_hf_to_gguf  # noqa: E402
-from edgespec.export.onnx_export import export_onnx  # noqa: E402
-from edgespec.runtimes.llamacpp import LlamaCppRuntime  # noqa: E402
-from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
-
 from edgespec.bundle import read_bundle  # noqa: E402
 from edgespec.cli import main  # noqa: E402
 from edgespec.engine import SpeculativeDecoder  # noqa: E402
 from edgespec.errors import BundleError, EdgespecError, ModelFileError  # noqa: E402
+from edgespec.export.hf_to_gguf import convert_hf_to_gguf  # noqa: E402
+from edgespec.export.onnx_export import export_onnx  # noqa: E402
+from edgespec.export.orchestrator import ExportOptions, export_bundle  # noqa: E402
 from edgespec.loader import SpecOptions, load_decoder  # noqa: E402
+from edgespec.runtimes.llamacpp import LlamaCppRuntime  # noqa: E402
+from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
 from tests.tiny_hf import make_tiny_hf, noisy_copy  # noqa: E402
 
 TOKENS = [5, 17, 42, 99, 150, 7, 33, 250, 12, 64]
@@ -184,3 +183,41 @@ def test_a_gguf_only_option_is_refused_for_onnx(models, tmp_path):
         export_bundle(opts)
     assert str(e.value) == "--output-tensor-type applies to --format gguf only"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("quant", ["fp16", "int4", "fp8"])
+def test_weights_written_a_block_at_a_time_give_the_same_files(
+    models, tmp_path, monkeypatch, quant
+):
+    """Export memory is bounded by blocks of rows: with blocks of a few rows (every weight in
+    many blocks, column blocks placed by mmap for fp16/fp8) the files are byte for byte those
+    of one block per weight, from an HF folder and from a GGUF (q/k rows un-permuted)."""
+    from edgespec.export import onnx_export
+
+    def files(folder: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+    for source in ("hf", "gguf"):
+        whole = export_onnx(models[source], tmp_path / f"{source}-whole", quant=quant)
+        monkeypatch.setattr(onnx_export, "BLOCK_BYTES", 3000)  # 11 rows of 64 floats
+        blocks = export_onnx(models[source], tmp_path / f"{source}-blocks", quant=quant)
+        monkeypatch.undo()
+        assert files(blocks) == files(whole)
+
+
+def test_progress_shows_on_a_terminal_only(models, tmp_path, monkeypatch, capsys):
+    import io
+    import sys
+
+    args = ["export", "--format", "onnx", "--target", str(models["hf"]), "--out"]
+    assert main([*args, str(tmp_path / "quiet")]) == 0
+    assert capsys.readouterr().err == ""  # stderr is not a terminal under pytest
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main([*args, str(tmp_path / "shown")]) == 0
+    assert "\ronnx target.int4:   0%|          | 0/2 [" in terminal.getvalue()  # per layer

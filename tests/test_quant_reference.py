@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from edgespec.quant.reference import (
     TensorError,
     dequantize_int4_blocks,
@@ -62,3 +63,20 @@ def test_summary_names_the_worst_tensors_first():
     assert error_summary([]) is None
     with pytest.raises(ValueError, match="unknown quantization 'int3'"):
         fake_quantize(tensors["smooth"], "int3")
+
+
+def test_error_sum_over_blocks_is_the_relative_error_of_the_whole():
+    from edgespec.quant.reference import ErrorSum, relative_error
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    stored = fake_quantize(w, "int4")
+    whole = ErrorSum()
+    whole.add(w, stored)
+    old = float(np.linalg.norm(w - stored)) / float(np.linalg.norm(w))  # the formula before
+    assert whole.value() == relative_error(w, stored) == old  # one block: the same figures
+    blocks = ErrorSum()
+    for i in range(0, 64, 10):
+        blocks.add(w[i : i + 10], stored[i : i + 10])
+    assert abs(blocks.value() - whole.value()) < 1e-6
+    assert 0.05 < whole.value() < 0.2

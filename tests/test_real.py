@@ -83,7 +83,7 @@ def test_rollback_gives_the_logits_of_a_fresh_context(demo_runtimes):
 def test_demo_pair_exported_to_a_bundle(tmp_path, demo_target_path, demo_draft_path):
     """export (target requantized to q4_0, draft to q8_0) -> bundle -> speculative decoding
     whose greedy output matches plain decoding of the exported target up to near-ties."""
-    from edgespec.export.gguf_export import ExportOptions, export_bundle
+    from edgespec.export.orchestrator import ExportOptions, export_bundle
 
     from edgespec.bundle import read_bundle
     from edgespec.loader import SpecOptions, load_decoder
