@@ -71,7 +71,10 @@ def residual_dist(p: TokenDist, q: np.ndarray | None, x: int) -> TokenDist:
     else:
         r = np.maximum(p.probs - q[p.ids], 0.0)
     total = r.sum()
-    return TokenDist(p.ids, r / total) if total > 0 else p
+    if total <= 0:
+        return p
+    support = r > 0
+    return TokenDist(p.ids[support], r[support] / total)
 
 
 def residual(p: np.ndarray, q: np.ndarray | None, x: int) -> np.ndarray:

@@ -1,6 +1,7 @@
-"""The sampling transform as it was before the candidate-set rewrite (edgespec.sampling at
-e40ea9f): dense over the whole vocabulary, argpartition for top-k, a full sort for top-p.
-The fast path in edgespec.sampling is compared with it token set by token set."""
+"""The sampling transform and the verifier as they were before the candidate-set rewrite
+(edgespec.sampling and edgespec.verify at e40ea9f): dense over the whole vocabulary,
+argpartition for top-k, a full sort for top-p, every row of p computed up front. The fast
+path is compared with them token set by token set and seed for seed."""
 
 from __future__ import annotations
 
@@ -55,3 +56,32 @@ def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
     cdf = np.cumsum(probs, dtype=np.float64)
     u = rng.random() * cdf[-1]
     return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))
+
+
+def verify_stochastic(
+    draft: np.ndarray,  # [k] int32
+    q: np.ndarray | None,  # [k, V] float32; None = point masses
+    p: np.ndarray,  # [k+1, V] float32
+    rng: np.random.Generator,
+) -> tuple[int, list[int]]:
+    """(n_accepted, tokens), as edgespec.verify.verify_stochastic was."""
+    k = len(draft)
+    for i in range(k):
+        x = int(draft[i])
+        px = float(p[i, x])
+        qx = 1.0 if q is None else float(q[i, x])
+        if rng.random() * qx < px:
+            continue
+        recovered = sample(residual(p[i], None if q is None else q[i], x), rng)
+        return i, [*draft[:i].tolist(), recovered]
+    return k, [*draft.tolist(), sample(p[k], rng)]
+
+
+def residual(p: np.ndarray, q: np.ndarray | None, x: int) -> np.ndarray:
+    if q is None:
+        r = p.copy()
+        r[x] = 0.0
+    else:
+        r = np.maximum(p - q, 0.0)
+    total = r.sum()
+    return r / total if total > 0 else p
