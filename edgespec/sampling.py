@@ -86,7 +86,9 @@ class TokenDist:
         return out
 
     def sample(self, rng: np.random.Generator) -> int:
-        """One token id, drawn as sample() would draw it from dense(V): same uniform, same id."""
+        """One token id, one uniform: sample() over the stored probabilities. On a support of
+        fewer than 4,096 tokens that is the id-order inverse CDF, the token the reference
+        sampler draws from dense(V) with the same uniform."""
         j = sample(self.probs, rng)
         return j if self.ids is None else int(self.ids[j])
 
