@@ -3,6 +3,8 @@
 The order of the filters follows llama.cpp's default sampler chain: temperature scales the
 logits, then top-k, top-p and min-p cut the tail of the resulting distribution, and what is
 left is renormalized. Greedy (temperature 0) never comes through here: it is an argmax.
+The work after one or two passes over the vocabulary runs on the tokens that can be drawn
+(TokenDist); tests/sampling_reference.py keeps the dense transform it must agree with.
 """
 
 from __future__ import annotations

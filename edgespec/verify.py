@@ -63,7 +63,7 @@ def verify_stochastic(
 
 
 def residual_dist(p: TokenDist, q: np.ndarray | None, x: int) -> TokenDist:
-    """residual() on p's support: max(0, p - q) is 0 wherever p is."""
+    """residual() on p's support only: max(0, p - q) is 0 wherever p is 0."""
     if p.ids is None:
         return TokenDist(None, residual(p.probs, q, x))
     if q is None:
