@@ -20,7 +20,7 @@ from edgespec.controller import FixedPolicy, Policy
 from edgespec.drafters.base import Draft, Drafter
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.runtimes.base import Runtime
-from edgespec.sampling import SamplingParams, logits_to_probs
+from edgespec.sampling import SamplingParams, row_dists
 from edgespec.textstream import TextStream
 from edgespec.verify import Verdict, verify_greedy, verify_stochastic
 
@@ -235,7 +235,7 @@ class SpeculativeDecoder:
         if sp.greedy:
             verdict = verify_greedy(draft.tokens, logits)
         else:
-            verdict = verify_stochastic(draft.tokens, draft.q, logits_to_probs(logits, sp), rng)
+            verdict = verify_stochastic(draft.tokens, draft.q, row_dists(logits, sp), rng)
         self.target.rollback(n0 + 1 + verdict.n_accepted)
         k = len(draft.tokens)
         name = drafter.name if drafter and k else None

@@ -3,11 +3,14 @@
 The order of the filters follows llama.cpp's default sampler chain: temperature scales the
 logits, then top-k, top-p and min-p cut the tail of the resulting distribution, and what is
 left is renormalized. Greedy (temperature 0) never comes through here: it is an argmax.
+The work after one or two passes over the vocabulary runs on the tokens that can be drawn
+(TokenDist); tests/sampling_reference.py keeps the dense transform it must agree with.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,33 +62,161 @@ def check_range(
         raise SamplingParamsError(f"{name} must be in {lo}{low}, {high}{hi}, got {value!r}; {fix}")
 
 
-def logits_to_probs(logits: np.ndarray, sp: SamplingParams) -> np.ndarray:
-    """[n, V] or [V] float logits -> float32 probabilities of the same shape.
+@dataclass(frozen=True)
+class TokenDist:
+    """One position's distribution over the vocabulary, stored on its support.
 
-    Tokens cut by top-k, top-p or min-p get probability exactly 0.
+    ids None: probs is dense, one entry per token id. Otherwise probs[j] is the probability
+    of token ids[j] (ascending, each > 0) and every other token has probability exactly 0.
+    """
+
+    ids: np.ndarray | None  # [m] int64 ascending, or None
+    probs: np.ndarray  # [m] or [V] float32
+
+    def prob(self, token: int) -> float:
+        if self.ids is None:
+            return float(self.probs[token])
+        j = int(np.searchsorted(self.ids, token))
+        return float(self.probs[j]) if j < len(self.ids) and self.ids[j] == token else 0.0
+
+    def dense(self, n_vocab: int) -> np.ndarray:
+        """[V] float32, zeros off the support."""
+        if self.ids is None:
+            return self.probs
+        out = np.zeros(n_vocab, dtype=np.float32)
+        out[self.ids] = self.probs
+        return out
+
+    def sample(self, rng: np.random.Generator) -> int:
+        """One token id, one uniform: sample() over the stored probabilities. On a support of
+        fewer than 4,096 tokens that is the id-order inverse CDF, the token the reference
+        sampler draws from dense(V) with the same uniform."""
+        j = sample(self.probs, rng)
+        return j if self.ids is None else int(self.ids[j])
+
+
+def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
+    """[V] float logits -> the distribution a token is drawn from: the transform that target
+    (p) and draft (q) share.
+
+    One pass over the vocabulary when top-k is on (then everything runs on about k
+    candidates); temperature alone costs one max, one exp, one sum and one divide over it.
+    Among tokens tied at the k-th largest value, top-k keeps the lowest ids.
     """
     if sp.greedy:
         raise ValueError("greedy decoding takes the argmax; it has no probability vector")
-    z = np.asarray(logits, dtype=np.float32) / np.float32(sp.temperature)
-    squeeze = z.ndim == 1
-    z = np.atleast_2d(z)
-    if sp.top_k and sp.top_k < z.shape[-1]:
-        keep = np.argpartition(-z, sp.top_k - 1, axis=-1)[:, : sp.top_k]  # exactly k, ties too
-        cut = np.full_like(z, -np.inf)
-        np.put_along_axis(cut, keep, np.take_along_axis(z, keep, axis=-1), axis=-1)
-        z = cut
-    probs = softmax(z)
+    row = np.asarray(logits, dtype=np.float32)
+    temperature = np.float32(sp.temperature)
+    ids: np.ndarray | None = None
+    if 0 < sp.top_k < len(row):
+        ids, z = top_k(row, sp.top_k, temperature)
+        probs = softmax(z)
+    else:
+        probs = dense_softmax(row, temperature)
+        if sp.top_p < 1.0:
+            ids = top_p_candidates(probs, sp.top_p)
+            probs = probs[ids]
+        elif sp.min_p > 0.0:  # the cut below, found with one compare over the vocabulary
+            ids = np.flatnonzero(probs >= np.float32(sp.min_p) * probs.max())
+            probs = probs[ids]
     if sp.top_p < 1.0:
         probs = cut_top_p(probs, sp.top_p)
     if sp.min_p > 0.0:
         probs = np.where(probs >= sp.min_p * probs.max(axis=-1, keepdims=True), probs, 0.0)
         probs = (probs / probs.sum(axis=-1, keepdims=True)).astype(np.float32)
-    return probs[0] if squeeze else probs
+    if ids is None:
+        return TokenDist(None, probs)
+    support = probs > 0  # cut tokens and exp underflows leave the support
+    return TokenDist(ids[support], probs[support])
+
+
+def row_dists(logits: np.ndarray, sp: SamplingParams) -> Callable[[int], TokenDist]:
+    """[n, V] logits -> (i -> token_dist(logits[i], sp)), computed only when asked for."""
+    return lambda i: token_dist(logits[i], sp)
+
+
+def logits_to_probs(logits: np.ndarray, sp: SamplingParams) -> np.ndarray:
+    """[n, V] or [V] float logits -> float32 probabilities of the same shape (token_dist, dense).
+
+    Tokens cut by top-k, top-p or min-p get probability exactly 0.
+    """
+    rows = np.atleast_2d(np.asarray(logits, dtype=np.float32))
+    probs = np.stack([token_dist(row, sp).dense(rows.shape[-1]) for row in rows])
+    return probs[0] if np.ndim(logits) == 1 else probs
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
     e = np.exp(z - z.max(axis=-1, keepdims=True))
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def dense_softmax(row: np.ndarray, temperature: np.float32) -> np.ndarray:
+    """softmax(row / temperature) over the whole vocabulary in one buffer: [V] float32."""
+    z = np.divide(row, temperature)
+    np.subtract(z, z.max(), out=z)
+    np.exp(z, out=z)
+    np.divide(z, z.sum(), out=z)
+    return z
+
+
+def top_k(row: np.ndarray, k: int, temperature: np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """The k tokens with the largest z = row / temperature: (ids ascending [k], their z [k])."""
+    ids, z = upper_set(row, k, temperature)
+    keep = np.sort(np.argsort(-z, kind="stable")[:k])  # stable: lowest ids win ties
+    return ids[keep], z[keep]
+
+
+COLUMN_ROWS = 64  # tokens per column of the grid upper_set bounds the k-th value with
+
+
+def upper_set(row: np.ndarray, m: int, scale: np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """Every token whose z = row / scale reaches a bound t <= the m-th largest z, with its z:
+    (ids ascending, z), a superset of the m largest and of any ties with them, so that sorted
+    by z it is a prefix of the whole row sorted by z.
+
+    The row is viewed as a grid of COLUMN_ROWS rows; its columns are disjoint sets of tokens,
+    so the m-th largest column maximum t has at least m tokens at or above it. One pass over
+    the vocabulary finds the maxima; the tokens >= t are looked for in the columns whose
+    maximum reaches t only (about m of them). Dividing the maxima instead of the row gives
+    the same t: division by a positive float32 is monotone.
+    """
+    n_cols = len(row) // COLUMN_ROWS
+    if n_cols < 4 * m:  # too few columns to narrow anything: bound the whole row
+        z = row / scale
+        t = np.partition(z, len(z) - m)[len(z) - m] if m < len(z) else z.min()
+        ids = np.flatnonzero(z >= t)
+        return ids, z[ids]
+    n = n_cols * COLUMN_ROWS
+    grid = row[:n].reshape(COLUMN_ROWS, n_cols)  # token r * n_cols + c sits at [r, c]
+    tail = row[n:] / scale  # fewer than COLUMN_ROWS tokens, each a column of its own
+    col_max = np.concatenate([grid.max(axis=0) / scale, tail])
+    t = np.partition(col_max, len(col_max) - m)[len(col_max) - m]
+    cols = np.flatnonzero(col_max[:n_cols] >= t)
+    block = grid[:, cols] / scale  # [COLUMN_ROWS, len(cols)]
+    r, c = np.nonzero(block >= t)
+    in_tail = np.flatnonzero(tail >= t)
+    ids = np.concatenate([r * n_cols + cols[c], n + in_tail])
+    z = np.concatenate([block[r, c], tail[in_tail]])
+    order = np.argsort(ids)
+    return ids[order], z[order]
+
+
+def top_p_candidates(probs: np.ndarray, top_p: float) -> np.ndarray:
+    """Ids (ascending) of a prefix of the tokens sorted by probability that holds every
+    token cut_top_p keeps: the candidate set grows until its mass passes top_p.
+
+    cut_top_p keeps a token while the mass before it is < top_p. Float32 partial sums of
+    non-negative values never decrease, so once the candidates' mass exceeds top_p by more
+    than the rounding of one subtraction, no token after them is kept.
+    """
+    m = 64
+    one = np.float32(1.0)
+    while m < len(probs):
+        ids, p = upper_set(probs, m, one)
+        if np.cumsum(np.sort(p)[::-1])[-1] >= top_p + 2.0**-20:  # cut_top_p's own sum
+            return ids
+        m *= 8
+    return np.arange(len(probs))
 
 
 def cut_top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
@@ -101,7 +232,29 @@ def cut_top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """Draw one token id from a [V] probability vector (inverse CDF, one uniform draw)."""
-    cdf = np.cumsum(probs, dtype=np.float64)
-    u = rng.random() * cdf[-1]
-    return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))
+    """Draw one token id from a [V] probability vector (inverse CDF, one uniform draw).
+
+    A long vector is walked as the grid of upper_set, column by column (any fixed order of
+    the tokens gives the same distribution): the uniform picks a column by the columns'
+    float64 masses, then a token inside it, one pass over the vocabulary in all.
+    """
+    n_cols = len(probs) // COLUMN_ROWS
+    if n_cols < 64:
+        cdf = np.cumsum(probs, dtype=np.float64)
+        u = rng.random() * cdf[-1]
+        return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))
+    n = n_cols * COLUMN_ROWS
+    grid = probs[:n].reshape(COLUMN_ROWS, n_cols)  # token r * n_cols + c sits at [r, c]
+    tail = probs[n:]  # one more column
+    col_cdf = np.cumsum(np.append(grid.sum(axis=0, dtype=np.float64), tail.sum(dtype=np.float64)))
+    u = rng.random() * col_cdf[-1]
+    c = int(np.searchsorted(col_cdf, u, side="right"))
+    if c == len(col_cdf):  # u rounded onto the end: the last column that can be drawn from
+        c = int(np.flatnonzero(np.diff(col_cdf, prepend=0.0))[-1])
+    column = tail if c == n_cols else grid[:, c]
+    cdf = np.cumsum(column, dtype=np.float64)
+    u -= col_cdf[c - 1] if c else 0.0
+    r = int(np.searchsorted(cdf, u, side="right"))
+    if r == len(cdf):  # u rounded onto the column's end: its last token that can be drawn
+        r = int(np.flatnonzero(column)[-1])
+    return n + r if c == n_cols else r * n_cols + c

@@ -8,11 +8,12 @@ emits tokens distributed exactly as the target's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from edgespec.sampling import sample
+from edgespec.sampling import TokenDist
 
 
 @dataclass(frozen=True)
@@ -36,26 +37,44 @@ def verify_greedy(draft: np.ndarray, target_logits: np.ndarray) -> Verdict:
 def verify_stochastic(
     draft: np.ndarray,  # [k] int32
     q: np.ndarray | None,  # [k, V] float32, the draft's distributions; None = point masses
-    p: np.ndarray,  # [k+1, V] float32, the target's distributions
+    p: np.ndarray | Callable[[int], TokenDist],  # [k+1, V] float32, or row i -> p at i
     rng: np.random.Generator,
 ) -> Verdict:
     """Accept draft[i] with probability min(1, p(x)/q(x)); at the first rejection draw the
     recovered token from normalize(max(0, p - q)); if all k pass, draw the bonus from p[k].
 
     With q = None the draft is a point mass at x: accept with probability p(x), and the
-    residual is p with x removed, renormalized.
+    residual is p with x removed, renormalized. Given as a function, p is computed only for
+    the rows verification reaches: a rejection at i leaves rows after i untouched.
     """
     k = len(draft)
+    p_at = p if callable(p) else lambda i: TokenDist(None, p[i])
     for i in range(k):
         x = int(draft[i])
-        px = float(p[i, x])
+        p_i = p_at(i)
+        px = p_i.prob(x)
         qx = 1.0 if q is None else float(q[i, x])
         if rng.random() * qx < px:  # u < p(x)/q(x) without dividing by a tiny q(x)
             continue
-        recovered = sample(residual(p[i], None if q is None else q[i], x), rng)
+        recovered = residual_dist(p_i, None if q is None else q[i], x).sample(rng)
         return Verdict(i, np.append(draft[:i], recovered).astype(np.int32))
-    bonus = sample(p[k], rng)
+    bonus = p_at(k).sample(rng)
     return Verdict(k, np.append(draft, bonus).astype(np.int32))
+
+
+def residual_dist(p: TokenDist, q: np.ndarray | None, x: int) -> TokenDist:
+    """residual() on p's support only: max(0, p - q) is 0 wherever p is 0."""
+    if p.ids is None:
+        return TokenDist(None, residual(p.probs, q, x))
+    if q is None:
+        r = np.where(p.ids == x, np.float32(0.0), p.probs)
+    else:
+        r = np.maximum(p.probs - q[p.ids], 0.0)
+    total = r.sum()
+    if total <= 0:
+        return p
+    support = r > 0
+    return TokenDist(p.ids[support], r[support] / total)
 
 
 def residual(p: np.ndarray, q: np.ndarray | None, x: int) -> np.ndarray:

@@ -14,7 +14,7 @@ import numpy as np
 
 from edgespec.drafters.base import Draft
 from edgespec.runtimes.base import Runtime
-from edgespec.sampling import SamplingParams, logits_to_probs, sample
+from edgespec.sampling import SamplingParams, token_dist
 
 
 class ModelDrafter:
@@ -49,8 +49,9 @@ class ModelDrafter:
             if q is None:
                 tokens[i] = int(np.argmax(logits))
             else:
-                q[i] = logits_to_probs(logits, sp)
-                tokens[i] = sample(q[i], self.rng)
+                dist = token_dist(logits, sp)
+                q[i] = dist.dense(len(logits))
+                tokens[i] = dist.sample(self.rng)
             if i + 1 < k:
                 logits = self.runtime.forward([int(tokens[i])])[-1]
         self.cached.extend(int(t) for t in tokens[:-1])

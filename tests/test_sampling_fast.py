@@ -1,0 +1,178 @@
+"""The candidate-set transform (edgespec.sampling) against the dense reference it replaced
+(tests/sampling_reference.py): the same support token for token, the same probabilities to
+float32 rounding, at every row of a verify pass; the sampler and the lazy verifier against
+their dense counterparts, seed for seed."""
+
+import numpy as np
+import pytest
+
+from edgespec.sampling import COLUMN_ROWS, SamplingParams, TokenDist, row_dists, sample, token_dist
+from edgespec.verify import residual, residual_dist, verify_stochastic
+from tests import sampling_reference as reference
+
+CONFIGS = {
+    "T0.8": SamplingParams(0.8),
+    "T0.8-topk40": SamplingParams(0.8, top_k=40),
+    "T0.8-topk40-topp0.9": SamplingParams(0.8, top_k=40, top_p=0.9),
+    "T1-topp0.9": SamplingParams(1.0, top_p=0.9),
+    "T0.7-minp0.05": SamplingParams(0.7, min_p=0.05),
+    "T1.3-topk100-topp0.8-minp0.02": SamplingParams(1.3, top_k=100, top_p=0.8, min_p=0.02),
+    "T0.6-topk1": SamplingParams(0.6, top_k=1),
+}
+# 151,936 and 151,973 take the column path (with and without a ragged tail); 5,000 has too
+# few columns for k = 40 and bounds the whole row; 50 is smaller than the grid
+VOCABS = [151_936, 151_973, 5_000, 50]
+
+
+def verify_logits(vocab, scale, seed):
+    """[5, V] logits of one k = 4 verify pass: peaked (scale 4) or flat (scale 1)."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((5, vocab)) * scale).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("vocab", VOCABS)
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_token_dist_matches_the_dense_reference_at_every_row(name, vocab, scale):
+    sp = CONFIGS[name]
+    logits = verify_logits(vocab, scale, seed=vocab + int(scale))
+    want = reference.logits_to_probs(logits, sp)  # [5, V]
+    for i, row in enumerate(logits):
+        dist = token_dist(row, sp)
+        support = np.flatnonzero(want[i])
+        if dist.ids is None:
+            assert np.count_nonzero(dist.probs) == len(support), i
+        else:
+            assert dist.ids.tolist() == support.tolist(), i  # exact token set, in id order
+        assert dist.probs.dtype == np.float32
+        got = dist.dense(vocab)
+        assert np.array_equal(got > 0, want[i] > 0), i
+        np.testing.assert_array_max_ulp(got, want[i], maxulp=4)
+
+
+def test_temperature_alone_is_bitwise_the_reference():
+    logits = verify_logits(151_936, 3.0, seed=5)
+    sp = SamplingParams(0.8)
+    assert np.array_equal(
+        np.stack([token_dist(row, sp).probs for row in logits]),
+        reference.logits_to_probs(logits, sp),
+    )
+
+
+@pytest.mark.parametrize("vocab", [151_936, 300])
+def test_top_k_ties_keep_exactly_k_lowest_ids(vocab):
+    """Tie rule: of the tokens tied at the k-th largest value, the lowest ids are kept (the
+    reference keeps exactly k too, but which of the tied ones was argpartition's choice)."""
+    row = np.zeros(vocab, np.float32)
+    row[[vocab - 1, 9, vocab // 2]] = 3.0  # three clear winners
+    tied = [5, 77, 140, vocab - 2]  # tied at the k-th value, out of order in the grid
+    row[tied] = 1.0
+    dist = token_dist(row, SamplingParams(1.0, top_k=5))
+    assert dist.ids.tolist() == sorted([9, vocab // 2, vocab - 1, 5, 77])
+    want = reference.logits_to_probs(row, SamplingParams(1.0, top_k=5))
+    assert np.count_nonzero(want) == 5
+    np.testing.assert_array_max_ulp(np.sort(dist.probs), np.sort(want[want > 0]), maxulp=4)
+
+
+def test_top_p_finds_its_cut_past_the_first_candidate_sets():
+    """A flat head of 3,000 tokens: top-p 0.9 needs more than the first two candidate sets
+    (64, then 512 tokens) hold."""
+    row = np.full(151_936, -30.0, np.float32)
+    row[np.random.default_rng(0).choice(151_936, 3000, replace=False)] = 0.0
+    sp = SamplingParams(1.0, top_p=0.9)
+    dist = token_dist(row, sp)
+    want = reference.logits_to_probs(row, sp)
+    assert dist.ids.tolist() == np.flatnonzero(want).tolist()
+    assert len(dist.ids) > 2600  # 90% of 3,000, give or take float32 rounding
+
+
+@pytest.mark.parametrize("vocab", [151_936, 151_973, 300])
+def test_sample_follows_probs_on_the_column_walk(vocab):
+    """Every token drawn has probability > 0 and the frequencies match p (5 standard errors
+    per cell); the walk visits 64-row columns, the tail last (300 tokens: a plain CDF)."""
+    rng = np.random.default_rng(1)
+    probs = np.zeros(vocab, np.float32)
+    n_cols = vocab // COLUMN_ROWS
+    hot = [0, 1, n_cols - 1, n_cols, vocab - 1, vocab // 3]  # column edges and the tail
+    probs[hot] = [0.3, 0.05, 0.15, 0.2, 0.25, 0.05]
+    n = 20000
+    counts = np.bincount([sample(probs, rng) for _ in range(n)], minlength=vocab)
+    assert set(np.flatnonzero(counts)) <= set(hot)
+    se = np.sqrt(probs * (1 - probs) / n)
+    assert np.all(np.abs(counts / n - probs) <= 5 * se + 1e-12)
+
+
+def test_sparse_sample_draws_the_dense_reference_token_seed_for_seed():
+    logits = verify_logits(151_936, 4.0, seed=2)[0]
+    dist = token_dist(logits, SamplingParams(0.8, top_k=40, top_p=0.9))
+    dense = dist.dense(151_936)
+    for seed in range(200):
+        a = dist.sample(np.random.default_rng(seed))
+        assert a == reference.sample(dense, np.random.default_rng(seed))
+
+
+def test_dense_sample_agrees_with_the_reference_in_column_order():
+    """The column walk is the reference inverse CDF over the tokens in column order."""
+    vocab = 151_973
+    probs = reference.logits_to_probs(verify_logits(vocab, 2.0, seed=4)[0], SamplingParams(1.0))
+    n = vocab // COLUMN_ROWS * COLUMN_ROWS
+    order = np.concatenate([np.arange(n).reshape(COLUMN_ROWS, -1).T.ravel(), np.arange(n, vocab)])
+    for seed in range(100):
+        j = reference.sample(probs[order], np.random.default_rng(seed))
+        assert sample(probs, np.random.default_rng(seed)) == order[j]
+
+
+def test_residual_on_the_support_equals_the_dense_residual():
+    gen = np.random.default_rng(3)
+    row = verify_logits(151_936, 4.0, seed=3)[1]
+    p = token_dist(row, SamplingParams(0.9, top_k=40))
+    q = gen.dirichlet(np.ones(151_936) * 0.01).astype(np.float32)
+    q[p.ids[:10]] = p.probs[:10] * 2  # some tokens over-drafted, the rest under
+    x = int(p.ids[3])
+    for qi in (q, None):
+        got = residual_dist(p, qi, x)
+        want = residual(p.dense(151_936), qi, x)
+        assert got.ids.tolist() == np.flatnonzero(want).tolist()
+        np.testing.assert_array_max_ulp(got.dense(151_936), want, maxulp=4)
+
+
+@pytest.mark.parametrize("point_mass", [False, True])
+@pytest.mark.parametrize("name", ["T0.8-topk40", "T0.8-topk40-topp0.9", "T0.8"])
+def test_lazy_verify_gives_the_reference_verdict_seed_for_seed(point_mass, name):
+    """verify_stochastic with p as row i -> TokenDist gives the verdict the reference
+    verifier gives on the dense [k+1, V] p of the same probabilities, for the same seed:
+    accepted, rejected and recovered alike. A dense row (temperature alone) is drawn by the
+    column walk, so there the reference is verify_stochastic on the dense p."""
+    sp = CONFIGS[name]
+    vocab = 151_936
+    logits = verify_logits(vocab, 4.0, seed=6)
+    p = np.stack([token_dist(row, sp).dense(vocab) for row in logits])  # [5, V]
+    q = None
+    if not point_mass:  # a draft model's q: the same transform on other logits
+        q = np.stack([token_dist(row, sp).dense(vocab) for row in logits[:4] * 0.9])
+    verdicts = set()
+    for seed in range(60):
+        draft = np.argmax(logits[:4], axis=-1).astype(np.int32)
+        draft[seed % 5 : seed % 5 + 1] = seed  # at times a token p rarely or never gives
+        lazy = verify_stochastic(draft, q, row_dists(logits, sp), np.random.default_rng(seed))
+        if sp.top_k:
+            want = reference.verify_stochastic(draft, q, p, np.random.default_rng(seed))
+        else:
+            full = verify_stochastic(draft, q, p, np.random.default_rng(seed))
+            want = (full.n_accepted, full.tokens.tolist())
+        assert (lazy.n_accepted, lazy.tokens.tolist()) == want, seed
+        verdicts.add(lazy.n_accepted)
+    assert len(verdicts) >= 3  # early rejections and full acceptances were both exercised
+
+
+def test_lazy_verify_stops_computing_rows_at_the_first_rejection():
+    p = np.zeros((5, 4), np.float32)
+    p[:, 1] = 1.0
+    asked = []
+
+    def p_at(i):
+        asked.append(i)
+        return TokenDist(None, p[i])
+
+    v = verify_stochastic(np.array([1, 2, 1, 1], np.int32), None, p_at, np.random.default_rng(0))
+    assert (v.n_accepted, v.tokens.tolist(), asked) == (1, [1, 1], [0, 1])
