@@ -43,8 +43,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=192)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    from edgespec.runtimes import RuntimeOptions, open_runtime
     from onnx_fidelity import source_text  # the same text, beside this script
+
+    from edgespec.runtimes import RuntimeOptions, open_runtime
 
     widths = [int(w) for w in args.widths.split(",")]
     report = []

@@ -19,11 +19,11 @@ import statistics
 import time
 
 import numpy as np
-from edgespec.runtimes.base import VocabInfo
 
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import Draft
 from edgespec.engine import SpeculativeDecoder
+from edgespec.runtimes.base import VocabInfo
 from edgespec.sampling import SamplingParams
 
 V = 151_936
@@ -84,9 +84,8 @@ def loop_cost_us(k: int, sp: SamplingParams, steps: int = 60, runs: int = 9) -> 
 
 
 def verify_pass_us(target: str, k: int) -> float:
-    from edgespec.runtimes import open_runtime
-
     from edgespec.calibrate import measure_curve
+    from edgespec.runtimes import open_runtime
 
     return measure_curve(open_runtime(target), n_max=k + 1)[k] * 1e6
 

@@ -19,16 +19,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from edgespec.export.orchestrator import ExportOptions, export_bundle
-from edgespec.runtimes.llamacpp import LlamaCppRuntime
-
 from edgespec.bench import first_departure
 from edgespec.calibrate import measure_curve
 from edgespec.chat import render_chat
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
 from edgespec.engine import SpeculativeDecoder
+from edgespec.export.orchestrator import ExportOptions, export_bundle
 from edgespec.models import model_path
+from edgespec.runtimes.llamacpp import LlamaCppRuntime
 from edgespec.suites import load_suite
 
 COMBOS = [

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
 
 from edgespec.errors import ModelFileError
+from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
 
 log = logging.getLogger(__name__)
 

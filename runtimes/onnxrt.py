@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
 
 from edgespec.errors import ModelFileError
+from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
 
 log = logging.getLogger(__name__)
 

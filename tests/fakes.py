@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from edgespec.runtimes.base import VocabInfo
 
 from edgespec.drafters.base import Draft
+from edgespec.runtimes.base import VocabInfo
 from edgespec.sampling import SamplingParams
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from edgespec.runtimes.base import check_compatible
 
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ModelFileError
+from edgespec.runtimes.base import check_compatible
 from tests import numpy_reference
 
 pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (edgespec[onnx])")
@@ -33,7 +33,6 @@ pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx]
 
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
-
 from tests.tiny_hf import make_tiny_hf  # noqa: E402
 
 TOKENS = [5, 17, 42, 99, 150, 7, 33, 250, 12, 64]

@@ -8,13 +8,13 @@ These tests allow a departure only there (NEAR_TIE) and report it.
 
 import numpy as np
 import pytest
-from edgespec.runtimes import check_compatible
 
 from edgespec.bench import NEAR_TIE, first_departure, top2_gap
 from edgespec.chat import render_chat, user_messages
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
+from edgespec.runtimes import check_compatible
 
 pytestmark = pytest.mark.real
 
@@ -83,9 +83,8 @@ def test_rollback_gives_the_logits_of_a_fresh_context(demo_runtimes):
 def test_demo_pair_exported_to_a_bundle(tmp_path, demo_target_path, demo_draft_path):
     """export (target requantized to q4_0, draft to q8_0) -> bundle -> speculative decoding
     whose greedy output matches plain decoding of the exported target up to near-ties."""
-    from edgespec.export.orchestrator import ExportOptions, export_bundle
-
     from edgespec.bundle import read_bundle
+    from edgespec.export.orchestrator import ExportOptions, export_bundle
     from edgespec.loader import SpecOptions, load_decoder
 
     out = export_bundle(

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from edgespec.runtimes.base import Runtime
 
 from edgespec.bundle import read_bundle
 from edgespec.calibrate import measure_curve
@@ -37,6 +36,7 @@ from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Draft, ModelDrafter
 from edgespec.drafters.model import common_prefix_len
 from edgespec.engine import Result, SpeculativeDecoder
+from edgespec.runtimes.base import Runtime
 from edgespec.sampling import SamplingParams
 
 ACCEPTANCE = (1.0, 0.9, 0.8, 0.6)
