@@ -59,6 +59,20 @@ MUTANTS = (
         "        pass\n",
         (VERIFY, ENGINE),
     ),
+    Mutant(  # the same two bugs on the sparse path (top-k / top-p / min-p supports)
+        "sparse-residual-ignores-q",
+        "edgespec/verify.py",
+        "r = np.maximum(p.probs - q[p.ids], 0.0)",
+        "r = np.maximum(p.probs, 0.0)",
+        (VERIFY, "tests/test_sampling_fast.py"),
+    ),
+    Mutant(
+        "sparse-residual-keeps-rejected-token",
+        "edgespec/verify.py",
+        "r = np.where(p.ids == x, np.float32(0.0), p.probs)",
+        "r = p.probs.copy()",
+        (VERIFY, "tests/test_sampling_fast.py"),
+    ),
     Mutant(
         "rollback-off-by-one",
         "edgespec/engine.py",
@@ -83,17 +97,17 @@ MUTANTS = (
     Mutant(
         "q-before-top-p-token-after",
         "edgespec/drafters/model.py",
-        "q[i] = logits_to_probs(logits, sp)\n                tokens[i] = sample(q[i], self.rng)",
-        "q[i] = logits_to_probs(logits, SamplingParams(sp.temperature, sp.top_k))\n"
-        "                tokens[i] = sample(logits_to_probs(logits, sp), self.rng)",
+        "q[i] = dist.dense(len(logits))\n                tokens[i] = dist.sample(self.rng)",
+        "q[i] = token_dist(logits, SamplingParams(sp.temperature, sp.top_k)).dense(len(logits))"
+        "\n                tokens[i] = dist.sample(self.rng)",
         (ENGINE,),
     ),
     Mutant(
         "q-after-top-p-token-before",
         "edgespec/drafters/model.py",
-        "q[i] = logits_to_probs(logits, sp)\n                tokens[i] = sample(q[i], self.rng)",
-        "q[i] = logits_to_probs(logits, sp)\n                tokens[i] = sample("
-        "logits_to_probs(logits, SamplingParams(sp.temperature, sp.top_k)), self.rng)",
+        "q[i] = dist.dense(len(logits))\n                tokens[i] = dist.sample(self.rng)",
+        "q[i] = dist.dense(len(logits))\n                tokens[i] = token_dist("
+        "logits, SamplingParams(sp.temperature, sp.top_k)).sample(self.rng)",
         (ENGINE,),
     ),
     Mutant(
