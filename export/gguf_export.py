@@ -166,20 +166,6 @@ def policy_section(choice: PrecisionChoice, opts: ExportOptions) -> dict[str, ob
 
 
 def tune(bundle: Bundle) -> dict[str, object]:
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.calibrate import tune_bundle
 
-    from edgespec.calibrate import calibrate, device_description
-    from edgespec.loader import backend_names
-
-    target_path, draft_path = bundle.path("target"), bundle.path("draft")
-    assert target_path is not None
-    opts = RuntimeOptions(n_ctx=1024)
-    target = open_runtime(target_path, opts)
-    draft = open_runtime(draft_path, opts) if draft_path else None
-    curve = calibrate(target, draft, n_max=17)
-    return {
-        "target_s": curve.target_s,
-        "draft_s": curve.draft_s,
-        "device": device_description(),
-        "runtime": backend_names(target, draft),
-    }
+    return tune_bundle(bundle)

@@ -67,6 +67,9 @@ class FakeRuntime:
     def chat_template(self) -> str | None:
         return None
 
+    def special_token_text(self, token: int | None) -> str:
+        return "" if token is None else self.token_text(token).decode()
+
 
 class ScriptedDrafter:
     """Proposes the target's greedy continuation, wrong exactly at draft position `wrong_at`.

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from edgespec.cli import main
+from edgespec.app.cli import main
 
 
 def run_cli(capsys, *argv):
@@ -71,7 +71,7 @@ def test_console_script_exits_2_without_traceback(tmp_path):
         [
             sys.executable,
             "-m",
-            "edgespec.cli",
+            "edgespec.app.cli",
             "run",
             "--target",
             str(tmp_path / "x.gguf"),

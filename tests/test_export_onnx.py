@@ -25,8 +25,8 @@ from edgespec.export.onnx_export import export_onnx  # noqa: E402
 from edgespec.runtimes.llamacpp import LlamaCppRuntime  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
 
+from edgespec.app.cli import main  # noqa: E402
 from edgespec.bundle import read_bundle  # noqa: E402
-from edgespec.cli import main  # noqa: E402
 from edgespec.engine import SpeculativeDecoder  # noqa: E402
 from edgespec.errors import BundleError, EdgespecError, ModelFileError  # noqa: E402
 from edgespec.loader import SpecOptions, load_decoder  # noqa: E402

@@ -28,7 +28,7 @@ def test_wheel_installs_only_the_edgespec_package(tmp_path):
     ):
         assert f"edgespec/{sub}" in names, sub
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "edgespec = edgespec.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "edgespec = edgespec.app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 def test_subpackages_import_under_one_name():

@@ -54,9 +54,13 @@ class Acceptance(Protocol):
 
 class Drafter(Protocol):
     name: str  # a label for stats and for choosing it by name (FixedPolicy, --drafter)
-    # seconds per drafted token, the policy's starting estimate: 0 = free (prompt lookup; never
-    # learned), None = unknown (learned from the first drafts), else learned from there
-    token_s: float | None
+
+    @property
+    def token_s(self) -> float | None:
+        """Seconds per drafted token, the policy's starting estimate: 0 = free (prompt
+        lookup; never learned), None = unknown (learned from the first drafts), else learned
+        on from there."""
+        ...
 
     def offer(self, context: Sequence[int]) -> Offer:
         """What a proposal for this context would hold; no side effect on the next proposal."""
