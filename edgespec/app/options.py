@@ -36,8 +36,8 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--k",
         default="auto",
-        help="draft length: N drafts N tokens every step with --drafter model or ngram; "
-        "'auto' (default) chooses it per step (0 = plain) up to --k-max",
+        help="draft length. N: every step drafts N tokens (needs --drafter model or ngram); "
+        "'auto' (default): chosen per step (0 = plain), up to --k-max",
     )
     p.add_argument("--k-max", type=int, default=16, help="longest draft --k auto tries")
 

@@ -70,9 +70,9 @@ class NgramDrafter:
                     return self.following, start + emitted
         for n in self.sizes:
             if len(ctx) > n:
-                start = self.latest[n].get(tuple(ctx[-n:]))  # type: ignore[assignment]
-                if start is not None:
-                    return n, start
+                found = self.latest[n].get(tuple(ctx[-n:]))
+                if found is not None:
+                    return n, found
         return 0, 0
 
     def sync(self, context: Sequence[int]) -> None:
