@@ -110,7 +110,7 @@ def make_checkpoint(folder: Path, n_layers: int, seed: int = 0) -> Path:
 
 def peak_rss_of_export(hf_dir: Path, out: Path, quant: str) -> tuple[int, str]:
     """(maximum resident set size in kB, the export's stdout) of one export in a child."""
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "edgespec.cli", "export",
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "edgespec", "export",
            "--format", "onnx", "--target", str(hf_dir), "--out", str(out),
            "--target-quant", quant]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True)

@@ -67,7 +67,7 @@ class ConstantDrafter:
     def accept(self, n):
         pass
 
-    def reset(self):
+    def reset(self, rng):
         pass
 
 

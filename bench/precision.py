@@ -19,16 +19,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from edgespec.bench import first_departure
+from edgespec.app.bench import first_departure
+from edgespec.app.models import model_path
+from edgespec.app.suites import load_suite
 from edgespec.calibrate import measure_curve
-from edgespec.chat import render_chat
+from edgespec.chat import chat_tokens
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.export.orchestrator import ExportOptions, export_bundle
-from edgespec.models import model_path
 from edgespec.runtimes.llamacpp import LlamaCppRuntime
-from edgespec.suites import load_suite
 
 COMBOS = [
     ("q4_k_m", "source", None),
@@ -40,16 +40,7 @@ COMBOS = [
 
 
 def prompt_tokens(rt: LlamaCppRuntime, prompts) -> list[list[int]]:
-    info = rt.vocab_info()
-    return [
-        rt.tokenize(
-            render_chat(
-                rt.chat_template(), p.messages, eos_token=rt.special_token_text(info.eos_id)
-            ),
-            special=True,
-        )
-        for p in prompts
-    ]
+    return [chat_tokens(rt, p.messages) for p in prompts]
 
 
 def plain_outputs(rt, tokens, max_tokens):

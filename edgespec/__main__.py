@@ -1,5 +1,5 @@
 """`python -m edgespec`: the `edgespec` command, where no console script is on PATH."""
 
-from edgespec.cli import main
+from edgespec.app.cli import main
 
 raise SystemExit(main())

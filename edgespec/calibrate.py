@@ -1,8 +1,12 @@
-"""Measure what a target pass over n tokens costs, and a draft token, on this device.
+"""The one owner of cost curves: what a target pass over n tokens costs, and a draft token.
+
+cost_curve(pair) returns the curve for (models, runtime, device): from the tune store
+($EDGESPEC_HOME/tune.json), else from the bundle when the bundle's curve was measured on
+the same device and runtime, else measured now and stored. `edgespec run`, `edgespec tune`
+and `edgespec export --tune` all go through it.
 
 The controller needs the verify cost curve with logits for every row, as the verify step
-asks for them; a last-token-only benchmark understates it. `edgespec tune` stores the
-result keyed by model file, runtime settings and device, so a later run starts from it.
+asks for them; a last-token-only benchmark understates it.
 """
 
 from __future__ import annotations
@@ -18,8 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.bundle import Bundle, folder_files
 from edgespec.controller import CostCurve
+from edgespec.errors import BundleError
+from edgespec.pair import ModelPair, open_pair
 from edgespec.paths import edgespec_home
+from edgespec.runtimes import RuntimeOptions
 from edgespec.runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
@@ -51,15 +59,71 @@ def measure_curve(
     return curve
 
 
+def cost_curve(pair: ModelPair, *, n_max: int = 9, remeasure: bool = False) -> CostCurve:
+    """The curve for n = 1..n_max (at least) for this pair on this runtime and device: stored,
+    else the bundle's where it holds here, else measured now and stored (always if remeasure).
+    """
+    key = tune_key(pair)
+    if not remeasure:
+        for source, curve in (("tune store", load_tuned(key)), ("bundle", bundle_curve(pair))):
+            if curve is not None and len(curve.target_s) >= n_max:
+                log.info("cost curve from the %s: %s", source, describe(curve))
+                return curve
+    curve = calibrate(pair.target, pair.draft, n_max)
+    store_tuned(key, curve)
+    return curve
+
+
+def bundle_curve(pair: ModelPair) -> CostCurve | None:
+    """The bundle's curve, only where it was measured on this device and runtime: a curve
+    from a CPU would keep the draft model off for good on a GPU (and the other way round)."""
+    tune = pair.bundle_tune
+    if not tune:
+        return None
+    here = {
+        "device": device_description(pair.options.device),
+        "runtime": pair.runtime_description(),
+    }
+    if tune.get("device") != here["device"] or tune.get("runtime") != here["runtime"]:
+        log.info(
+            "the bundle's cost curve is for %s, %s; measuring here",
+            tune.get("device"),
+            tune.get("runtime"),
+        )
+        return None
+    try:
+        return CostCurve(list(tune["target_s"]), float(tune["draft_s"]))
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def tune_bundle(bundle: Bundle, n_max: int = 17) -> dict[str, object]:
+    """What `export --tune` stores in bundle.json: the curve, and the device and runtime it
+    holds for (loading elsewhere measures its own)."""
+    target = bundle.path("target")
+    if target is None:
+        raise BundleError(f"{bundle.folder}: a bundle to tune needs a target model")
+    pair = open_pair(target, bundle.path("draft"), RuntimeOptions(n_ctx=1024))
+    curve = cost_curve(pair, n_max=n_max)
+    return {
+        "target_s": curve.target_s,
+        "draft_s": curve.draft_s,
+        "device": device_description(pair.options.device),
+        "runtime": pair.runtime_description(),
+    }
+
+
 def calibrate(target: Runtime, draft: Runtime | None, n_max: int = 9) -> CostCurve:
     t0 = time.perf_counter()
     target_s = measure_curve(target, n_max)
     draft_s = measure_curve(draft, 2)[0] if draft is not None else 0.0
-    log.info("calibrated in %.1fs: %s", time.perf_counter() - t0, describe(target_s, draft_s))
-    return CostCurve(target_s, draft_s)
+    curve = CostCurve(target_s, draft_s)
+    log.info("calibrated in %.1fs: %s", time.perf_counter() - t0, describe(curve))
+    return curve
 
 
-def describe(target_s: list[float], draft_s: float) -> str:
+def describe(curve: CostCurve) -> str:
+    target_s, draft_s = curve.target_s, curve.draft_s
     ratios = " ".join(f"{t / target_s[0]:.2f}" for t in target_s)
     return (
         f"target 1 token {target_s[0] * 1e3:.1f} ms, n=1..{len(target_s)} ratios {ratios}; "
@@ -74,8 +138,6 @@ def file_fingerprint(path: Path) -> str:
     """sha256 of size + first and last MiB: cheap at load, and changes when the file does.
     A model folder (ONNX) is fingerprinted over its files."""
     if path.is_dir():
-        from edgespec.bundle import folder_files
-
         parts = "".join(f.name + file_fingerprint(f) for f in folder_files(path))
         return hashlib.sha256(parts.encode()).hexdigest()[:32]
     size = path.stat().st_size
@@ -87,7 +149,8 @@ def file_fingerprint(path: Path) -> str:
     return digest.hexdigest()[:32]
 
 
-def device_description() -> str:
+def device_description(device: str = "cpu") -> str:
+    """The CPU and its cores; on cuda, the GPU too (a cost curve holds for one device)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -96,17 +159,27 @@ def device_description() -> str:
                 break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores"
+    where = f"{cpu}, {os.cpu_count()} cores"
+    return f"{where}, {gpu_name()}" if device == "cuda" else where
 
 
-def backend_names(target: Runtime, draft: Runtime | None) -> str:
-    """ "LlamaCppRuntime+OnnxRuntime": the back-ends of a target and its draft."""
-    return "+".join(type(rt).__name__ for rt in (target, draft) if rt is not None)
+def gpu_name() -> str:
+    """The NVIDIA GPU's model from the driver (Jetson: the board), without a CUDA library."""
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        for line in info.read_text().splitlines():
+            if line.startswith("Model:"):
+                return line.split(":", 1)[1].strip()
+    board = Path("/proc/device-tree/model")
+    if board.is_file():
+        return board.read_text().strip("\x00 \n")
+    return "GPU"
 
 
-def tune_key(target: Path, draft: Path | None, runtime_desc: str) -> str:
-    parts = [file_fingerprint(target), file_fingerprint(draft) if draft else "-", runtime_desc]
-    return "|".join([*parts, device_description()])
+def tune_key(pair: ModelPair) -> str:
+    """Models (by content), runtime settings and device: a stored curve holds for these."""
+    draft = file_fingerprint(pair.draft_path) if pair.draft_path else "-"
+    parts = [file_fingerprint(pair.target_path), draft, pair.runtime_description()]
+    return "|".join([*parts, device_description(pair.options.device)])
 
 
 def tune_store_path() -> Path:

@@ -1,5 +1,6 @@
-"""Chat messages -> prompt text with the model's own chat template, in a Jinja2 sandbox.
+"""Chat messages -> prompt tokens with the model's own chat template, in a Jinja2 sandbox.
 
+chat_tokens is the one place a chat request becomes a prompt (run, bench, demo, scripts).
 The template comes from the model file, so it is untrusted code: the immutable sandbox
 lets it format strings and nothing else.
 """
@@ -10,8 +11,29 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from edgespec.errors import EdgespecError
+from edgespec.runtimes.base import Runtime
 
 Message = dict[str, str]
+
+
+def chat_tokens(runtime: Runtime, messages: Sequence[Message]) -> list[int]:
+    """The prompt tokens for messages: the rendered template and nothing else.
+
+    The template gets the model's BOS and EOS text (Llama 3's and Gemma's start with
+    `{{ bos_token }}`), and its text is tokenized with special tokens parsed and no BOS of the
+    tokenizer's own, as Hugging Face's apply_chat_template and llama-cpp-python's chat
+    handler do: one BOS where the template writes one, none where it does not.
+    """
+    info = runtime.vocab_info()
+    text = render_chat(
+        runtime.chat_template(),
+        messages,
+        bos_token=runtime.special_token_text(info.bos_id),
+        eos_token=runtime.special_token_text(info.eos_id),
+    )
+    tokens = runtime.tokenize(text, special=True)
+    added = runtime.tokenize("", special=True)  # what the tokenizer puts before any text
+    return tokens[len(added) :] if added and tokens[: len(added)] == added else tokens
 
 
 def render_chat(

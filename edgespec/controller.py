@@ -2,22 +2,23 @@
 
 FixedPolicy is the anchors' default (one drafter, fixed k). AdaptivePolicy (below) picks the
 drafter and k that maximise expected tokens per second from a measured cost curve and online
-acceptance estimates, and k = 0 (a plain step) when speculation would lose.
+acceptance estimates, and k = 0 (a plain step) when speculation would lose. It knows drafters
+only through the Drafter protocol: any drafter is chosen, priced and observed alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from edgespec.drafters.base import Drafter
+from edgespec.drafters.base import Acceptance, Drafter, Offer
 from edgespec.sampling import SamplingParams
 
 
 class Policy(Protocol):
-    def begin(self, drafters: Mapping[str, Drafter]) -> None:
-        """A new request starts; per-request estimates reset."""
+    def begin(self, drafters: Sequence[Drafter]) -> None:
+        """A new request starts with these drafters; per-request estimates reset."""
         ...
 
     def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
@@ -25,13 +26,15 @@ class Policy(Protocol):
         ...
 
     def observe(
-        self, drafter: str | None, k: int, n_accepted: int, t_draft: float, t_verify: float
+        self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
     ) -> None:
-        """What the step cost and how many drafted tokens the target kept."""
+        """What the step cost and how many of the k drafted tokens the target kept."""
         ...
 
 
 class FixedPolicy:
+    """The drafter named `drafter` (None: none) drafts k tokens every step."""
+
     def __init__(self, drafter: str | None, k: int) -> None:
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
@@ -39,16 +42,20 @@ class FixedPolicy:
         self.k = k if drafter else 0
         self.drafter: Drafter | None = None
 
-    def begin(self, drafters: Mapping[str, Drafter]) -> None:
-        self.drafter = drafters.get(self.drafter_name) if self.drafter_name else None
-        if self.drafter_name and self.drafter is None:
-            raise ValueError(f"no drafter named {self.drafter_name!r}; have {sorted(drafters)}")
+    def begin(self, drafters: Sequence[Drafter]) -> None:
+        if self.drafter_name is None:
+            return
+        named = [d for d in drafters if d.name == self.drafter_name]
+        if not named:
+            have = sorted(d.name for d in drafters)
+            raise ValueError(f"no drafter named {self.drafter_name!r}; have {have}")
+        self.drafter = named[0]
 
     def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
         return self.drafter, self.k
 
     def observe(
-        self, drafter: str | None, k: int, n_accepted: int, t_draft: float, t_verify: float
+        self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
     ) -> None:
         pass
 
@@ -64,8 +71,10 @@ class CostCurve:
     """
 
     target_s: list[float]  # [n_max] seconds for n = 1..n_max
-    draft_s: float = 0.0  # seconds per drafted token of the model drafter
-    smoothing: float = 0.1
+    # seconds per token of the draft model, as calibrated beside the target (the loader
+    # prices the ModelDrafter with it; the policy then learns each drafter's price itself)
+    draft_s: float = 0.0
+    smoothing: float = 0.1  # for the target's and the drafters' observed costs
 
     def target(self, n: int) -> float:
         t = self.target_s
@@ -77,10 +86,6 @@ class CostCurve:
     def observe_target(self, n: int, seconds: float) -> None:
         if 1 <= n <= len(self.target_s):
             self.target_s[n - 1] += self.smoothing * (seconds - self.target_s[n - 1])
-
-    def observe_draft(self, k: int, seconds: float) -> None:
-        if k > 0:
-            self.draft_s += self.smoothing * (seconds / k - self.draft_s)
 
     def ratios(self) -> list[float]:
         return [t / self.target_s[0] for t in self.target_s]
@@ -98,47 +103,64 @@ def expected_tokens(alphas: Sequence[float]) -> float:
 
 
 @dataclass(frozen=True)
+class Option:
+    """One drafter's offer, priced: what best_choice weighs against plain decoding."""
+
+    drafter: Drafter
+    alphas: Sequence[float]  # acceptance per draft position, as many as it can propose
+    token_s: float  # seconds per drafted token
+    catch_up_s: float = 0.0  # forwarding what it missed while idle, before drafting
+
+
+@dataclass(frozen=True)
 class Choice:
-    drafter: str | None
+    drafter: Drafter | None
     k: int
     tokens_per_second: float
 
 
-def best_choice(
-    curve: CostCurve,
-    model_alphas: Sequence[float] | None,  # per draft position; None = no model drafter
-    ngram_alpha: float | None,  # per token for the current match; None = no match
-    ngram_available: int,
-    k_max: int,
-    ngram_cost_s: float = 0.0,
-    model_catch_up_s: float = 0.0,  # the draft model forwarding what it missed while idle
-) -> Choice:
+def best_choice(curve: CostCurve, options: Sequence[Option], k_max: int) -> Choice:
     """The drafter and k that maximise expected tokens / expected seconds; k = 0 is plain.
 
-    A pure function of the cost curve and the acceptance estimates (unit-tested on its own).
+    A pure function of the cost curve and the priced options (unit-tested on its own); on a
+    tie the earlier option wins.
     """
     best = Choice(None, 0, 1.0 / curve.target(1))
-    if model_alphas is not None:
-        for k in range(1, min(k_max, len(model_alphas)) + 1):
-            seconds = model_catch_up_s + k * curve.draft_s + curve.target(k + 1)
-            rate = expected_tokens(model_alphas[:k]) / seconds
+    for option in options:
+        for k in range(1, min(k_max, len(option.alphas)) + 1):
+            seconds = option.catch_up_s + k * option.token_s + curve.target(k + 1)
+            rate = expected_tokens(option.alphas[:k]) / seconds
             if rate > best.tokens_per_second:
-                best = Choice("model", k, rate)
-    if ngram_alpha is not None:
-        for k in range(1, min(k_max, ngram_available) + 1):
-            rate = expected_tokens([ngram_alpha] * k) / (ngram_cost_s + curve.target(k + 1))
-            if rate > best.tokens_per_second:
-                best = Choice("ngram", k, rate)
+                best = Choice(option.drafter, k, rate)
     return best
+
+
+@dataclass
+class Estimate:
+    """What the policy knows of one drafter: its price (kept across requests), its acceptance
+    and when it last ran (per request)."""
+
+    drafter: Drafter
+    token_s: float  # seconds per drafted token
+    learns_cost: bool  # False for a free drafter: its microseconds are the loop's
+    acceptance: Acceptance
+    offer: Offer = Offer(0)  # at the last plan
+    idle: int = 0  # steps since it last ran
+    base_interval: int = 16  # steps idle before a probe
+    interval: int = 16  # grows while probes fail to pay
+
+    @property
+    def free(self) -> bool:
+        return not self.learns_cost and self.token_s == 0.0
 
 
 class AdaptivePolicy:
     """Per step, choose the drafter and k from the cost curve and online acceptance.
 
-    Acceptance is an exponential moving average, reset per request: per draft position for
-    the model drafter, per match length for prompt lookup. A drafter left unused is probed
-    again after probe_every steps (doubling after each probe that fails to pay, up to
-    max_probe_every), so a change of text (prose -> code block) is noticed.
+    Every drafter is priced from its own offer and price, and learned with the acceptance
+    estimate it supplies (reset per request). A drafter left unused is probed again after
+    probe_every steps (a free one four times as often; doubling after each probe that fails
+    to pay, up to max_probe_every), so a change of text (prose -> code block) is noticed.
     """
 
     def __init__(
@@ -146,132 +168,98 @@ class AdaptivePolicy:
         curve: CostCurve,
         *,
         k_max: int = 8,
-        smoothing: float = 0.3,
-        ngram_smoothing: float = 0.1,
-        model_prior: float = 0.6,
-        ngram_priors: Sequence[float] = (0.2, 0.4, 0.55, 0.7, 0.8),
         probe_every: int = 16,
         max_probe_every: int = 128,
     ) -> None:
         self.curve = curve
         self.k_max = k_max
-        self.smoothing = smoothing  # per step and draft position (model)
-        self.ngram_smoothing = ngram_smoothing  # per drafted token (prompt lookup)
-        self.model_prior = model_prior
-        # by match length 1, 2, ...; the last for longer ones and for following a source
-        self.ngram_priors = tuple(ngram_priors)
         self.probe_every = probe_every
         self.max_probe_every = max_probe_every
-        self.drafters: dict[str, Drafter] = {}
-        self.begin({})
+        self.prices: dict[int, tuple[float, bool]] = {}  # id(drafter) -> learned price
+        self.estimates: list[Estimate] = []
+        self.probing: Drafter | None = None
 
-    def begin(self, drafters: Mapping[str, Drafter]) -> None:
-        self.drafters = dict(drafters)
-        self.model_alphas = [self.model_prior] * self.k_max
-        self.ngram_alphas: dict[int, float] = {}
-        self.idle = {name: 0 for name in self.drafters}  # steps since each drafter last ran
-        # Prompt lookup costs nothing to draft, so it is probed four times as often.
-        self.base_interval = {
-            name: max(1, self.probe_every // 4) if name == "ngram" else self.probe_every
-            for name in self.drafters
-        }
-        self.interval = dict(self.base_interval)
-        self.last_match = 0
-        self.probing: str | None = None
+    def begin(self, drafters: Sequence[Drafter]) -> None:
+        for e in self.estimates:  # prices outlive a request; acceptance does not
+            self.prices[id(e.drafter)] = (e.token_s, e.learns_cost)
+        self.estimates = [self.new_estimate(d) for d in drafters]
+        self.probing = None
+
+    def new_estimate(self, drafter: Drafter) -> Estimate:
+        token_s, learns = self.prices.get(
+            id(drafter), (drafter.token_s or 0.0, drafter.token_s != 0.0)
+        )
+        e = Estimate(drafter, token_s, learns, drafter.acceptance())
+        # A free drafter costs one wider verify pass to probe, so it is probed more often.
+        e.base_interval = e.interval = max(1, self.probe_every // 4) if e.free else self.probe_every
+        return e
+
+    def estimate(self, drafter: Drafter) -> Estimate:
+        return next(e for e in self.estimates if e.drafter is drafter)
 
     def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
-        ngram = self.drafters.get("ngram")
-        match_len, available = ngram.lookahead(context) if ngram else (0, 0)  # type: ignore[attr-defined]
-        self.last_match = match_len
-        model = self.drafters.get("model")
-        model_catch_up_s = self.catch_up_cost(model, context) if model else 0.0
-        choice = best_choice(
-            self.curve,
-            self.model_alphas if model else None,
-            self.ngram_alpha(match_len) if match_len else None,
-            available,
-            self.k_max,
-            model_catch_up_s=model_catch_up_s,
-        )
+        options = []
+        for e in self.estimates:
+            e.offer = e.drafter.offer(context)
+            if e.offer.available > 0:
+                options.append(self.option(e, e.offer.available))
+        choice = best_choice(self.curve, options, self.k_max)
         self.probing = None
         if choice.k == 0:
-            choice = self.probe(available, model_catch_up_s)
-        return (self.drafters[choice.drafter] if choice.drafter else None), choice.k
+            choice = self.probe()
+        return choice.drafter, choice.k
 
-    def catch_up_cost(self, model: Drafter | None, context: Sequence[int]) -> float:
-        """Seconds for the draft model to forward the tokens it has not seen. Every drafted
-        step re-forwards one or two (in draft_s already); beyond that the draft is assumed to
-        batch like the target (its cost curve's shape, scaled by draft_s)."""
-        behind = getattr(model, "behind", lambda _: 0)(context)
+    def option(self, e: Estimate, available: int) -> Option:
+        n = min(available, self.k_max)
+        alphas = e.acceptance.alphas(e.offer.key, n)
+        return Option(e.drafter, alphas, e.token_s, self.catch_up_cost(e.token_s, e.offer.behind))
+
+    def catch_up_cost(self, token_s: float, behind: int) -> float:
+        """Seconds for a drafter to forward the tokens it has not seen. Every drafted step
+        re-forwards one or two (in token_s already); beyond that the draft is assumed to
+        batch like the target (its cost curve's shape, scaled by token_s)."""
         if behind <= 2:
             return 0.0
-        return self.curve.draft_s * self.curve.target(behind) / self.curve.target(1)
+        return token_s * self.curve.target(behind) / self.curve.target(1)
 
-    def model_can_win(self) -> bool:
-        """Whether the model drafter would beat plain decoding at 90% acceptance per token.
+    def can_win(self, e: Estimate) -> bool:
+        """Whether the drafter would beat plain decoding at 90% acceptance per token.
 
-        On a compute-bound device (a 2-core CPU) it would not, and probing it only costs time.
+        On a compute-bound device a draft model would not, and probing it only costs time.
         """
-        optimistic = best_choice(self.curve, [0.9] * self.k_max, None, 0, self.k_max)
-        return optimistic.drafter == "model"
+        optimistic = Option(e.drafter, [0.9] * self.k_max, e.token_s)
+        return best_choice(self.curve, [optimistic], self.k_max).drafter is e.drafter
 
-    def ngram_alpha(self, match_len: int) -> float:
-        """Acceptance per token for prompt lookup after a match of this length."""
-        prior = self.ngram_priors[min(match_len, len(self.ngram_priors)) - 1]
-        return self.ngram_alphas.get(match_len, prior)
+    def probe(self) -> Choice:
+        """A drafter idle for its interval gets a short draft, to refresh its estimates;
+        the cheapest due drafter first.
 
-    def probe(self, ngram_available: int, model_catch_up_s: float) -> Choice:
-        """A drafter idle for its interval gets a short draft, to refresh its estimates.
-
-        The draft model is not probed while catching up would cost more than a target token:
-        on a CPU that is whenever it is more than a few tokens behind (a new prompt, or after
-        prompt lookup ran), and measured there, such probes cost more than they found
-        (docs/benchmarks.md, ONNX section)."""
-        for name in ("ngram", "model"):
-            if name not in self.drafters or self.idle[name] < self.interval[name]:
+        A drafter is not probed while catching up would cost more than a target token: for a
+        draft model on a CPU that is whenever it is more than a few tokens behind (a new
+        prompt, or after prompt lookup ran), and measured there, such probes cost more than
+        they found (docs/benchmarks.md, ONNX section)."""
+        for e in sorted(self.estimates, key=lambda e: e.token_s):
+            if e.idle < e.interval or e.offer.available == 0 or not self.can_win(e):
                 continue
-            if name == "ngram" and ngram_available == 0:
+            if self.catch_up_cost(e.token_s, e.offer.behind) > self.curve.target(1):
                 continue
-            if name == "model" and (
-                not self.model_can_win() or model_catch_up_s > self.curve.target(1)
-            ):
-                continue
-            self.probing = name
-            k = min(2, self.k_max, ngram_available if name == "ngram" else self.k_max)
-            return Choice(name, k, 0.0)
+            self.probing = e.drafter
+            return Choice(e.drafter, min(2, self.k_max, e.offer.available), 0.0)
         return Choice(None, 0, 0.0)
 
     def observe(
-        self, drafter: str | None, k: int, n_accepted: int, t_draft: float, t_verify: float
+        self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
     ) -> None:
         self.curve.observe_target(k + 1, t_verify)
-        for name in self.idle:
-            self.idle[name] += 1
+        for e in self.estimates:
+            e.idle += 1
         if drafter is None or k == 0:
             return
-        self.idle[drafter] = 0
-        if drafter == "model":
-            self.curve.observe_draft(k, t_draft)
-            self.update_model(k, n_accepted)
-        else:
-            self.update_ngram(k, n_accepted)
-        if self.probing == drafter:  # back off when probes keep failing to pay
+        e = self.estimate(drafter)
+        e.idle = 0
+        if e.learns_cost:
+            e.token_s += self.curve.smoothing * (t_draft / k - e.token_s)
+        e.acceptance.observe(e.offer.key, k, n_accepted)
+        if self.probing is drafter:  # back off when probes keep failing to pay
             paid = n_accepted == k
-            self.interval[drafter] = (
-                self.base_interval[drafter]
-                if paid
-                else min(2 * self.interval[drafter], self.max_probe_every)
-            )
-
-    def update_model(self, k: int, n_accepted: int) -> None:
-        s = self.smoothing
-        for i in range(min(k, n_accepted + 1)):
-            outcome = 1.0 if i < n_accepted else 0.0
-            self.model_alphas[i] += s * (outcome - self.model_alphas[i])
-
-    def update_ngram(self, k: int, n_accepted: int) -> None:
-        a = self.ngram_alpha(self.last_match)
-        outcomes = [1.0] * n_accepted + ([0.0] if n_accepted < k else [])
-        for outcome in outcomes:
-            a += self.ngram_smoothing * (outcome - a)
-        self.ngram_alphas[self.last_match] = a
+            e.interval = e.base_interval if paid else min(2 * e.interval, self.max_probe_every)

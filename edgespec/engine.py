@@ -152,7 +152,9 @@ class SpeculativeDecoder:
         policy: Policy | None = None,
     ) -> None:
         self.target = target
-        self.drafters = {d.name: d for d in drafters}
+        self.drafters = {d.name: d for d in drafters}  # names label stats: one drafter each
+        if len(self.drafters) < len(drafters):
+            raise ValueError(f"drafter names must differ, got {[d.name for d in drafters]}")
         if policy is None:
             policy = FixedPolicy(drafters[0].name if drafters else None, 4 if drafters else 0)
         self.policy = policy
@@ -206,11 +208,9 @@ class SpeculativeDecoder:
     def begin(self, tokens: list[int], sp: SamplingParams) -> None:
         """Reset per-request state and prefill the target with all but the last prompt token."""
         self.target.reset()
-        for drafter in self.drafters.values():
-            drafter.reset()
-            if hasattr(drafter, "reseed"):
-                drafter.reseed(stream_rng(sp.seed, 1))
-        self.policy.begin(self.drafters)
+        for i, drafter in enumerate(self.drafters.values()):
+            drafter.reset(stream_rng(sp.seed, 1 + i))  # stream 0 is the verifier's
+        self.policy.begin(list(self.drafters.values()))
         if len(tokens) > 1:
             self.target.forward(tokens[:-1], last_only=True)
 
@@ -238,11 +238,11 @@ class SpeculativeDecoder:
             verdict = verify_stochastic(draft.tokens, draft.q, row_dists(logits, sp), rng)
         self.target.rollback(n0 + 1 + verdict.n_accepted)
         k = len(draft.tokens)
-        name = drafter.name if drafter and k else None
-        if drafter and k:
-            drafter.accept(verdict.n_accepted)
-        self.policy.observe(name, k, verdict.n_accepted, t1 - t0 - draft.t_catch_up, t2 - t1)
-        stats.record(name, k, verdict.n_accepted)
+        drafted = drafter if k else None
+        if drafted:
+            drafted.accept(verdict.n_accepted)
+        self.policy.observe(drafted, k, verdict.n_accepted, t1 - t0 - draft.t_catch_up, t2 - t1)
+        stats.record(drafted.name if drafted else None, k, verdict.n_accepted)
         stats.t_draft += t1 - t0
         stats.t_verify += t2 - t1
         return verdict

@@ -6,13 +6,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.bundle import is_bundle, read_bundle
-from edgespec.calibrate import backend_names, calibrate, load_tuned, store_tuned, tune_key
+from edgespec.calibrate import cost_curve
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Drafter, ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError
-from edgespec.runtimes import Runtime, RuntimeOptions, check_compatible, open_runtime
+from edgespec.pair import ModelPair, open_pair
+from edgespec.runtimes import RuntimeOptions
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +21,41 @@ DRAFTER_CHOICES = ("auto", "model", "ngram", "none")
 
 @dataclass(frozen=True)
 class SpecOptions:
+    """Which drafters run and how k is decided: the one place for both.
+
+    k = None: the adaptive controller chooses k per step (0 = plain), up to k_max, and with
+    drafter "auto" also which drafter. k = N: drafter "model" or "ngram" drafts N tokens every
+    step (N = 0: plain decoding); "auto" chooses per step, so it refuses a fixed k.
+    """
+
     drafter: str = "auto"  # auto | model | ngram | none
-    k: int | None = None  # None = chosen per step by the adaptive controller
-    k_max: int = 16
+    k: int | None = None  # fixed draft length; None = chosen per step
+    k_max: int = 16  # longest draft the adaptive controller tries
     max_ngram: int = 4
+
+    def __post_init__(self) -> None:
+        if self.drafter not in DRAFTER_CHOICES:
+            raise EdgespecError(
+                f"unknown drafter {self.drafter!r}; choose one of {', '.join(DRAFTER_CHOICES)}"
+            )
+        if self.k is not None and self.k < 0:
+            raise EdgespecError(f"--k must be >= 0, got {self.k}")
+        if self.k_max < 1:
+            raise EdgespecError(f"--k-max must be >= 1, got {self.k_max}")
+        if self.k is not None and self.drafter == "auto":
+            raise EdgespecError(
+                f"--k {self.k} fixes the draft length, which needs one drafter: add --drafter "
+                f"model or --drafter ngram (with --drafter auto, k is chosen per step up to "
+                "--k-max)"
+            )
+
+    @property
+    def adaptive(self) -> bool:
+        return self.k is None and self.drafter != "none"
+
+    @property
+    def uses_model(self) -> bool:
+        return self.drafter in ("auto", "model")
 
 
 def load_decoder(
@@ -33,78 +64,33 @@ def load_decoder(
     spec: SpecOptions = SpecOptions(),
     runtime: RuntimeOptions = RuntimeOptions(),
 ) -> SpeculativeDecoder:
-    if spec.drafter not in DRAFTER_CHOICES:
-        raise EdgespecError(f"unknown drafter {spec.drafter!r}; choose one of {DRAFTER_CHOICES}")
-    target, draft, tuned = resolve_bundle(target, draft)
-    if spec.drafter == "model" and draft is None:
+    """target: a GGUF file, an exported ONNX folder or a bundle folder; draft likewise (a
+    bundle brings its own)."""
+    pair = open_pair(target, draft, runtime, open_draft=spec.uses_model)
+    if spec.drafter == "model" and pair.draft is None:
         raise EdgespecError("--drafter model needs a draft model: pass --draft DRAFT.gguf")
-    target_rt = open_runtime(target, runtime)
-    draft_rt = None
-    if draft is not None and spec.drafter in ("auto", "model"):
-        draft_rt = open_runtime(draft, runtime)
-        check_compatible(target_rt.vocab_info(), draft_rt.vocab_info(), str(target), str(draft))
-    drafters = make_drafters(spec, draft_rt)
-    policy = make_policy(spec, drafters, target_rt, draft_rt, Path(target), draft, runtime, tuned)
-    return SpeculativeDecoder(target_rt, drafters, policy)
+    return build_decoder(pair, spec)
 
 
-def resolve_bundle(
-    target: str | Path, draft: str | Path | None
-) -> tuple[Path, Path | None, dict | None]:
-    """Model paths from a bundle folder (verified) or as given; plus the bundle's tune data.
-    An explicit draft wins over the bundle's."""
-    if is_bundle(target):
-        bundle = read_bundle(target)
-        bundle_target = bundle.path("target")
-        assert bundle_target is not None  # read_bundle refuses a bundle without one
-        return bundle_target, Path(draft) if draft else bundle.path("draft"), bundle.tune
-    return Path(target), Path(draft) if draft else None, None
+def build_decoder(pair: ModelPair, spec: SpecOptions) -> SpeculativeDecoder:
+    """The decoder for an opened pair: its cost curve (adaptive k), drafters and policy."""
+    curve = cost_curve(pair, n_max=spec.k_max + 1) if spec.adaptive else None
+    drafters = make_drafters(spec, pair, curve)
+    return SpeculativeDecoder(pair.target, drafters, make_policy(spec, drafters, curve))
 
 
-def make_drafters(spec: SpecOptions, draft_rt: Runtime | None) -> list[Drafter]:
+def make_drafters(spec: SpecOptions, pair: ModelPair, curve: CostCurve | None) -> list[Drafter]:
     drafters: list[Drafter] = []
-    if draft_rt is not None:
-        drafters.append(ModelDrafter(draft_rt))
+    if pair.draft is not None and spec.uses_model:
+        drafters.append(ModelDrafter(pair.draft, token_s=curve.draft_s if curve else None))
     if spec.drafter in ("auto", "ngram"):
         drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
     return drafters
 
 
-def make_policy(
-    spec: SpecOptions,
-    drafters: list[Drafter],
-    target_rt: Runtime,
-    draft_rt: Runtime | None,
-    target_path: Path,
-    draft_path: str | Path | None,
-    runtime: RuntimeOptions,
-    tuned: dict | None = None,
-) -> Policy:
-    if spec.drafter == "none" or not drafters:
+def make_policy(spec: SpecOptions, drafters: list[Drafter], curve: CostCurve | None) -> Policy:
+    if not drafters:
         return FixedPolicy(None, 0)
-    if spec.k is not None and spec.drafter != "auto":
-        return FixedPolicy(spec.drafter, spec.k)
-    k_max = spec.k if spec.k is not None else spec.k_max
-    key = tune_key(
-        target_path,
-        Path(draft_path) if draft_rt and draft_path else None,
-        runtime_description(runtime, target_rt, draft_rt),
-    )
-    curve = load_tuned(key) or curve_from_bundle(tuned)
-    if curve is None or len(curve.target_s) < k_max + 1:
-        curve = calibrate(target_rt, draft_rt, n_max=k_max + 1)
-        store_tuned(key, curve)
-    return AdaptivePolicy(curve, k_max=k_max)
-
-
-def curve_from_bundle(tuned: dict | None) -> CostCurve | None:
-    """Tune data stored in a bundle by `edgespec export --tune` (measured where it was built)."""
-    try:
-        return CostCurve(list(tuned["target_s"]), float(tuned["draft_s"]))  # type: ignore[index]
-    except (TypeError, KeyError, ValueError):
-        return None
-
-
-def runtime_description(opts: RuntimeOptions, target: Runtime, draft: Runtime | None) -> str:
-    """Which back-ends, threads and offload a cost curve was measured with."""
-    return f"{backend_names(target, draft)} threads={opts.n_threads} gpu_layers={opts.n_gpu_layers}"
+    if curve is None:
+        return FixedPolicy(spec.drafter, spec.k or 0)
+    return AdaptivePolicy(curve, k_max=spec.k_max)

@@ -65,23 +65,12 @@ def builder(fmt: str) -> Builder:
 
 
 def tune(bundle: Bundle) -> dict[str, object]:
-    """The export's one tuning call: the cost curve measured on the bundle's own files here,
-    stored in bundle.json (edgespec/calibrate.py owns measuring and describing)."""
-    from edgespec.calibrate import backend_names, calibrate, device_description
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    """The export's one tuning call: the cost curve of the bundle's own files, measured here
+    and stored in bundle.json with the device and runtime it holds for (calibrate.py owns
+    measuring, storing and describing)."""
+    from edgespec.calibrate import tune_bundle
 
-    target_path, draft_path = bundle.path("target"), bundle.path("draft")
-    assert target_path is not None
-    opts = RuntimeOptions(n_ctx=1024)
-    target = open_runtime(target_path, opts)
-    draft = open_runtime(draft_path, opts) if draft_path else None
-    curve = calibrate(target, draft, n_max=17)
-    return {
-        "target_s": curve.target_s,
-        "draft_s": curve.draft_s,
-        "device": device_description(),
-        "runtime": backend_names(target, draft),
-    }
+    return tune_bundle(bundle)
 
 
 def tokenizer_section(vocab: VocabInfo) -> dict[str, object]:

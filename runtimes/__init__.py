@@ -10,11 +10,33 @@ from edgespec.runtimes.base import Runtime, VocabInfo, check_compatible
 __all__ = ["Runtime", "RuntimeOptions", "VocabInfo", "check_compatible", "open_runtime"]
 
 
+DEVICES = ("cpu", "cuda")
+
+
 @dataclass(frozen=True)
 class RuntimeOptions:
     n_ctx: int = 4096
     n_threads: int | None = None  # None = one per core, up to 8
-    n_gpu_layers: int = 0
+    device: str = "cpu"  # cpu | cuda: where the model runs (ONNX Runtime: the CUDA provider)
+    # llama.cpp only, partial offload: layers on the GPU (None: all on cuda, none on cpu)
+    n_gpu_layers: int | None = None
+
+    def __post_init__(self) -> None:
+        from edgespec.errors import EdgespecError
+
+        if self.device not in DEVICES:
+            raise EdgespecError(f"device {self.device!r} is unknown; choose cpu or cuda")
+        if self.n_gpu_layers and self.device != "cuda":
+            raise EdgespecError(
+                f"--n-gpu-layers {self.n_gpu_layers} offloads layers to the GPU, but the "
+                "device is cpu; add --device cuda"
+            )
+
+    def gpu_layers(self) -> int:
+        """llama.cpp's n_gpu_layers: as given, else every layer (-1) on cuda, none on cpu."""
+        if self.n_gpu_layers is not None:
+            return self.n_gpu_layers
+        return -1 if self.device == "cuda" else 0
 
 
 def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> Runtime:
@@ -24,13 +46,18 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
     if path.is_dir() and (path / "model.json").is_file():
         from edgespec.runtimes.onnxrt import OnnxRuntime
 
-        gpu = ["CUDAExecutionProvider", "CPUExecutionProvider"] if opts.n_gpu_layers else None
+        if opts.n_gpu_layers is not None:
+            raise ModelFileError(
+                f"{path} is an ONNX model: --n-gpu-layers is for GGUF models (llama.cpp); "
+                "run it on the GPU with --device cuda"
+            )
+        gpu = ["CUDAExecutionProvider", "CPUExecutionProvider"] if opts.device == "cuda" else None
         return OnnxRuntime(path, n_ctx=opts.n_ctx, n_threads=opts.n_threads, providers=gpu)
     if path.suffix == ".gguf" or starts_with(path, b"GGUF"):
         from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
         return LlamaCppRuntime(
-            path, n_ctx=opts.n_ctx, n_threads=opts.n_threads, n_gpu_layers=opts.n_gpu_layers
+            path, n_ctx=opts.n_ctx, n_threads=opts.n_threads, n_gpu_layers=opts.gpu_layers()
         )
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}; check the path")

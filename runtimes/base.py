@@ -57,6 +57,10 @@ class Runtime(Protocol):
 
     def token_text(self, token: int) -> bytes: ...
 
+    def special_token_text(self, token: int | None) -> str:
+        """A special token's text as a chat template writes it ("" for None): BOS and EOS."""
+        ...
+
 
 # --- pieces every back-end shares -----------------------------------------------------------
 

@@ -8,8 +8,8 @@ REQUIRE_REAL = os.environ.get("EDGESPEC_REQUIRE_REAL") == "1"
 
 def real_model(name: str) -> Path:
     """Path of a fetched demo model; skip (or fail under EDGESPEC_REQUIRE_REAL=1) if absent."""
+    from edgespec.app.models import model_path
     from edgespec.errors import EdgespecError
-    from edgespec.models import model_path
 
     try:
         return model_path(name)

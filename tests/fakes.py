@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edgespec.drafters.base import Draft
+from edgespec.acceptance import ByPosition
+from edgespec.drafters.base import Draft, Offer
 from edgespec.runtimes.base import VocabInfo
 from edgespec.sampling import SamplingParams
 
@@ -66,17 +67,42 @@ class FakeRuntime:
     def chat_template(self) -> str | None:
         return None
 
+    def special_token_text(self, token: int | None) -> str:
+        return "" if token is None else self.token_text(token).decode()
+
 
 class ScriptedDrafter:
-    """Proposes the target's greedy continuation, wrong exactly at draft position `wrong_at`."""
+    """Proposes the target's greedy continuation, wrong exactly at draft position `wrong_at`.
+
+    A third kind of drafter beside the model and prompt lookup: whatever it is called and
+    priced, the policy must treat it by the protocol alone."""
 
     name = "scripted"
 
-    def __init__(self, oracle: FakeRuntime, wrong_at: int | None) -> None:
+    def __init__(
+        self,
+        oracle: FakeRuntime,
+        wrong_at: int | None,
+        *,
+        token_s: float | None = 0.01,
+        behind: int = 0,
+        name: str | None = None,
+    ) -> None:
         self.oracle = oracle
         self.wrong_at = wrong_at
+        self.token_s = token_s
+        self.behind = behind
+        self.name = name or type(self).name
+        self.proposals: list[int] = []  # k of each proposal, for tests
+
+    def offer(self, context: Sequence[int]) -> Offer:
+        return Offer(available=1 << 20, behind=self.behind)
+
+    def acceptance(self) -> ByPosition:
+        return ByPosition()
 
     def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
+        self.proposals.append(k)
         ctx = list(context)
         out = []
         for i in range(k):
@@ -89,5 +115,5 @@ class ScriptedDrafter:
     def accept(self, n_accepted: int) -> None:
         pass
 
-    def reset(self) -> None:
+    def reset(self, rng: np.random.Generator) -> None:
         pass

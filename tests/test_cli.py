@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from edgespec.cli import main
+from edgespec.app.cli import main
 
 
 def run_cli(capsys, *argv):
@@ -71,7 +71,7 @@ def test_console_script_exits_2_without_traceback(tmp_path):
         [
             sys.executable,
             "-m",
-            "edgespec.cli",
+            "edgespec.app.cli",
             "run",
             "--target",
             str(tmp_path / "x.gguf"),
@@ -92,7 +92,7 @@ def test_console_script_exits_2_without_traceback(tmp_path):
 def check_run_json(capsys, target_path, draft_path, target) -> None:
     """`run --json` prints what the pair decodes: its text is its tokens' text, and its tokens
     are plain greedy decoding's up to a near-tie (llama.cpp on CPU is not batch-invariant)."""
-    from edgespec.bench import NEAR_TIE, first_departure, top2_gap
+    from edgespec.app.bench import NEAR_TIE, first_departure, top2_gap
     from edgespec.engine import SpeculativeDecoder
 
     prompt = "def add(a, b):"
@@ -170,4 +170,75 @@ def test_doctor_says_why_cuda_graphs_are_off(capsys):
     assert lines["CUDA graphs"] == (
         f"inactive: onnxruntime {ort.__version__} has no CUDA execution provider (the CPU "
         "build); install onnxruntime-gpu: pip install 'edgespec[onnx-gpu]'"
+    )
+
+
+# --- one place decides k and the device --------------------------------------------------
+
+
+def test_a_fixed_k_with_the_auto_drafter_is_refused_by_name(capsys, tmp_path):
+    code, _, err = run_cli(
+        capsys, "run", "--target", str(tmp_path / "absent.gguf"), "--prompt", "hi", "--k", "4"
+    )
+    assert code == 2
+    assert one_error_line(err) == (
+        "--k 4 fixes the draft length, which needs one drafter: add --drafter model or "
+        "--drafter ngram (with --drafter auto, k is chosen per step up to --k-max)"
+    )
+
+
+def test_k_rules_live_in_spec_options():
+    from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy
+    from edgespec.drafters import NgramDrafter
+    from edgespec.loader import SpecOptions, make_policy
+
+    drafters = [NgramDrafter()]
+    fixed = make_policy(SpecOptions("ngram", k=3), drafters, None)
+    assert isinstance(fixed, FixedPolicy) and (fixed.drafter_name, fixed.k) == ("ngram", 3)
+    adaptive = make_policy(SpecOptions("auto", k_max=5), drafters, CostCurve([1.0] * 6))
+    assert isinstance(adaptive, AdaptivePolicy) and adaptive.k_max == 5
+    assert SpecOptions("auto").adaptive and not SpecOptions("none").adaptive
+
+
+def test_the_help_states_the_k_rule_and_what_a_target_may_be(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "N: every step drafts N tokens (needs --drafter model or ngram)" in help_text
+    assert "a .gguf file, a bundle folder (edgespec export) or an ONNX folder" in help_text
+
+
+def test_device_rules_live_in_runtime_options():
+    from edgespec.errors import EdgespecError
+    from edgespec.runtimes import RuntimeOptions
+
+    assert RuntimeOptions().gpu_layers() == 0
+    assert RuntimeOptions(device="cuda").gpu_layers() == -1  # llama.cpp: every layer
+    assert RuntimeOptions(device="cuda", n_gpu_layers=12).gpu_layers() == 12
+    with pytest.raises(EdgespecError, match="add --device cuda"):
+        RuntimeOptions(n_gpu_layers=12)
+    with pytest.raises(EdgespecError, match="device 'gpu' is unknown; choose cpu or cuda"):
+        RuntimeOptions(device="gpu")
+
+
+def test_n_gpu_layers_is_refused_for_an_onnx_model(capsys, tmp_path):
+    (tmp_path / "model.json").write_text("{}")
+    code, _, err = run_cli(
+        capsys,
+        "run",
+        "--target",
+        str(tmp_path),
+        "--prompt",
+        "hi",
+        "--device",
+        "cuda",
+        "--n-gpu-layers",
+        "4",
+        "--drafter",
+        "none",
+    )
+    assert code == 2
+    assert one_error_line(err) == (
+        f"{tmp_path} is an ONNX model: --n-gpu-layers is for GGUF models (llama.cpp); "
+        "run it on the GPU with --device cuda"
     )

@@ -1,8 +1,21 @@
-"""The controller's choice is a pure function of the cost curve and acceptance estimates."""
+"""The controller's choice is a pure function of the cost curve and the priced offers, and it
+knows drafters only through the protocol."""
 
-from edgespec.controller import AdaptivePolicy, CostCurve, best_choice, expected_tokens
+from edgespec.acceptance import ByMatchLength, ByPosition
+from edgespec.controller import (
+    AdaptivePolicy,
+    CostCurve,
+    FixedPolicy,
+    Option,
+    best_choice,
+    expected_tokens,
+)
+from edgespec.drafters import NgramDrafter
 from edgespec.engine import SpeculativeDecoder
+from edgespec.sampling import SamplingParams
 from tests.fakes import FakeRuntime, ScriptedDrafter
+
+SP = SamplingParams()
 
 
 def test_expected_tokens():
@@ -11,68 +24,59 @@ def test_expected_tokens():
     assert expected_tokens([0.5, 0.5]) == 1.75
 
 
+def model(token_s=0.05, **kwargs):
+    return ScriptedDrafter(FakeRuntime(), None, token_s=token_s, name="model", **kwargs)
+
+
 def test_memory_bound_curve_drafts_long():
-    flat = CostCurve([1.0] * 9, draft_s=0.05)  # GPU-like: 9 tokens cost what 1 does
-    choice = best_choice(flat, [0.8] * 8, None, 0, k_max=8)
-    assert (choice.drafter, choice.k) == ("model", 8)
+    flat = CostCurve([1.0] * 9)  # GPU-like: 9 tokens cost what 1 does
+    m = model()
+    choice = best_choice(flat, [Option(m, [0.8] * 8, token_s=0.05)], k_max=8)
+    assert (choice.drafter, choice.k) == (m, 8)
 
 
 def test_linear_curve_with_expensive_draft_turns_the_model_off():
-    linear = CostCurve([float(n) for n in range(1, 10)], draft_s=0.7)  # 2-core CPU-like
-    choice = best_choice(linear, [0.95] * 8, None, 0, k_max=8)
+    linear = CostCurve([float(n) for n in range(1, 10)])  # 2-core CPU-like
+    choice = best_choice(linear, [Option(model(), [0.95] * 8, token_s=0.7)], k_max=8)
     assert (choice.drafter, choice.k) == (None, 0)
 
 
 def test_free_drafter_k_grows_with_acceptance():
     concave = CostCurve([1 + 0.5 * (n - 1) for n in range(1, 10)])
-    ks = [best_choice(concave, None, a, 8, k_max=8).k for a in (0.2, 0.6, 0.8, 0.95)]
-    assert ks[0] == 0
+    d = NgramDrafter()
+    ks = [best_choice(concave, [Option(d, [a] * 8, 0.0)], k_max=8).k for a in (0.2, 0.6, 0.8, 0.95)]
     assert ks == [0, 1, 2, 5]  # maxima of E(k) / (1 + k/2), worked out by hand
 
 
-def test_ngram_k_is_capped_by_what_the_match_offers():
+def test_k_is_capped_by_what_the_offer_holds():
     flat = CostCurve([1.0] * 9)
-    assert best_choice(flat, None, 0.9, 3, k_max=8).k == 3
+    assert best_choice(flat, [Option(NgramDrafter(), [0.9] * 3, 0.0)], k_max=8).k == 3
 
 
 def test_a_draft_model_far_behind_pays_its_catch_up_first():
     """ONNX-like CPU curve, draft 0.45x: at 90% acceptance the model beats plain when in
     step, not when it must first forward 40 tokens it missed while prompt lookup ran."""
-    curve = CostCurve([1.0, 1.1, 1.4, 1.6, 1.9, 2.2, 2.4, 2.6, 3.0], draft_s=0.45)
-    in_step = best_choice(curve, [0.9] * 8, None, 0, k_max=8)
-    assert in_step.drafter == "model"
+    curve = CostCurve([1.0, 1.1, 1.4, 1.6, 1.9, 2.2, 2.4, 2.6, 3.0])
+    m = model(0.45)
+    assert best_choice(curve, [Option(m, [0.9] * 8, 0.45)], k_max=8).drafter is m
     policy = AdaptivePolicy(curve, k_max=8)
-
-    class Behind:
-        def behind(self, context):
-            return len(context) - 10
-
-    catch_up = policy.catch_up_cost(Behind(), list(range(50)))  # 40 tokens behind
+    catch_up = policy.catch_up_cost(0.45, behind=40)
     assert catch_up == 0.45 * curve.target(40)  # beyond the curve: extended linearly
-    assert policy.catch_up_cost(Behind(), list(range(12))) == 0.0  # one step's re-forward
-    behind = best_choice(curve, [0.9] * 8, None, 0, k_max=8, model_catch_up_s=catch_up)
+    assert policy.catch_up_cost(0.45, behind=2) == 0.0  # one step's re-forward
+    behind = best_choice(curve, [Option(m, [0.9] * 8, 0.45, catch_up)], k_max=8)
     assert (behind.drafter, behind.k) == (None, 0)
 
 
-def test_a_far_behind_draft_model_is_not_probed():
-    from edgespec.sampling import SamplingParams
-
-    curve = CostCurve([1.0, 1.1, 1.4, 1.6, 1.9, 2.2, 2.4, 2.6, 3.0], draft_s=0.45)
+def test_a_far_behind_drafter_is_not_probed():
+    curve = CostCurve([1.0, 1.1, 1.4, 1.6, 1.9, 2.2, 2.4, 2.6, 3.0])
     policy = AdaptivePolicy(curve, k_max=8, probe_every=1)
-
-    class Model:
-        name = "model"
-
-        def behind(self, context):
-            return len(context) - 10
-
-    model = Model()
-    policy.begin({"model": model})
-    policy.model_alphas = [0.3] * 8  # plain beats it: only a probe would run it
-    for _ in range(2):
-        policy.observe(None, 0, 0, 0.0, 1.0)  # idle steps: a probe is due
-    assert policy.plan(list(range(50)), SamplingParams()) == (None, 0)  # 40 tokens behind
-    assert policy.plan(list(range(12)), SamplingParams()) == (model, 2)  # in step: probed
+    far, near = model(0.45, behind=40), model(0.45, behind=2)
+    for m in (far, near):
+        policy.begin([m])
+        policy.estimate(m).acceptance = ByPosition(prior=0.3)  # plain beats it: only a probe
+        for _ in range(2):
+            policy.observe(None, 0, 0, 0.0, 1.0)  # idle steps: a probe is due
+        assert policy.plan(list(range(50)), SP) == ((None, 0) if m is far else (m, 2))
 
 
 class WrongModel(ScriptedDrafter):
@@ -82,11 +86,12 @@ class WrongModel(ScriptedDrafter):
 def test_always_wrong_drafter_falls_back_to_plain_and_reprobes():
     rt = FakeRuntime(n_vocab=16, n_ctx=600, seed=1)
     rt.eog = 999
-    flat = CostCurve([1.0] * 9, draft_s=0.05)  # speculation would pay if drafts were right
+    flat = CostCurve([1.0] * 9)  # speculation would pay if drafts were right
     policy = AdaptivePolicy(flat, k_max=8, probe_every=16, max_probe_every=64)
-    # A fixed curve: the fake runtime's wall times must not move the estimates.
+    # A fixed curve and price: the fake runtime's wall times must not move the estimates.
     policy.curve.smoothing = 0.0
-    dec = SpeculativeDecoder(rt, [WrongModel(FakeRuntime(n_vocab=16), wrong_at=0)], policy)
+    wrong = WrongModel(FakeRuntime(n_vocab=16), wrong_at=0, token_s=0.05)
+    dec = SpeculativeDecoder(rt, [wrong], policy)
     out = dec.generate([1, 2, 3], max_tokens=400)
     steps = out.stats
     drafted_steps = steps.n_drafts
@@ -94,16 +99,97 @@ def test_always_wrong_drafter_falls_back_to_plain_and_reprobes():
     # then one probe per interval (16, 32, 64, 64, ...).
     assert steps.n_plain_steps > 0
     assert 5 <= drafted_steps <= 20, drafted_steps
-    assert policy.interval["model"] == 64
+    assert policy.estimate(wrong).interval == 64
     assert out.tokens == SpeculativeDecoder(rt).generate([1, 2, 3], max_tokens=400).tokens
 
 
 def test_model_drafter_that_cannot_win_is_never_probed():
     rt = FakeRuntime(n_vocab=16, n_ctx=600, seed=1)
     rt.eog = 999
-    cpu = CostCurve([float(n) for n in range(1, 10)], draft_s=0.7)  # loses even at 100%
+    cpu = CostCurve([float(n) for n in range(1, 10)])  # a 0.7x draft loses even at 100%
     policy = AdaptivePolicy(cpu, k_max=8)
     policy.curve.smoothing = 0.0
-    dec = SpeculativeDecoder(rt, [WrongModel(FakeRuntime(n_vocab=16), wrong_at=None)], policy)
-    out = dec.generate([1, 2, 3], max_tokens=200)
+    right = WrongModel(FakeRuntime(n_vocab=16), wrong_at=None, token_s=0.7)
+    out = SpeculativeDecoder(rt, [right], policy).generate([1, 2, 3], max_tokens=200)
     assert out.stats.n_drafts == 0
+
+
+# --- a third drafter: chosen, priced and observed like the other two ------------------------
+
+
+class Oracle(ScriptedDrafter):
+    """Always right, under a name the controller has never heard of."""
+
+    name = "oracle"
+
+
+def test_a_third_drafter_is_chosen_priced_and_observed_like_the_others():
+    rt = FakeRuntime(n_vocab=16, n_ctx=600, seed=1)
+    rt.eog = 999
+    curve = CostCurve([1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4])
+    curve.smoothing = 0.0  # the fake runtime's wall times must not move the curve or prices
+    policy = AdaptivePolicy(curve, k_max=8)
+    wrong = WrongModel(FakeRuntime(n_vocab=16), wrong_at=0, token_s=0.01)
+    oracle = Oracle(FakeRuntime(n_vocab=16, seed=1), wrong_at=None, token_s=0.01)
+    ngram = NgramDrafter()
+    dec = SpeculativeDecoder(rt, [wrong, ngram, oracle], policy)
+    out = dec.generate([1, 2, 3], max_tokens=120)
+
+    # chosen: always right, so it ends up drafting the longest drafts, for most steps
+    assert out.stats.steps_by_drafter["oracle"] > 0.8 * out.stats.n_steps
+    assert max(oracle.proposals) == 8  # its prior (0.6) alone would give 4
+    # observed: its own acceptance estimate rose, the always-wrong drafter's fell
+    assert policy.estimate(oracle).acceptance.alphas(0, 8) > [0.95] * 8
+    assert out.stats.steps_by_drafter["model"] >= 1
+    assert policy.estimate(wrong).acceptance.alphas(0, 1) < [0.6]
+    assert isinstance(policy.estimate(ngram).acceptance, ByMatchLength)
+    # the output is the target's own, whoever drafted it
+    assert out.tokens == SpeculativeDecoder(rt).generate([1, 2, 3], max_tokens=120).tokens
+
+
+def test_a_third_drafter_is_priced_by_its_own_cost_and_catch_up():
+    curve = CostCurve([1.0, 1.05, 1.1, 1.15, 1.2, 1.25, 1.3, 1.35, 1.4])
+    oracle = Oracle(FakeRuntime(n_vocab=16), wrong_at=None, token_s=0.01)
+    policy = AdaptivePolicy(curve, k_max=8)
+    policy.begin([oracle])
+    # at its prior acceptance (0.6): E(4) / (4 * 0.01 + 1.25) = 1.859 tokens/s is the best k
+    assert policy.plan([1, 2, 3], SP) == (oracle, 4)
+    oracle.token_s = 2.0  # a new policy reads the drafter's price: now it never pays
+    policy = AdaptivePolicy(curve, k_max=8)
+    policy.begin([oracle])
+    assert policy.plan([1, 2, 3], SP) == (None, 0)
+    # learned: the observed seconds per token replace the starting price
+    policy.observe(oracle, 4, 4, t_draft=0.04, t_verify=1.15)
+    assert policy.estimate(oracle).token_s == 2.0 + curve.smoothing * (0.01 - 2.0)
+    # catch-up: in step it pays; 1000 tokens behind, the same drafter loses to plain
+    for behind, plan in ((0, 3), (1000, 0)):
+        cheap = Oracle(FakeRuntime(n_vocab=16), wrong_at=None, token_s=0.05, behind=behind)
+        policy = AdaptivePolicy(curve, k_max=8)
+        policy.begin([cheap])
+        assert policy.plan([1, 2, 3], SP) == ((cheap, plan) if plan else (None, 0))
+
+
+def test_prices_outlive_a_request_and_acceptance_does_not():
+    curve = CostCurve([1.0] * 9)
+    oracle = Oracle(FakeRuntime(n_vocab=16), wrong_at=None, token_s=0.5)
+    policy = AdaptivePolicy(curve, k_max=8)
+    policy.begin([oracle])
+    policy.observe(oracle, 2, 0, t_draft=0.2, t_verify=1.0)
+    learned = policy.estimate(oracle).token_s
+    assert learned == 0.5 + curve.smoothing * (0.1 - 0.5)
+    policy.begin([oracle])
+    assert policy.estimate(oracle).token_s == learned
+    assert policy.estimate(oracle).acceptance.alphas(0, 2) == [0.6, 0.6]
+
+
+def test_fixed_policy_picks_its_drafter_by_name_and_refuses_a_missing_one():
+    oracle = Oracle(FakeRuntime(), None)
+    policy = FixedPolicy("oracle", 3)
+    policy.begin([NgramDrafter(), oracle])
+    assert policy.plan([1], SP) == (oracle, 3)
+    try:
+        FixedPolicy("model", 3).begin([oracle])
+    except ValueError as e:
+        assert str(e) == "no drafter named 'model'; have ['oracle']"
+    else:
+        raise AssertionError("FixedPolicy accepted a drafter that is not there")

@@ -139,7 +139,7 @@ class SampledFakeDrafter:
     def accept(self, n):
         pass
 
-    def reset(self):
+    def reset(self, rng):
         pass
 
 

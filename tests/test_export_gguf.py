@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from edgespec.app.cli import main
 from edgespec.bundle import read_bundle
-from edgespec.cli import main
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError, VocabularyMismatchError
 from edgespec.export.orchestrator import ExportOptions, export_bundle
@@ -103,15 +103,16 @@ def test_tune_measures_a_bundle_and_stores_it_where_loading_finds_it(
     bundle, tmp_path, monkeypatch, capsys
 ):
     from edgespec.calibrate import load_tuned, tune_key
-    from edgespec.loader import resolve_bundle, runtime_description
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.pair import open_pair
+    from edgespec.runtimes import RuntimeOptions
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     assert main(["tune", "--target", str(bundle), "--n-max", "3", "--n-ctx", "256"]) == 0
     assert f"stored in {tmp_path / 'tune.json'}" in capsys.readouterr().out
-    target, draft, _ = resolve_bundle(bundle, None)
-    assert (target, draft) == (bundle / "target.q8_0.gguf", bundle / "draft.f16.gguf")
-    opts = RuntimeOptions(n_ctx=256)
-    runtimes = open_runtime(target, opts), open_runtime(draft, opts)
-    curve = load_tuned(tune_key(target, draft, runtime_description(opts, *runtimes)))
+    pair = open_pair(bundle, None, RuntimeOptions(n_ctx=256))
+    assert (pair.target_path, pair.draft_path) == (
+        bundle / "target.q8_0.gguf",
+        bundle / "draft.f16.gguf",
+    )
+    curve = load_tuned(tune_key(pair))
     assert curve is not None and len(curve.target_s) == 3 and curve.draft_s > 0

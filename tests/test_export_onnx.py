@@ -19,8 +19,8 @@ import pytest
 pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (edgespec[onnx])")
 pytest.importorskip("llama_cpp", reason="GGUF sources are compared with llama.cpp")
 
+from edgespec.app.cli import main  # noqa: E402
 from edgespec.bundle import read_bundle  # noqa: E402
-from edgespec.cli import main  # noqa: E402
 from edgespec.engine import SpeculativeDecoder  # noqa: E402
 from edgespec.errors import BundleError, EdgespecError, ModelFileError  # noqa: E402
 from edgespec.export.hf_to_gguf import convert_hf_to_gguf  # noqa: E402

@@ -36,7 +36,7 @@ class OracleDrafter:
     def accept(self, n):
         pass
 
-    def reset(self):
+    def reset(self, rng):
         pass
 
 

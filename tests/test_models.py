@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import models
-from edgespec.models import ModelFetchError, ModelSpec
+from edgespec.app import models
+from edgespec.app.models import ModelFetchError, ModelSpec
 
 PARTS = [b"GGUF" + bytes(range(200)), bytes(range(255, 0, -1)) * 3, b"tail"]
 BLOB = b"".join(PARTS)

@@ -1,4 +1,4 @@
-from edgespec.drafters import NgramDrafter
+from edgespec.drafters import NgramDrafter, Offer
 from edgespec.sampling import SamplingParams
 
 SP = SamplingParams()
@@ -16,7 +16,14 @@ def test_longest_suffix_match_proposes_its_continuation():
 def test_no_match_gives_an_empty_draft():
     d = NgramDrafter()
     assert d.propose([1, 2, 3, 4], 4, SP).tokens.tolist() == []
-    assert d.lookahead([1, 2, 3, 4]) == (0, 0)
+    assert d.offer([1, 2, 3, 4]) == Offer(0, key=0)
+
+
+def test_offer_names_what_a_proposal_would_hold_keyed_by_match_length():
+    d = NgramDrafter(max_ngram=3)
+    ctx = [1, 2, 3, 4, 5, 9, 9, 2, 3]
+    assert d.offer(ctx) == Offer(available=6, key=2, behind=0)  # 4 5 9 9 2 3 after "2 3"
+    assert d.propose(ctx, 3, SP).tokens.tolist() == [4, 5, 9]  # the offer changed nothing
 
 
 def test_latest_occurrence_wins_and_proposal_is_capped_by_what_exists():

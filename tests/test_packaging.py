@@ -28,7 +28,7 @@ def test_wheel_installs_only_the_edgespec_package(tmp_path):
     ):
         assert f"edgespec/{sub}" in names, sub
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "edgespec = edgespec.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "edgespec = edgespec.app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("/METADATA")))
     # the SPDX string form (PEP 639); the table form is deprecated and warns at every install
     assert "License-Expression: Apache-2.0" in metadata.decode().splitlines()

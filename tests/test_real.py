@@ -9,8 +9,8 @@ These tests allow a departure only there (NEAR_TIE) and report it.
 import numpy as np
 import pytest
 
-from edgespec.bench import NEAR_TIE, first_departure, top2_gap
-from edgespec.chat import render_chat, user_messages
+from edgespec.app.bench import NEAR_TIE, first_departure, top2_gap
+from edgespec.chat import chat_tokens, user_messages
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
@@ -26,12 +26,8 @@ PROMPTS = [
 ]
 
 
-def chat_tokens(rt, text):
-    info = rt.vocab_info()
-    prompt = render_chat(
-        rt.chat_template(), user_messages(text), eos_token=rt.special_token_text(info.eos_id)
-    )
-    return rt.tokenize(prompt, special=True)
+def user_tokens(rt, text):
+    return chat_tokens(rt, user_messages(text))
 
 
 def test_demo_pair_is_compatible(demo_runtimes):
@@ -48,7 +44,7 @@ def test_greedy_speculative_equals_plain_up_to_near_ties(demo_runtimes, drafter)
     plain = SpeculativeDecoder(target)
     departures = []
     for text in PROMPTS:
-        tokens = chat_tokens(target, text)
+        tokens = user_tokens(target, text)
         ref = plain.generate(tokens, max_tokens=64, speculative=False)
         out = spec.generate(tokens, max_tokens=64)
         i = first_departure(ref.tokens, out.tokens)
@@ -65,7 +61,7 @@ def test_rollback_gives_the_logits_of_a_fresh_context(demo_runtimes):
     Compared with a fresh context fed the same tokens in the same batches, the logits agree
     to float rounding (bound 1e-3); the draft that was rolled back leaves no trace."""
     target, _ = demo_runtimes
-    prefix = chat_tokens(target, PROMPTS[0])
+    prefix = user_tokens(target, PROMPTS[0])
     target.reset()
     target.forward(prefix[:-1], last_only=True)
     target.forward([prefix[-1], 11, 22, 33])  # verify a 3-token draft...
@@ -102,7 +98,7 @@ def test_demo_pair_exported_to_a_bundle(tmp_path, demo_target_path, demo_draft_p
         ("q8_0", 151936, "qwen2"),
     ]
     decoder = load_decoder(out, spec=SpecOptions(drafter="model", k=4))
-    tokens = chat_tokens(decoder.target, PROMPTS[0])
+    tokens = user_tokens(decoder.target, PROMPTS[0])
     ref = SpeculativeDecoder(decoder.target).generate(tokens, max_tokens=32, speculative=False)
     out_tokens = decoder.generate(tokens, max_tokens=32).tokens
     i = first_departure(ref.tokens, out_tokens)
@@ -129,8 +125,8 @@ def test_the_demo_draft_exported_to_onnx_drafts_for_the_gguf_target(demo_draft_o
     assert demo_draft_onnx.vocab_info() == gguf_draft.vocab_info()
     check_compatible(target.vocab_info(), demo_draft_onnx.vocab_info(), "target", "onnx draft")
     for text in PROMPTS:  # the chat template travels too
-        assert chat_tokens(demo_draft_onnx, text) == chat_tokens(target, text)
-    tokens = chat_tokens(target, PROMPTS[0])
+        assert user_tokens(demo_draft_onnx, text) == user_tokens(target, text)
+    tokens = user_tokens(target, PROMPTS[0])
     plain = SpeculativeDecoder(target).generate(tokens, max_tokens=48, speculative=False)
     spec = SpeculativeDecoder(
         target, [ModelDrafter(demo_draft_onnx)], FixedPolicy("model", 4)

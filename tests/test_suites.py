@@ -2,8 +2,8 @@ import json
 
 import pytest
 
+from edgespec.app.suites import load_suite
 from edgespec.errors import EdgespecError
-from edgespec.suites import load_suite
 
 
 def test_shipped_suites():

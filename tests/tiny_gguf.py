@@ -107,7 +107,14 @@ def random_weights(cfg: TinyConfig, n_vocab: int, seed: int) -> dict[str, np.nda
     return tensors
 
 
-def write_gguf(path: Path, cfg: TinyConfig, tensors: dict[str, np.ndarray]) -> Path:
+def write_gguf(
+    path: Path,
+    cfg: TinyConfig,
+    tensors: dict[str, np.ndarray],
+    *,
+    add_bos: bool = False,
+    chat_template: str = CHATML,
+) -> Path:
     import gguf
 
     tokens, types, merges = vocabulary()
@@ -130,8 +137,8 @@ def write_gguf(path: Path, cfg: TinyConfig, tensors: dict[str, np.ndarray]) -> P
     writer.add_token_merges(merges)
     writer.add_bos_token_id(tokens.index("<|endoftext|>"))
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML)
+    writer.add_add_bos_token(add_bos)
+    writer.add_chat_template(chat_template)
     for name, array in tensors.items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()

@@ -159,7 +159,7 @@ def main() -> None:
     if args.save_tokenizer:
         gguf = args.gguf
         if gguf is None:
-            from edgespec.models import model_path
+            from edgespec.app.models import model_path
 
             gguf = model_path("demo-draft")
         save_tokenizer(Path(gguf), args.save_tokenizer)

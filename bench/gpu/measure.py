@@ -30,10 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.acceptance import ByPosition
 from edgespec.bundle import read_bundle
 from edgespec.calibrate import measure_curve
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Draft, ModelDrafter
+from edgespec.drafters.base import Offer
 from edgespec.drafters.model import common_prefix_len
 from edgespec.engine import Result, SpeculativeDecoder
 from edgespec.runtimes.base import Runtime
@@ -85,9 +87,10 @@ SMOKE = Settings(max_tokens=12, repeats=1, curve_reps=2, curve_n=5, acceptance=(
 class OracleDrafter:
     """Drafts the reference continuation, wrong exactly at the text positions `wrong` marks.
 
-    Named "model" so the adaptive controller prices and probes it as a draft model. With
-    `model` set it also runs that draft model's forward passes as ModelDrafter would (catch-up,
-    then one token at a time), so its time is the real draft cost; its logits are ignored.
+    The adaptive controller prices and learns it as any drafter (a draft model's acceptance
+    estimate). With `model` set it also runs that draft model's forward passes as ModelDrafter
+    would (catch-up, then one token at a time), so its time is the real draft cost and its
+    price starts from the model's calibrated token_s; the model's logits are ignored.
     """
 
     name = "model"
@@ -135,15 +138,23 @@ class OracleDrafter:
             token = int(np.argmax(self.model.runtime.forward([token])[-1]))
         return t_catch_up
 
+    @property
+    def token_s(self) -> float | None:
+        return self.model.token_s if self.model is not None else None
+
+    def offer(self, context: Sequence[int]) -> Offer:
+        behind = self.model.behind(context) if self.model is not None else 0
+        return Offer(max(0, len(self.expected) - len(context)), behind=behind)
+
+    def acceptance(self) -> ByPosition:
+        return ByPosition()
+
     def accept(self, n_accepted: int) -> None:
         pass
 
-    def reset(self) -> None:
+    def reset(self, rng: np.random.Generator) -> None:
         if self.model is not None:
-            self.model.reset()
-
-    def behind(self, context: Sequence[int]) -> int:
-        return self.model.behind(context) if self.model is not None else 0
+            self.model.reset(rng)
 
 
 def wrong_positions(acceptance: float, n: int, seed: int = 0) -> np.ndarray:
@@ -186,8 +197,11 @@ def fastest(runs: list[Run]) -> Run:
 
 
 class Bench:
-    def __init__(self, target: Runtime, draft: Runtime | None, settings: Settings) -> None:
+    def __init__(
+        self, target: Runtime, draft: Runtime | None, settings: Settings, draft_token_s: float
+    ) -> None:
         self.target, self.draft, self.settings = target, draft, settings
+        self.draft_token_s = draft_token_s  # the calibrated price a ModelDrafter starts from
         self.prompt = target.tokenize(PROMPT, special=True)
 
     def generate(
@@ -210,7 +224,9 @@ class Bench:
         wrong = wrong_positions(acceptance, len(reference))
         runs = []
         for _ in range(self.settings.repeats):
-            model = ModelDrafter(self.draft) if real_cost and self.draft is not None else None
+            model = None
+            if real_cost and self.draft is not None:
+                model = ModelDrafter(self.draft, token_s=self.draft_token_s)
             drafter = OracleDrafter(self.prompt, reference, wrong, self.target.n_vocab, model)
             runs.append(Run.of(self.generate([drafter], policy_of()), reference))
         return fastest(runs)
@@ -237,10 +253,10 @@ class Bench:
 def measure(args: argparse.Namespace) -> dict:
     settings = SMOKE if args.smoke else Settings()
     target, draft = open_pair(args)
-    bench = Bench(target, draft, settings)
     t0 = time.perf_counter()
     curve = measure_curve(target, settings.curve_n, reps=settings.curve_reps)
     draft_token_s = measure_curve(draft, 1, reps=settings.curve_reps)[0] if draft else 0.0
+    bench = Bench(target, draft, settings, draft_token_s)
     reference, plain = bench.plain()
     report: dict = {
         "label": args.label, "backend": args.backend, "device": args.device,
@@ -254,9 +270,8 @@ def measure(args: argparse.Namespace) -> dict:
     }  # fmt: skip
     for acceptance in settings.acceptance if args.grid == "full" else ():
         for real_cost in (False, True) if draft else (False,):
-            draft_s = draft_token_s if real_cost else 0.0
             policies = {k: (lambda k=k: FixedPolicy("model", k)) for k in settings.ks}
-            policies["auto"] = lambda d=draft_s: AdaptivePolicy(CostCurve(list(curve), d), k_max=8)
+            policies["auto"] = lambda: AdaptivePolicy(CostCurve(list(curve)), k_max=8)
             for k, policy_of in policies.items():
                 run = bench.oracle(reference, acceptance, real_cost, policy_of)
                 report["oracle"].append({
@@ -281,7 +296,7 @@ def open_model(path: Path, args: argparse.Namespace) -> Runtime:
     if args.backend == "llama":
         from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
-        layers = 999 if args.device == "cuda" else 0
+        layers = -1 if args.device == "cuda" else 0  # -1: every layer
         if args.graphs == "off":  # read by ggml-cuda at its first graph, after this
             os.environ["GGML_CUDA_DISABLE_GRAPHS"] = "1"
         return LlamaCppRuntime(path, n_ctx=n_ctx, n_gpu_layers=layers)

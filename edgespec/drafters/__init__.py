@@ -1,5 +1,5 @@
-from edgespec.drafters.base import Draft, Drafter
+from edgespec.drafters.base import Acceptance, Draft, Drafter, Offer
 from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter
 
-__all__ = ["Draft", "Drafter", "ModelDrafter", "NgramDrafter"]
+__all__ = ["Acceptance", "Draft", "Drafter", "ModelDrafter", "NgramDrafter", "Offer"]

@@ -1,4 +1,10 @@
-"""The Drafter protocol and the Draft it returns."""
+"""The Drafter protocol: everything the engine and the policy need from a drafter.
+
+The policy never asks what kind of drafter it holds: it prices every drafter from what the
+drafter says (Offer, token_s) and learns its acceptance with the estimator the drafter
+supplies. A drafter's `name` labels stats and selects it for FixedPolicy; nothing branches
+on it.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +31,44 @@ class Draft:
         return Draft(np.zeros(0, dtype=np.int32), None)
 
 
+@dataclass(frozen=True)
+class Offer:
+    """What a proposal would hold if asked now: the policy prices it before choosing k."""
+
+    available: int  # the most tokens a proposal can hold (0: nothing to propose)
+    key: int = 0  # which acceptance estimate applies (prompt lookup: the match length)
+    behind: int = 0  # context tokens to forward before drafting (catching up after idle steps)
+
+
+class Acceptance(Protocol):
+    """An online estimate of how often the target keeps a drafter's tokens (one request)."""
+
+    def alphas(self, key: int, n: int) -> list[float]:
+        """Acceptance probability at draft positions 1..n, each given all before it passed."""
+        ...
+
+    def observe(self, key: int, k: int, n_accepted: int) -> None:
+        """The target kept n_accepted of k tokens drafted under `key`."""
+        ...
+
+
 class Drafter(Protocol):
-    name: str
+    name: str  # a label for stats and for choosing it by name (FixedPolicy, --drafter)
+
+    @property
+    def token_s(self) -> float | None:
+        """Seconds per drafted token, the policy's starting estimate: 0 = free (prompt
+        lookup; never learned), None = unknown (learned from the first drafts), else learned
+        on from there."""
+        ...
+
+    def offer(self, context: Sequence[int]) -> Offer:
+        """What a proposal for this context would hold; no side effect on the next proposal."""
+        ...
+
+    def acceptance(self) -> Acceptance:
+        """A fresh acceptance estimate with this drafter's priors (per request)."""
+        ...
 
     def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
         """Up to k tokens to follow context (prompt + everything emitted so far)."""
@@ -36,6 +78,7 @@ class Drafter(Protocol):
         """How many of the last proposal the target kept (for drafters that learn from it)."""
         ...
 
-    def reset(self) -> None:
-        """Forget everything about the previous request."""
+    def reset(self, rng: np.random.Generator) -> None:
+        """A new request: forget the previous one; draw any random choice from rng (a stream
+        of its own, so draft draws never repeat the verifier's)."""
         ...

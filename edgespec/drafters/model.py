@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edgespec.drafters.base import Draft
+from edgespec.acceptance import ByPosition
+from edgespec.drafters.base import Draft, Offer
 from edgespec.runtimes.base import Runtime
 from edgespec.sampling import SamplingParams, token_dist
 
@@ -20,17 +21,26 @@ from edgespec.sampling import SamplingParams, token_dist
 class ModelDrafter:
     name = "model"
 
-    def __init__(self, runtime: Runtime, seed: int | None = None) -> None:
+    def __init__(
+        self, runtime: Runtime, *, token_s: float | None = None, seed: int | None = None
+    ) -> None:
+        """token_s: seconds per drafted token as calibrated (calibrate.cost_curve's draft_s)."""
         self.runtime = runtime
+        self.token_s = token_s
         self.rng = np.random.default_rng(seed)
         self.cached: list[int] = []  # tokens in the draft runtime's KV cache
 
-    def reset(self) -> None:
+    def reset(self, rng: np.random.Generator) -> None:
         self.runtime.reset()
         self.cached = []
-
-    def reseed(self, rng: np.random.Generator) -> None:
         self.rng = rng
+
+    def offer(self, context: Sequence[int]) -> Offer:
+        """As many tokens as the draft cache has room for, after catching up on `behind`."""
+        return Offer(max(0, self.runtime.n_ctx - len(context)), behind=self.behind(context))
+
+    def acceptance(self) -> ByPosition:
+        return ByPosition()
 
     def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
         room = self.runtime.n_ctx - len(context)

@@ -14,12 +14,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edgespec.drafters.base import Draft
+from edgespec.acceptance import ByMatchLength
+from edgespec.drafters.base import Draft, Offer
 from edgespec.sampling import SamplingParams
 
 
 class NgramDrafter:
     name = "ngram"
+    token_s = 0.0  # a dictionary lookup: free next to any target pass
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -27,9 +29,12 @@ class NgramDrafter:
         self.sizes = range(max_ngram, min_ngram - 1, -1)  # longest match first
         self.following = max_ngram + 1  # the match length reported while following a source
         self.match_len = 0  # match length behind the last proposal (0 = no match)
-        self.reset()
+        self.forget()
 
-    def reset(self) -> None:
+    def reset(self, rng: np.random.Generator) -> None:
+        self.forget()  # nothing here is random: rng is unused
+
+    def forget(self) -> None:
         self.indexed: list[int] = []
         # n -> {n-gram: index of the token that followed its latest occurrence}
         self.latest: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self.sizes}
@@ -42,13 +47,13 @@ class NgramDrafter:
         self.source = (len(self.indexed), start)
         return Draft(np.asarray(self.indexed[start : start + k], dtype=np.int32), None)
 
-    def lookahead(self, context: Sequence[int]) -> tuple[int, int]:
-        """(match length, tokens available to propose), or (0, 0) without a match.
-
-        The controller asks this before it chooses k, so it knows what a proposal would be.
-        """
+    def offer(self, context: Sequence[int]) -> Offer:
+        """The tokens after the match (none without one), keyed by the match length."""
         match_len, start = self.find(context)
-        return match_len, (len(self.indexed) - start) if match_len else 0
+        return Offer((len(self.indexed) - start) if match_len else 0, key=match_len)
+
+    def acceptance(self) -> ByMatchLength:
+        return ByMatchLength()
 
     def accept(self, n_accepted: int) -> None:
         pass
@@ -65,16 +70,16 @@ class NgramDrafter:
                     return self.following, start + emitted
         for n in self.sizes:
             if len(ctx) > n:
-                start = self.latest[n].get(tuple(ctx[-n:]))  # type: ignore[assignment]
-                if start is not None:
-                    return n, start
+                found = self.latest[n].get(tuple(ctx[-n:]))
+                if found is not None:
+                    return n, found
         return 0, 0
 
     def sync(self, context: Sequence[int]) -> None:
         """Index context; a context that does not extend the indexed one starts afresh."""
         n_old = len(self.indexed)
         if len(context) < n_old or list(context[:n_old]) != self.indexed:
-            self.reset()
+            self.forget()
             n_old = 0
         self.indexed.extend(int(t) for t in context[n_old:])
         ctx = self.indexed

@@ -9,56 +9,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from edgespec.app.options import (
+    DRAFT_HELP,
+    TARGET_HELP,
+    add_runtime_args,
+    add_sampling_args,
+    add_spec_args,
+    runtime_options,
+    sampling_params,
+    spec_options,
+)
 from edgespec.errors import EdgespecError
 
 log = logging.getLogger("edgespec")
-
-
-def add_runtime_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: cores, <= 8)")
-    p.add_argument("--n-gpu-layers", type=int, default=0, help="layers to offload (GPU builds)")
-    p.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens")
-
-
-def add_spec_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drafter", choices=["auto", "model", "ngram", "none"], default="auto")
-    p.add_argument("--k", default="auto", help="draft length, or 'auto' (chosen per step)")
-    p.add_argument("--k-max", type=int, default=16, help="longest draft the controller tries")
-
-
-def add_sampling_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=None)
-
-
-def runtime_options(args: argparse.Namespace):
-    from edgespec.runtimes import RuntimeOptions
-
-    return RuntimeOptions(n_ctx=args.n_ctx, n_threads=args.threads, n_gpu_layers=args.n_gpu_layers)
-
-
-def spec_options(args: argparse.Namespace):
-    from edgespec.loader import SpecOptions
-
-    if args.k == "auto":
-        k = None
-    else:
-        try:
-            k = int(args.k)
-        except ValueError:
-            raise EdgespecError(f"--k must be a whole number or 'auto', got {args.k!r}") from None
-        if k < 0:
-            raise EdgespecError(f"--k must be >= 0, got {k}")
-    return SpecOptions(drafter=args.drafter, k=k, k_max=k if k else args.k_max)
-
-
-def sampling_params(args: argparse.Namespace):
-    from edgespec.sampling import SamplingParams
-
-    return SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
 
 
 def read_prompt(args: argparse.Namespace) -> str:
@@ -73,14 +36,16 @@ def read_prompt(args: argparse.Namespace) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from edgespec.chat import render_chat, user_messages
+    from edgespec.chat import chat_tokens, user_messages
     from edgespec.loader import load_decoder
 
     sp = sampling_params(args)
-    prompt = read_prompt(args)
-    decoder = load_decoder(args.target, args.draft, spec_options(args), runtime_options(args))
+    text = read_prompt(args)
+    spec = spec_options(args)
+    decoder = load_decoder(args.target, args.draft, spec, runtime_options(args))
+    prompt: str | list[int] = text
     if args.chat or args.system:
-        prompt = chat_prompt(decoder.target, user_messages(prompt, args.system), render_chat)
+        prompt = chat_tokens(decoder.target, user_messages(text, args.system))
     kwargs = dict(max_tokens=args.max_tokens, sp=sp, stop=args.stop or ())
     if args.json:
         result = decoder.generate(prompt, **kwargs)
@@ -101,37 +66,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def chat_prompt(target, messages, render_chat) -> str:
-    info = target.vocab_info()
-    return render_chat(
-        target.chat_template(),
-        messages,
-        bos_token=target.special_token_text(info.bos_id),
-        eos_token=target.special_token_text(info.eos_id),
-    )
-
-
 def cmd_tune(args: argparse.Namespace) -> int:
-    from edgespec.calibrate import calibrate, store_tuned, tune_key
-    from edgespec.loader import resolve_bundle, runtime_description
-    from edgespec.runtimes import check_compatible, open_runtime
+    from edgespec.calibrate import cost_curve, tune_store_path
+    from edgespec.pair import open_pair
 
-    opts = runtime_options(args)
-    target_path, draft_path, _ = resolve_bundle(args.target, args.draft)
-    target = open_runtime(target_path, opts)
-    draft = open_runtime(draft_path, opts) if draft_path else None
-    if draft is not None:
-        check_compatible(target.vocab_info(), draft.vocab_info(), str(target_path), str(draft_path))
-    curve = calibrate(target, draft, n_max=args.n_max)
+    pair = open_pair(args.target, args.draft, runtime_options(args))
+    curve = cost_curve(pair, n_max=args.n_max, remeasure=True)
     print(f"{'n':>3} {'ms':>8} {'x one':>6}")
     for n, (t, r) in enumerate(zip(curve.target_s, curve.ratios()), start=1):
         print(f"{n:>3} {t * 1e3:>8.1f} {r:>6.2f}")
-    if draft is not None:
+    if pair.draft is not None:
         print(
             f"draft token {curve.draft_s * 1e3:.1f} ms = {curve.draft_s / curve.target_s[0]:.2f}x"
         )
-    key = tune_key(target_path, draft_path, runtime_description(opts, target, draft))
-    print(f"stored in {store_tuned(key, curve)}")
+    print(f"stored in {tune_store_path()}")
     return 0
 
 
@@ -143,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="generate text from a prompt")
-    run.add_argument("--target", required=True, help="target model (.gguf)")
-    run.add_argument("--draft", help="draft model of the same family (.gguf)")
+    run.add_argument("--target", required=True, help=TARGET_HELP)
+    run.add_argument("--draft", help=DRAFT_HELP)
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text")
     source.add_argument("--prompt-file", help="file holding the prompt text")
@@ -159,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     tune = sub.add_parser("tune", help="measure the verify cost curve and store it")
-    tune.add_argument("--target", required=True)
-    tune.add_argument("--draft")
+    tune.add_argument("--target", required=True, help=TARGET_HELP)
+    tune.add_argument("--draft", help=DRAFT_HELP)
     tune.add_argument("--n-max", type=int, default=9, help="largest pass to time (tokens)")
     add_runtime_args(tune)
     tune.set_defaults(func=cmd_tune)
@@ -172,14 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def optional_commands():
     """Sub-commands that live in their own modules."""
-    from edgespec import bench, doctor, models
+    from edgespec.app import bench_cli, demo, doctor, models
     from edgespec.export import cli as export_cli
 
     return [
         models.add_models_parser,
         export_cli.add_export_parser,
-        bench.add_bench_parser,
-        bench.add_demo_parser,
+        bench_cli.add_bench_parser,
+        demo.add_demo_parser,
         doctor.add_doctor_parser,
     ]
 

@@ -1,0 +1,71 @@
+"""Command-line flags <-> the core's option dataclasses, shared by every sub-command.
+
+Each flag mirrors one field of RuntimeOptions, SpecOptions or SamplingParams; the rules
+(what k means, what the device implies) live in those dataclasses, not here.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from edgespec.errors import EdgespecError
+from edgespec.loader import DRAFTER_CHOICES, SpecOptions
+from edgespec.runtimes import DEVICES, RuntimeOptions
+from edgespec.sampling import SamplingParams
+
+TARGET_HELP = "target model: a .gguf file, a bundle folder (edgespec export) or an ONNX folder"
+DRAFT_HELP = "draft model of the target's family: .gguf file or ONNX folder (a bundle has one)"
+
+
+def add_runtime_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: cores, <= 8)")
+    p.add_argument(
+        "--device", choices=DEVICES, default="cpu", help="where the models run (default cpu)"
+    )
+    p.add_argument(
+        "--n-gpu-layers",
+        type=int,
+        default=None,
+        help="GGUF (llama.cpp) partial offload: layers on the GPU (--device cuda: all)",
+    )
+    p.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens")
+
+
+def add_spec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--drafter", choices=DRAFTER_CHOICES, default="auto")
+    p.add_argument(
+        "--k",
+        default="auto",
+        help="draft length. N: every step drafts N tokens (needs --drafter model or ngram); "
+        "'auto' (default): chosen per step (0 = plain), up to --k-max",
+    )
+    p.add_argument("--k-max", type=int, default=16, help="longest draft --k auto tries")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
+    return RuntimeOptions(
+        n_ctx=args.n_ctx, n_threads=args.threads, device=args.device, n_gpu_layers=args.n_gpu_layers
+    )
+
+
+def spec_options(args: argparse.Namespace) -> SpecOptions:
+    if args.k == "auto":
+        k = None
+    else:
+        try:
+            k = int(args.k)
+        except ValueError:
+            raise EdgespecError(f"--k must be a whole number or 'auto', got {args.k!r}") from None
+    return SpecOptions(drafter=args.drafter, k=k, k_max=args.k_max)
+
+
+def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)

@@ -1,0 +1,68 @@
+"""Open a target and its draft, and check that the draft may draft for it: the one place.
+
+A path is a model file (GGUF), an exported ONNX folder, or a bundle folder (bundle.json),
+whose models are verified and whose stored tune data comes along.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgespec.bundle import is_bundle, read_bundle
+from edgespec.runtimes import Runtime, RuntimeOptions, check_compatible, open_runtime
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    target: Runtime
+    draft: Runtime | None
+    target_path: Path
+    draft_path: Path | None  # None when no draft was opened
+    options: RuntimeOptions
+    bundle_tune: dict | None = None  # the cost curve a bundle carries (`export --tune`)
+
+    def backend_names(self) -> str:
+        """ "LlamaCppRuntime+OnnxRuntime": the back-ends of the target and its draft."""
+        return "+".join(type(rt).__name__ for rt in (self.target, self.draft) if rt is not None)
+
+    def runtime_description(self) -> str:
+        """Which back-ends, device, threads and offload a cost curve is measured with."""
+        o = self.options
+        return (
+            f"{self.backend_names()} device={o.device} threads={o.n_threads} "
+            f"gpu_layers={o.gpu_layers()}"
+        )
+
+
+def resolve_bundle(
+    target: str | Path, draft: str | Path | None
+) -> tuple[Path, Path | None, dict | None]:
+    """Model paths from a bundle folder (verified) or as given; plus the bundle's tune data.
+    An explicit draft wins over the bundle's."""
+    if is_bundle(target):
+        bundle = read_bundle(target)
+        bundle_target = bundle.path("target")
+        assert bundle_target is not None  # read_bundle refuses a bundle without one
+        return bundle_target, Path(draft) if draft else bundle.path("draft"), bundle.tune
+    return Path(target), Path(draft) if draft else None, None
+
+
+def open_pair(
+    target: str | Path,
+    draft: str | Path | None,
+    options: RuntimeOptions = RuntimeOptions(),
+    *,
+    open_draft: bool = True,
+) -> ModelPair:
+    """Open the target, and the draft (given, or the bundle's) unless open_draft is False;
+    refuse a draft whose vocabulary differs from the target's (VocabularyMismatchError)."""
+    target_path, draft_path, tune = resolve_bundle(target, draft)
+    target_rt = open_runtime(target_path, options)
+    if draft_path is None or not open_draft:
+        return ModelPair(target_rt, None, target_path, None, options, tune)
+    draft_rt = open_runtime(draft_path, options)
+    check_compatible(
+        target_rt.vocab_info(), draft_rt.vocab_info(), str(target_path), str(draft_path)
+    )
+    return ModelPair(target_rt, draft_rt, target_path, draft_path, options, tune)

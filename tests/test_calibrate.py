@@ -1,0 +1,87 @@
+"""calibrate.cost_curve owns cost curves: stored ones are reused, missing ones measured and
+stored, and a bundle's curve is used only on the device and runtime it was measured on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from edgespec import calibrate
+from edgespec.calibrate import cost_curve, device_description, tune_key
+
+pytest.importorskip("llama_cpp")
+
+
+@pytest.fixture
+def pair(tiny_pair, tmp_path, monkeypatch):
+    from edgespec.pair import open_pair
+    from edgespec.runtimes import RuntimeOptions
+
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    return open_pair(*tiny_pair, RuntimeOptions(n_ctx=256))
+
+
+@pytest.fixture
+def measured(monkeypatch):
+    """The n_max of every measurement cost_curve makes."""
+    calls: list[int] = []
+    real = calibrate.calibrate
+
+    def counting(target, draft, n_max=9):
+        calls.append(n_max)
+        return real(target, draft, n_max)
+
+    monkeypatch.setattr(calibrate, "calibrate", counting)
+    return calls
+
+
+def test_a_missing_curve_is_measured_stored_and_then_reused(pair, measured):
+    first = cost_curve(pair, n_max=3)
+    assert measured == [3] and len(first.target_s) == 3 and first.draft_s > 0
+    assert calibrate.load_tuned(tune_key(pair)) == first
+    assert cost_curve(pair, n_max=2) == first  # stored and long enough: not measured again
+    assert measured == [3]
+    assert len(cost_curve(pair, n_max=5).target_s) == 5  # too short: measured again
+    cost_curve(pair, n_max=2, remeasure=True)  # `edgespec tune`
+    assert measured == [3, 5, 2]
+
+
+def bundle_tune(pair, **changes) -> dict:
+    tune = {
+        "target_s": [0.5, 0.5, 0.5],
+        "draft_s": 0.01,
+        "device": device_description(pair.options.device),
+        "runtime": pair.runtime_description(),
+    }
+    return {**tune, **changes}
+
+
+def test_a_bundle_curve_is_used_on_its_own_device_and_runtime(pair, measured):
+    here = dataclasses.replace(pair, bundle_tune=bundle_tune(pair))
+    curve = cost_curve(here, n_max=3)
+    assert (curve.target_s, curve.draft_s, measured) == ([0.5, 0.5, 0.5], 0.01, [])
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        {"device": "NVIDIA Jetson AGX Orin, 12 cores"},  # measured on another machine
+        {"runtime": "LlamaCppRuntime+LlamaCppRuntime device=cuda threads=None gpu_layers=-1"},
+        {"runtime": "LlamaCppRuntime+LlamaCppRuntime"},  # bundles before the device was stored
+        {"device": None},
+    ],
+)
+def test_a_bundle_curve_from_another_device_or_runtime_is_measured_again(pair, measured, elsewhere):
+    there = dataclasses.replace(pair, bundle_tune=bundle_tune(pair, **elsewhere))
+    curve = cost_curve(there, n_max=3)
+    assert measured == [3] and curve.target_s != [0.5, 0.5, 0.5]
+
+
+def test_the_tune_key_names_models_runtime_and_device(pair):
+    key = tune_key(pair)
+    assert key.endswith(
+        "|LlamaCppRuntime+LlamaCppRuntime device=cpu threads=None gpu_layers=0|"
+        + device_description()
+    )
+    assert tune_key(dataclasses.replace(pair, draft=None, draft_path=None)) != key
