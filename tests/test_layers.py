@@ -52,7 +52,9 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def is_app(module: str) -> bool:
-    return module == APP or module.startswith(APP + ".")
+    # `python -m edgespec` runs edgespec/__main__.py: the command's entry, like the console
+    # script, so it belongs to the application layer wherever Python requires it to live
+    return module in (APP, "edgespec.__main__") or module.startswith(APP + ".")
 
 
 def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
