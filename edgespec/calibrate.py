@@ -27,6 +27,7 @@ from edgespec.controller import CostCurve
 from edgespec.errors import BundleError
 from edgespec.pair import ModelPair, open_pair
 from edgespec.paths import edgespec_home
+from edgespec.progress import progress
 from edgespec.runtimes import RuntimeOptions
 from edgespec.runtimes.base import Runtime
 
@@ -54,7 +55,8 @@ def measure_curve(
     runtime.reset()
     runtime.forward(rng.integers(0, runtime.n_vocab, size=prefix).tolist(), last_only=True)
     time_forward(runtime, 1, 2, rng)  # warm-up: first passes allocate buffers
-    curve = [time_forward(runtime, n, reps, rng) for n in range(1, n_max + 1)]
+    widths = progress(range(1, n_max + 1), "calibrating", unit="width", total=n_max)
+    curve = [time_forward(runtime, n, reps, rng) for n in widths]
     runtime.reset()
     return curve
 

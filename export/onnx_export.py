@@ -35,7 +35,7 @@ import numpy as np
 
 from edgespec.errors import ModelFileError
 from edgespec.export.checkpoint import Checkpoint, LazyTensors, Rows, read_checkpoint, special_id
-from edgespec.export.progress import progress
+from edgespec.progress import progress
 from edgespec.quant.reference import ErrorSum, TensorError, error_summary
 
 log = logging.getLogger(__name__)

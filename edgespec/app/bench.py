@@ -20,6 +20,7 @@ from edgespec.engine import Result, SpeculativeDecoder
 from edgespec.errors import EdgespecError
 from edgespec.loader import SpecOptions, build_decoder
 from edgespec.pair import ModelPair
+from edgespec.progress import progress
 from edgespec.runtimes import Runtime
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,9 @@ class Bench:
             raise EdgespecError(f"method {method} needs its drafter: pass --draft for model")
         decoder = SpeculativeDecoder(self.target, list(drafters.values()), self.policy(method, k))
         runs, results = [], []
-        for prompt, toks, ref in zip(prompts, tokens, reference or [None] * len(prompts)):
+        cases = zip(prompts, tokens, reference or [None] * len(prompts))
+        label = method if k is None or method in ("plain", "auto") else f"{method} k={k}"
+        for prompt, toks, ref in progress(cases, label, unit="prompt", total=len(prompts)):
             result = decoder.generate(toks, max_tokens=token_budget(prompt, max_tokens))
             runs.append(self.compare(prompt, toks, result, ref))
             results.append(result)

@@ -1,0 +1,36 @@
+"""Progress bars: on stderr when it is a terminal, nothing at all otherwise."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+from edgespec.calibrate import measure_curve
+from edgespec.progress import progress
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_passes_items_through_and_is_silent_off_a_terminal(capsys):
+    assert list(progress(iter([3, 1, 2]), "items", total=3)) == [3, 1, 2]
+    assert capsys.readouterr().err == ""  # stderr is not a terminal under pytest
+
+
+def test_progress_draws_a_bar_with_its_total_on_a_terminal(monkeypatch):
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert list(progress(iter("abcd"), "letters", unit="letter", total=4)) == list("abcd")
+    assert "letters:   0%|          | 0/4 [" in terminal.getvalue()
+
+
+def test_calibration_shows_its_widths_on_a_terminal_only(tiny_runtimes, monkeypatch, capsys):
+    target, _ = tiny_runtimes
+    assert len(measure_curve(target, n_max=3, prefix=8, reps=1)) == 3
+    assert capsys.readouterr().err == ""
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    measure_curve(target, n_max=3, prefix=8, reps=1)
+    assert "calibrating:   0%|          | 0/3 [" in terminal.getvalue()
