@@ -80,6 +80,7 @@ def test_oracle_paying_the_draft_cost_runs_the_draft_model(tiny_runtimes, refere
     out = run_oracle(target, reference, wrong, k=4, model=model)
     assert out.tokens == reference
     assert model.cached[: len(PROMPT)] == PROMPT  # it forwarded the context as a drafter would
+    assert draft.n_past >= len(PROMPT)  # in the draft runtime itself
     assert out.stats.t_draft > 0
 
 

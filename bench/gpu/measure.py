@@ -24,8 +24,9 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,7 @@ PROMPT = """Complete the module: keep the public names, add type hints and docst
 
 import json
 from dataclasses import dataclass
+from functools import partial
 
 
 @dataclass
@@ -121,22 +123,16 @@ class OracleDrafter:
             right = self.expected[n + i]
             bad = not on_track or self.wrong[n + i - self.prompt_len]
             tokens[i] = (right + 1) % self.n_vocab if bad else right
-        if self.model is not None:
-            self.model.cached.extend(int(t) for t in tokens[:-1])
+        if self.model is not None:  # its cache is taken to hold this proposal, as it would
+            self.model.cached = list(context) + [int(t) for t in tokens[:-1]]
         return Draft(tokens, None, t_catch_up)
 
     def pay_draft_cost(self, context: Sequence[int], k: int) -> float:
-        """The draft model's forward passes for a k-token proposal; returns catch-up seconds."""
+        """The draft model's own greedy k-token proposal, its tokens discarded: the forward
+        passes a model drafter makes. Returns its catch-up seconds."""
         if self.model is None:
             return 0.0
-        t0 = time.perf_counter()
-        keep = common_prefix_len(self.model.cached, context)
-        logits = self.model.catch_up(context, keep)
-        t_catch_up = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0
-        token = int(np.argmax(logits))
-        for _ in range(k - 1):
-            token = int(np.argmax(self.model.runtime.forward([token])[-1]))
-        return t_catch_up
+        return self.model.propose(context, k, SamplingParams()).t_catch_up
 
     @property
     def token_s(self) -> float | None:
@@ -174,7 +170,6 @@ class Run:
     draft_ms_per_step: float
     loop_us_per_step: float
     identical: bool
-    steps_by_k: dict[int, int] = field(default_factory=dict)
 
     @staticmethod
     def of(result: Result, reference: Sequence[int] | None) -> Run:
@@ -252,7 +247,7 @@ class Bench:
 
 def measure(args: argparse.Namespace) -> dict:
     settings = SMOKE if args.smoke else Settings()
-    target, draft = open_pair(args)
+    target, draft = open_bundle(args)
     t0 = time.perf_counter()
     curve = measure_curve(target, settings.curve_n, reps=settings.curve_reps)
     draft_token_s = measure_curve(draft, 1, reps=settings.curve_reps)[0] if draft else 0.0
@@ -270,7 +265,9 @@ def measure(args: argparse.Namespace) -> dict:
     }  # fmt: skip
     for acceptance in settings.acceptance if args.grid == "full" else ():
         for real_cost in (False, True) if draft else (False,):
-            policies = {k: (lambda k=k: FixedPolicy("model", k)) for k in settings.ks}
+            policies: dict[int | str, Callable[[], Policy]] = {
+                k: partial(FixedPolicy, "model", k) for k in settings.ks
+            }
             policies["auto"] = lambda: AdaptivePolicy(CostCurve(list(curve)), k_max=8)
             for k, policy_of in policies.items():
                 run = bench.oracle(reference, acceptance, real_cost, policy_of)
@@ -284,7 +281,9 @@ def measure(args: argparse.Namespace) -> dict:
     return report
 
 
-def open_pair(args: argparse.Namespace) -> tuple[Runtime, Runtime | None]:
+def open_bundle(args: argparse.Namespace) -> tuple[Runtime, Runtime | None]:
+    """The bundle's target and draft on the back-end and device asked for. Not
+    edgespec.pair.open_pair: RuntimeOptions has no switch for CUDA graphs, which this varies."""
     bundle = read_bundle(args.bundle)
     paths = bundle.path("target"), bundle.path("draft")
     assert paths[0] is not None
@@ -342,7 +341,10 @@ def goals(r: dict) -> dict:
 
 
 def machine() -> dict:
-    info = {"python": platform.python_version(), "processor": platform.processor()}
+    info: dict[str, str | None] = {
+        "python": platform.python_version(),
+        "processor": platform.processor(),
+    }
     try:
         smi = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
