@@ -45,7 +45,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     decoder = load_decoder(args.target, args.draft, spec, runtime_options(args))
     prompt: str | list[int] = text
     if args.chat or args.system:
-        prompt = chat_tokens(decoder.target, user_messages(text, args.system))
+        messages = user_messages(text, args.system)
+        prompt = chat_tokens(
+            decoder.target, messages, specials_in_messages=args.chat_special_tokens
+        )
     kwargs = dict(max_tokens=args.max_tokens, sp=sp, stop=args.stop or ())
     if args.json:
         result = decoder.generate(prompt, **kwargs)
@@ -98,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--prompt-file", help="file holding the prompt text")
     run.add_argument("--chat", action="store_true", help="format with the model's chat template")
     run.add_argument("--system", help="system message (implies --chat)")
+    run.add_argument(
+        "--chat-special-tokens",
+        action="store_true",
+        help="parse special-token text in the prompt and system message as control tokens "
+        "(by default it stays text, so it cannot close a turn)",
+    )
     run.add_argument("--max-tokens", type=int, default=256)
     run.add_argument("--stop", action="append", help="stop string (repeatable)")
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
