@@ -17,6 +17,7 @@ import numpy as np
 
 from edgespec.errors import ModelFileError
 from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
+from edgespec.runtimes.gguf_meta import check_gguf_metadata
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ class LlamaCppRuntime:
         enough for vocab_info, tokenize, metadata; forward is then unavailable."""
         self.path = Path(path)
         check_gguf_file(self.path)
+        if not vocab_only:  # a vocab-only load reads no hyperparameters
+            check_gguf_metadata(self.path, n_ctx, on_cpu=n_gpu_layers == 0)
         init_backend()
         self.llama = import_llama_cpp()
         self.ctx = None
