@@ -17,11 +17,28 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgespec.errors import BundleError
+from edgespec.schema import Field, check_fields
 
 SCHEMA_VERSION = 1
 MANIFEST = "bundle.json"
 ROLES = ("target", "draft")
 FORMATS = ("gguf", "onnx", "tensorrt")  # tensorrt: reserved for the planned back-end
+
+
+# field types as read (edgespec/schema.py): a wrong type is named with its file, not met later
+BUNDLE_FIELDS = {
+    "models": Field("list"),
+    "tokenizer": Field("object", required=False, nullable=True),
+    "policy": Field("object", required=False, nullable=True),
+    "tune": Field("object", required=False, nullable=True),
+}
+ENTRY_FIELDS = {
+    **{name: Field("str") for name in ("role", "format", "path", "quant", "sha256")},
+    **{name: Field("str") for name in ("vocab_hash", "arch")},
+    "size": Field("int", min=0),
+    "n_vocab": Field("int", min=1),
+    "n_ctx": Field("int", min=0),
+}
 
 
 @dataclass(frozen=True)
@@ -117,6 +134,7 @@ def read_bundle(folder: str | Path, *, verify: bool = True) -> Bundle:
         raise BundleError(f"{manifest} is not valid JSON ({e}); export the bundle again") from None
     if not isinstance(doc, dict):
         raise BundleError(f"{manifest}: expected a JSON object at the top")
+    check_fields(doc, BUNDLE_FIELDS, str(manifest), "export the bundle again", BundleError)
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
         raise BundleError(
@@ -140,6 +158,7 @@ def parse_entry(manifest: Path, index: int, raw: Any) -> ModelEntry:
     missing = [name for name in fields if name not in raw]
     if missing:
         raise BundleError(f"{where} lacks {', '.join(missing)}")
+    check_fields(raw, ENTRY_FIELDS, where, "export the bundle again", BundleError)
     entry = ModelEntry(**{name: raw[name] for name in fields})
     if entry.role not in ROLES:
         raise BundleError(f"{where}: role {entry.role!r} is not one of {ROLES}")

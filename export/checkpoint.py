@@ -177,6 +177,7 @@ class SafetensorsIndex(LazyTensors):
         for path in sorted(hf_dir.glob("*.safetensors")):
             with path.open("rb") as f:
                 (header_len,) = struct.unpack("<Q", f.read(8))
+                check_header_length(path, header_len)
                 header = json.loads(f.read(header_len))
             for name, info in header.items():
                 if name != "__metadata__":
@@ -199,6 +200,21 @@ class SafetensorsIndex(LazyTensors):
         if info["dtype"] == "BF16":
             raw = (raw.astype(np.uint32) << 16).view(np.float32)
         return raw.reshape(shape).astype(np.float32)
+
+
+SAFETENSORS_MAX_HEADER = 100 << 20  # the format's own limit (safetensors refuses larger)
+
+
+def check_header_length(path: Path, header_len: int) -> None:
+    """A declared header length is read only when the file holds it and it is within the
+    format's limit: a hostile 2^62 would otherwise be allocated."""
+    size = path.stat().st_size
+    if header_len > min(size - 8, SAFETENSORS_MAX_HEADER):
+        raise ModelFileError(
+            f"{path}: its header declares {header_len:,} bytes, but the file is {size:,} bytes "
+            f"and a header is at most {SAFETENSORS_MAX_HEADER:,}; the file is truncated or "
+            "corrupt: download it again"
+        )
 
 
 # --- special tokens and RoPE layouts, shared by both readers and both writers -----------------

@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from edgespec.errors import ModelFileError
+from edgespec.errors import EdgespecError, ModelFileError
 from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
+from edgespec.schema import Field, check_fields
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,60 @@ def read_model_json(model_dir: Path) -> dict:
         ) from None
     except (OSError, ValueError) as e:
         raise ModelFileError(f"{path} is not valid JSON ({e}); export the model again") from e
+    check_fields(info, MODEL_JSON_FIELDS, str(path), "export the model again", ModelFileError)
     for name in (info.get("model_file", "model.onnx"), "tokenizer.json"):
         if not (model_dir / name).is_file():
             raise ModelFileError(f"{model_dir / name} is missing; export the model again")
     return info
+
+
+# model.json as read: types and bounds before any size in it is used (edgespec/schema.py)
+MODEL_JSON_FIELDS = {
+    "n_vocab": Field("int", min=1, max=1 << 24),
+    "n_layer": Field("int", min=1, max=4096),
+    "n_kv_head": Field("int", min=1, max=4096),
+    "head_dim": Field("int", min=1, max=4096),
+    "n_head": Field("int", required=False, min=1, max=4096),
+    "n_embd": Field("int", required=False, min=1),
+    "context_length": Field("int", required=False, nullable=True, min=1),
+    "sliding_window": Field("int", required=False, nullable=True, min=1),
+    "bos_id": Field("int", required=False, nullable=True, min=0),
+    "eos_id": Field("int", required=False, nullable=True, min=0),
+    "model_file": Field("str", required=False),
+    "compute": Field("str", required=False, choices=("fp32", "fp16")),
+    "quant": Field("str", required=False),
+    "arch": Field("str", required=False),
+}
+
+
+def check_declared_sizes(path: Path, info: dict, session, n_ctx: int, on_cuda: bool) -> None:
+    """model.json's layer count, KV shape and vocabulary must be the graph's, and the KV
+    cache they size must fit in free memory (on the CPU), before it is allocated."""
+    from edgespec.runtimes.gguf_meta import available_memory
+
+    inputs = {i.name: i.shape for i in session.get_inputs()}
+    layers = sum(1 for n in inputs if n.startswith("past_key_values.") and n.endswith(".key"))
+    key = inputs.get("past_key_values.0.key") or []
+    logits = {o.name: o.shape for o in session.get_outputs()}.get("logits") or []
+    declared = {
+        "n_layer": (info["n_layer"], layers),
+        "n_kv_head": (info["n_kv_head"], key[1] if len(key) == 4 else None),
+        "head_dim": (info["head_dim"], key[3] if len(key) == 4 else None),
+        "n_vocab": (info["n_vocab"], logits[-1] if logits else None),
+    }
+    for name, (says, graph) in declared.items():
+        if isinstance(graph, int) and says != graph:
+            raise ModelFileError(
+                f"{path / MODEL_JSON} says {name} {says:,} but the graph has {graph:,}; the "
+                "folder mixes files of different models: export the model again"
+            )
+    need = 2 * info["n_layer"] * info["n_kv_head"] * n_ctx * info["head_dim"] * 4
+    free = available_memory()
+    if not on_cuda and free is not None and need > free:
+        raise EdgespecError(
+            f"a {n_ctx:,}-token context for {path} needs {need / 2**30:,.1f} GiB of KV cache "
+            f"and {free / 2**30:,.1f} GiB of memory is free; lower --n-ctx (or free memory)"
+        )
 
 
 @dataclass
@@ -122,6 +173,7 @@ class OnnxRuntime:
             self.cuda_graph = False
         self.pad_to_width = pad_to_width or 0
         self.kv_dtype = kv_dtype(self.session)
+        check_declared_sizes(self.path, self.info, self.session, self.n_ctx, self.on_cuda)
         self.kv = self.allocate_cache()  # name -> OrtValue [1, n_kv, n_ctx, hd]
         self.steps: dict[tuple[int, int], Step] = {}  # (width, rows) -> bound step
         self.run_options: dict[int, Any] = {}  # CUDA graph id -> RunOptions
