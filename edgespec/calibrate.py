@@ -11,6 +11,7 @@ asks for them; a last-token-only benchmark understates it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -19,12 +20,13 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from edgespec.bundle import Bundle, folder_files
 from edgespec.controller import CostCurve
-from edgespec.errors import BundleError
+from edgespec.errors import BundleError, EdgespecError
 from edgespec.pair import ModelPair, open_pair
 from edgespec.paths import edgespec_home
 from edgespec.progress import progress
@@ -50,7 +52,14 @@ def time_forward(runtime: Runtime, n: int, reps: int, rng: np.random.Generator) 
 def measure_curve(
     runtime: Runtime, n_max: int = 9, prefix: int = 128, reps: int = 3
 ) -> list[float]:
-    """Seconds for n = 1..n_max tokens after a prefix of `prefix` tokens (random ids)."""
+    """Seconds for n = 1..n_max tokens after a prefix of `prefix` tokens (random ids), the
+    prefix shortened so that the widest pass fits in the runtime's context."""
+    if n_max > runtime.n_ctx:
+        raise EdgespecError(
+            f"a {runtime.n_ctx}-token context is too small to measure passes of {n_max} tokens; "
+            f"use a larger --n-ctx or a smaller --k-max"
+        )
+    prefix = min(prefix, runtime.n_ctx - n_max)
     rng = np.random.default_rng(0)
     runtime.reset()
     runtime.forward(rng.integers(0, runtime.n_vocab, size=prefix).tolist(), last_only=True)
@@ -65,6 +74,8 @@ def cost_curve(pair: ModelPair, *, n_max: int = 9, remeasure: bool = False) -> C
     """The curve for n = 1..n_max (at least) for this pair on this runtime and device: stored,
     else the bundle's where it holds here, else measured now and stored (always if remeasure).
     """
+    if n_max < 1:
+        raise EdgespecError(f"--n-max must be >= 1 (the widest pass to time), got {n_max}")
     key = tune_key(pair)
     if not remeasure:
         for source, curve in (("tune store", load_tuned(key)), ("bundle", bundle_curve(pair))):
@@ -189,22 +200,58 @@ def tune_store_path() -> Path:
 
 
 def load_tuned(key: str) -> CostCurve | None:
-    try:
-        entry = json.loads(tune_store_path().read_text())[key]
-        return CostCurve(list(entry["target_s"]), float(entry["draft_s"]))
-    except (OSError, KeyError, ValueError, TypeError):
+    return valid_curve(read_tune_store().get(key))
+
+
+def valid_curve(entry: object) -> CostCurve | None:
+    """A stored entry as a curve, or None unless it holds positive finite seconds."""
+    if not isinstance(entry, dict):
         return None
+    target_s, draft_s = entry.get("target_s"), entry.get("draft_s")
+    if not isinstance(target_s, list) or not target_s:
+        return None
+    seconds: list[Any] = [*target_s, draft_s]
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in seconds):
+        return None
+    if not all(0 <= t < 1e6 for t in seconds):  # NaN and inf fail too
+        return None
+    return CostCurve([float(t) for t in seconds[:-1]], float(seconds[-1]))
+
+
+TUNE_STORE_MAX_BYTES = 16 << 20  # thousands of curves; a larger file is not ours
+
+
+def read_tune_store() -> dict:
+    """The stored curves by key; a store that is unreadable, corrupt (not JSON, all zeros,
+    not an object) or too large is ignored with a warning: curves are measured again."""
+    path = tune_store_path()
+    try:
+        if not path.exists():
+            return {}
+        if path.stat().st_size > TUNE_STORE_MAX_BYTES:
+            raise ValueError(f"larger than {TUNE_STORE_MAX_BYTES >> 20} MiB")
+        store = json.loads(path.read_bytes())
+        if not isinstance(store, dict):
+            raise ValueError("not a JSON object")
+        return store
+    except (OSError, ValueError) as e:
+        log.warning("ignoring the tune store %s (%s); cost curves will be measured again", path, e)
+        return {}
 
 
 def store_tuned(key: str, curve: CostCurve) -> Path:
+    """Add a curve to the store (written whole, atomically). A store that cannot be written
+    (read-only, disk full) is reported and skipped: the curve is measured again next time."""
     path = tune_store_path()
-    try:
-        store = json.loads(path.read_text())
-    except (OSError, ValueError):
-        store = {}
+    store = read_tune_store()
     store[key] = {"target_s": curve.target_s, "draft_s": curve.draft_s, "time": time.time()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(store, indent=1))
-    tmp.replace(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(store, indent=1))
+        tmp.replace(path)
+    except OSError as e:
+        log.warning("cannot store the cost curve in %s (%s); it will be measured again", path, e)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return path

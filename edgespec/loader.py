@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from edgespec.calibrate import cost_curve
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
@@ -17,6 +18,7 @@ from edgespec.runtimes import RuntimeOptions
 log = logging.getLogger(__name__)
 
 DRAFTER_CHOICES = ("auto", "model", "ngram", "none")
+K_LIMIT = 64  # even at 95% acceptance a 64th draft token is used 4% of the time
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,23 @@ class SpecOptions:
                 "--k-max)"
             )
 
+    def within(self, n_ctx: int) -> SpecOptions:
+        """These options with k and k_max cut to what a context of n_ctx tokens can use (a
+        draft and its verify pass beside the prompt: at most half of it, and K_LIMIT),
+        with a warning when cut."""
+        limit = max(1, min(K_LIMIT, n_ctx // 2))
+        changes: dict[str, Any] = {}
+        for name in ("k", "k_max"):
+            value = getattr(self, name)
+            if value is not None and value > limit:
+                log.warning(
+                    "--%s %d is more than is useful here (at most %d with a %d-token context); "
+                    "using %d",
+                    name.replace("_", "-"), value, limit, n_ctx, limit,
+                )  # fmt: skip
+                changes[name] = limit
+        return replace(self, **changes) if changes else self
+
     @property
     def adaptive(self) -> bool:
         return self.k is None and self.drafter != "none"
@@ -74,6 +93,8 @@ def load_decoder(
 
 def build_decoder(pair: ModelPair, spec: SpecOptions) -> SpeculativeDecoder:
     """The decoder for an opened pair: its cost curve (adaptive k), drafters and policy."""
+    draft_ctx = pair.draft.n_ctx if pair.draft is not None and spec.uses_model else None
+    spec = spec.within(min(pair.target.n_ctx, draft_ctx or pair.target.n_ctx))
     curve = cost_curve(pair, n_max=spec.k_max + 1) if spec.adaptive else None
     drafters = make_drafters(spec, pair, curve)
     return SpeculativeDecoder(pair.target, drafters, make_policy(spec, drafters, curve))

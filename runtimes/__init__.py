@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +28,10 @@ class RuntimeOptions:
 
         if self.device not in DEVICES:
             raise EdgespecError(f"device {self.device!r} is unknown; choose cpu or cuda")
+        if self.n_ctx < 1:
+            raise EdgespecError(f"--n-ctx must be >= 1, got {self.n_ctx}")
+        if self.n_threads is not None:
+            object.__setattr__(self, "n_threads", bounded_threads(self.n_threads))
         if self.n_gpu_layers and self.device != "cuda":
             raise EdgespecError(
                 f"--n-gpu-layers {self.n_gpu_layers} offloads layers to the GPU, but the "
@@ -37,6 +43,33 @@ class RuntimeOptions:
         if self.n_gpu_layers is not None:
             return self.n_gpu_layers
         return -1 if self.device == "cuda" else 0
+
+
+def bounded_threads(n_threads: int) -> int:
+    """At least 1, at most the cores this process may run on (more only thrash: 10,000 would
+    start 10,000 threads), with a warning when cut."""
+    from edgespec.errors import EdgespecError
+
+    if n_threads < 1:
+        raise EdgespecError(
+            f"--threads must be >= 1, got {n_threads}; leave it out for one per core (up to 8)"
+        )
+    cores = usable_cores()
+    if n_threads > cores:
+        logging.getLogger("edgespec").warning(
+            "--threads %d is more than the %d CPU cores this process can use; using %d",
+            n_threads, cores, cores,
+        )  # fmt: skip
+        return cores
+    return n_threads
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity, as a container or taskset sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> Runtime:
