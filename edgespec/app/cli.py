@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,15 +26,61 @@ from edgespec.errors import EdgespecError
 log = logging.getLogger("edgespec")
 
 
+PROMPT_FILE_MAX_BYTES = 16 << 20  # millions of tokens: more than any context holds
+
+
 def read_prompt(args: argparse.Namespace) -> str:
     if args.prompt_file:
-        try:
-            return Path(args.prompt_file).read_text(encoding="utf-8")
-        except OSError as e:
-            raise EdgespecError(
-                f"cannot read --prompt-file {args.prompt_file}: {e.strerror}"
-            ) from e
+        return read_prompt_file(args.prompt_file)
     return args.prompt
+
+
+def read_prompt_file(name: str) -> str:
+    """The file as UTF-8 text, read a chunk at a time: a binary file (NUL bytes), invalid
+    UTF-8 or an endless one (/dev/zero, a FIFO that never closes) ends in a clear error."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        with Path(name).open("rb") as f:
+            while chunk := f.read(1 << 20):
+                if b"\0" in chunk:
+                    raise EdgespecError(
+                        f"--prompt-file {name} holds NUL bytes: it is a binary file, not text; "
+                        "give a UTF-8 text file"
+                    )
+                size += len(chunk)
+                if size > PROMPT_FILE_MAX_BYTES:
+                    raise EdgespecError(
+                        f"--prompt-file {name} is larger than {PROMPT_FILE_MAX_BYTES >> 20} MiB, "
+                        "more than any context holds; give a shorter file"
+                    )
+                chunks.append(chunk)
+    except OSError as e:
+        raise EdgespecError(f"cannot read --prompt-file {name}: {e.strerror}") from e
+    data = b"".join(chunks)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise EdgespecError(
+            f"--prompt-file {name} is not UTF-8 text (byte {e.start:,} is "
+            f"{data[e.start : e.start + 1]!r}); convert it to UTF-8 (iconv -t UTF-8)"
+        ) from None
+
+
+def check_text_args(args: argparse.Namespace) -> None:
+    """Text arguments must be UTF-8: a shell passes any bytes, which Python keeps as lone
+    surrogates that no tokenizer can encode."""
+    for flag in ("prompt", "system", "stop"):
+        values = getattr(args, flag, None)
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, str):
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise EdgespecError(
+                        f"--{flag} holds bytes that are not UTF-8 text (at character "
+                        f"{e.start}); pass UTF-8 text (or put it in a file for --prompt-file)"
+                    ) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -40,6 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from edgespec.loader import load_decoder
 
     sp = sampling_params(args)
+    check_text_args(args)
     text = read_prompt(args)
     spec = spec_options(args)
     decoder = load_decoder(args.target, args.draft, spec, runtime_options(args))
@@ -149,12 +198,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
     )
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a closed pipe or a full disk can still be reported
+        return code
     except EdgespecError as e:
         print(f"edgespec: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (| head): stop quietly, as cat would
+        discard_stdout()
+        return 141  # 128 + SIGPIPE, a shell's status for a writer its pipe closed on
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        discard_stdout()
+        where = e.filename or "the output"
+        print(f"edgespec: error: no space left writing {where}; free space and run again",
+              file=sys.stderr)  # fmt: skip
+        return 2
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null, so that the exit's flush of what is left raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":
