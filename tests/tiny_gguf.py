@@ -114,6 +114,7 @@ def write_gguf(
     *,
     add_bos: bool = False,
     chat_template: str = CHATML,
+    more_metadata=None,  # writer -> None: adds keys (tests of hostile metadata)
 ) -> Path:
     import gguf
 
@@ -139,6 +140,8 @@ def write_gguf(
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_add_bos_token(add_bos)
     writer.add_chat_template(chat_template)
+    if more_metadata is not None:
+        more_metadata(writer)
     for name, array in tensors.items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()
