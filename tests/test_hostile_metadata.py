@@ -1,0 +1,243 @@
+"""Sizes and fields a model file declares (issue 16, parts 4 and 5): checked before anything
+is allocated and before llama.cpp sees the file. A GGUF declaring 1e6 layers aborted the
+whole process inside llama.cpp (GGML_ASSERT); model.json's n_layer or n_kv_head sized the
+KV cache unchecked; a safetensors header length of 2^62 was allocated; bundle.json fields of
+the wrong type surfaced as TypeErrors deep in a loader."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from edgespec.errors import BundleError, EdgespecError, ModelFileError
+from tests.cli_subprocess import run_edgespec
+
+pytest.importorskip("llama_cpp")
+
+FIX = (
+    "the file may be truncated or corrupt (compare its size and sha256 with the source, or "
+    "export it again)"
+)
+
+
+def hostile_gguf(folder: Path, name: str, more=None, **config) -> Path:
+    """The tiny model's weights under metadata that says something else."""
+    from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf
+
+    weights = random_weights(TinyConfig(), len(vocabulary()[0]), 0)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = dataclasses.replace(TinyConfig(), **config)
+    return write_gguf(folder / f"{name}.gguf", cfg, weights, more_metadata=more)
+
+
+def experts(n: int, used: int):
+    return lambda w: (w.add_expert_count(n), w.add_expert_used_count(used))
+
+
+HOSTILE_GGUF = {
+    "1e6 layers": (dict(n_layer=10**6), None,
+                   "1,000,000 layers (llama.block_count); llama.cpp runs 1 to 512"),
+    "600 layers": (dict(n_layer=600), None,
+                   "600 layers (llama.block_count); llama.cpp runs 1 to 512"),
+    "1e7 KV heads": (dict(n_head_kv=10**7), None,
+                     "4 attention heads and 10,000,000 KV heads for an embedding of 64; KV "
+                     "heads are at most the heads, heads at most the embedding"),
+    "1e7 heads": (dict(n_head=10**7), None,
+                  "10,000,000 attention heads and 2 KV heads for an embedding of 64; KV heads "
+                  "are at most the heads, heads at most the embedding"),
+    "2000 experts": ({}, experts(2000, 2), "2,000 experts; llama.cpp runs at most 1024"),
+    "more used than experts": ({}, experts(4, 8), "8 experts used per token of 4"),
+    "rope scaling": ({}, lambda w: w.add_string("llama.rope.scaling.type", "sideways"),
+                     "RoPE scaling type 'sideways', not one of none, linear, yarn, longrope"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", HOSTILE_GGUF)
+def test_gguf_metadata_llama_cpp_would_abort_on_is_refused(tmp_path, name):
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    config, more, what = HOSTILE_GGUF[name]
+    path = hostile_gguf(tmp_path, "m", more, **config)
+    with pytest.raises(ModelFileError) as e:
+        LlamaCppRuntime(path, n_ctx=64)
+    assert str(e.value) == f"{path} declares {what}; {FIX}"
+
+
+@pytest.mark.parametrize("name", ["1e6 layers", "2000 experts", "rope scaling"])
+def test_the_cli_survives_metadata_that_aborts_llama_cpp(tmp_path, name):
+    """In a process of its own: without the check llama.cpp's GGML_ASSERT kills it (134)."""
+    config, more, what = HOSTILE_GGUF[name]
+    models = tmp_path / "models"
+    path = hostile_gguf(models, "m", more, **config)
+    done = run_edgespec(
+        tmp_path, "run", "--target", str(path), "--prompt", "hi", "--drafter", "none",
+        "--n-ctx", "64", models=models,
+    )  # fmt: skip
+    assert done.error_line() == f"{path} declares {what}; {FIX}"
+
+
+def test_a_kv_cache_larger_than_free_memory_is_refused_before_allocating(tmp_path):
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    path = hostile_gguf(tmp_path, "long", n_ctx=2**31)
+    # 2 layers x 2^31 positions x 2 KV heads x (16 + 16) dims x 2 bytes = 512 GiB
+    with pytest.raises(EdgespecError) as e:
+        LlamaCppRuntime(path, n_ctx=2**31)
+    assert str(e.value).startswith(
+        f"a 2,147,483,648-token context for {path} needs 512.0 GiB of KV cache and "
+    )
+    assert str(e.value).endswith(" GiB of memory is free; lower --n-ctx (or free memory)")
+
+
+def test_a_header_that_runs_past_the_file_is_refused(tmp_path):
+    from edgespec.runtimes.gguf_meta import read_metadata
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 10**12))
+    with pytest.raises(ModelFileError) as e:
+        read_metadata(path)
+    assert str(e.value) == (
+        f"{path}: it declares 1,000,000,000,000 metadata entries, more than its 24 bytes can "
+        f"hold; {FIX}"
+    )
+    key = b"general.name"
+    path.write_bytes(
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key
+        + struct.pack("<IQ", 8, 2**62)
+    )  # fmt: skip
+    with pytest.raises(ModelFileError, match="declares 4,611,686,018,427,387,904 bytes of text"):
+        read_metadata(path)
+
+
+def test_the_metadata_reader_reads_what_the_writer_wrote(tiny_pair):
+    from edgespec.runtimes.gguf_meta import read_metadata
+    from tests.tiny_gguf import vocabulary
+
+    meta = read_metadata(tiny_pair[0])
+    assert meta["general.architecture"] == "llama"
+    assert (meta["llama.block_count"], meta["llama.attention.head_count_kv"]) == (2, 2)
+    assert meta["tokenizer.ggml.tokens"].length == len(vocabulary()[0])
+
+
+# --- ONNX model.json -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def onnx_model(tmp_path_factory) -> Path:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from edgespec.export.onnx_export import export_onnx
+    from tests.tiny_hf import make_tiny_hf
+
+    folder = tmp_path_factory.mktemp("onnx")
+    return export_onnx(make_tiny_hf(folder / "hf", arch="qwen2", seed=3), folder / "model")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"n_layer": 10**6}, "field 'n_layer' must be a whole number from 1 to 4,096, got "
+                             "1,000,000; export the model again"),
+        ({"n_kv_head": 10**7}, "field 'n_kv_head' must be a whole number from 1 to 4,096, got "
+                               "10,000,000; export the model again"),
+        ({"head_dim": "16"}, "field 'head_dim' must be a whole number from 1 to 4,096, got a "
+                             "string '16'; export the model again"),
+        ({"n_vocab": True}, "field 'n_vocab' must be a whole number from 1 to 16,777,216, got "
+                            "a boolean True; export the model again"),
+        ({"sliding_window": [4]}, "field 'sliding_window' must be a whole number >= 1 or null, "
+                                  "got a list [4]; export the model again"),
+        ({"model_file": 7}, "field 'model_file' must be a string, got a number 7; export the "
+                            "model again"),
+    ],
+)  # fmt: skip
+def test_model_json_fields_of_the_wrong_type_or_size_are_named(onnx_model, tmp_path, change,
+                                                               message):  # fmt: skip
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    folder = copy_model(onnx_model, tmp_path, change)
+    with pytest.raises(ModelFileError) as e:
+        OnnxRuntime(folder, n_ctx=64)
+    assert str(e.value) == f"{folder / 'model.json'}: {message}"
+
+
+@pytest.mark.parametrize("field, value, graph", [("n_layer", 3, 2), ("n_kv_head", 4, 2),
+                                                 ("head_dim", 8, 16)])  # fmt: skip
+def test_model_json_sizes_must_be_the_graphs(onnx_model, tmp_path, field, value, graph):
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    folder = copy_model(onnx_model, tmp_path, {field: value})
+    with pytest.raises(ModelFileError) as e:
+        OnnxRuntime(folder, n_ctx=64)
+    assert str(e.value) == (
+        f"{folder / 'model.json'} says {field} {value:,} but the graph has {graph:,}; the "
+        "folder mixes files of different models: export the model again"
+    )
+
+
+def test_an_onnx_kv_cache_larger_than_free_memory_is_refused(onnx_model, tmp_path):
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    folder = copy_model(onnx_model, tmp_path, {"context_length": 2**31})
+    with pytest.raises(EdgespecError) as e:  # 2 x 2 layers x 2 heads x 2^31 x 16 x 4 bytes
+        OnnxRuntime(folder, n_ctx=2**31)
+    assert str(e.value).startswith(
+        f"a 2,147,483,648-token context for {folder} needs 1,024.0 GiB of KV cache and "
+    )
+
+
+def copy_model(source: Path, tmp_path: Path, change: dict) -> Path:
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(source, folder)
+    info = json.loads((folder / "model.json").read_text())
+    (folder / "model.json").write_text(json.dumps({**info, **change}))
+    return folder
+
+
+# --- safetensors and bundle.json ------------------------------------------------------------
+
+
+def test_a_safetensors_header_length_of_2_62_is_refused(tmp_path):
+    from edgespec.export.checkpoint import SafetensorsIndex
+
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", 2**62) + b"{}")
+    with pytest.raises(ModelFileError) as e:
+        SafetensorsIndex(tmp_path)
+    assert str(e.value) == (
+        f"{path}: its header declares 4,611,686,018,427,387,904 bytes, but the file is 10 bytes "
+        "and a header is at most 104,857,600; the file is truncated or corrupt: download it again"
+    )
+
+
+ENTRY = {"role": "target", "format": "gguf", "path": "t.gguf", "quant": "f32", "sha256": "0",
+         "size": 1, "n_vocab": 279, "vocab_hash": "h", "n_ctx": 512, "arch": "llama"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"models": "t.gguf"}, "field 'models' must be a list, got a string 't.gguf'; export "
+                               "the bundle again"),
+        ({"models": [ENTRY], "tune": [1]}, "field 'tune' must be an object or null, got a list "
+                                           "[1]; export the bundle again"),
+        ({"models": [{**ENTRY, "path": ["t.gguf"]}]}, "models[0]: field 'path' must be a string, "
+                                                      "got a list ['t.gguf']; export the bundle "
+                                                      "again"),
+        ({"models": [{**ENTRY, "size": "1"}]}, "models[0]: field 'size' must be a whole number "
+                                               ">= 0, got a string '1'; export the bundle again"),
+    ],
+)  # fmt: skip
+def test_bundle_json_fields_of_the_wrong_type_are_named(tmp_path, doc, message):
+    from edgespec.bundle import read_bundle
+
+    manifest = tmp_path / "bundle.json"
+    manifest.write_text(json.dumps({"schema_version": 1, **doc}))
+    with pytest.raises(BundleError) as e:
+        read_bundle(tmp_path)
+    assert str(e.value) == f"{manifest}: {message}"
