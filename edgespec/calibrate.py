@@ -235,8 +235,15 @@ def read_tune_store() -> dict:
             raise ValueError("not a JSON object")
         return store
     except (OSError, ValueError) as e:
-        log.warning("ignoring the tune store %s (%s); cost curves will be measured again", path, e)
+        if path not in _warned_stores:  # once: reading, then rewriting it, says the same
+            _warned_stores.add(path)
+            log.warning(
+                "ignoring the tune store %s (%s); cost curves will be measured again", path, e
+            )
         return {}
+
+
+_warned_stores: set[Path] = set()
 
 
 def store_tuned(key: str, curve: CostCurve) -> Path:
