@@ -50,7 +50,7 @@ class HeaderReader:
         self.endian = "<"
 
     def fail(self, what: str) -> ModelFileError:
-        return ModelFileError(f"{self.path}: {what}; {FIX}")
+        return ModelFileError(f"cannot load {self.path}: {what}; {FIX}")
 
     def take(self, fmt: str) -> Any:
         size = struct.calcsize(self.endian + fmt)
