@@ -101,8 +101,8 @@ def test_a_header_that_runs_past_the_file_is_refused(tmp_path):
     with pytest.raises(ModelFileError) as e:
         read_metadata(path)
     assert str(e.value) == (
-        f"cannot load {path}: it declares 1,000,000,000,000 metadata entries, more than its 24 bytes can "
-        f"hold; {FIX}"
+        f"cannot load {path}: it declares 1,000,000,000,000 metadata entries, more than its 24 "
+        f"bytes can hold; {FIX}"
     )
     key = b"general.name"
     path.write_bytes(
