@@ -25,9 +25,11 @@ class StandardOnnxRuntime(OnnxRuntime):
     """The Runtime protocol over a standard-flavour model folder (model.json flavour
     "standard"), on ONNX Runtime's CPU or CUDA provider."""
 
+    kv: dict[str, Any]  # the set that holds the cache (OnnxRuntime's name)
+
     def __init__(self, model_dir: str | os.PathLike[str], **kwargs: Any) -> None:
         super().__init__(model_dir, cuda_graph=False, **kwargs)
-        self.spare = self.allocate_cache()  # the buffer set the next step writes
+        self.spare: dict[str, Any] = self.allocate_cache()  # the set the next step writes
 
     def fp16_compute_for_cuda(self) -> bool:
         return False  # never captured: see the module docstring
@@ -55,6 +57,8 @@ class StandardOnnxRuntime(OnnxRuntime):
         binding.bind_ortvalue_output("logits", out)
         self.session.run_with_iobinding(binding)
         logits = out.numpy()
-        self.kv, self.spare = self.spare, self.kv  # this step's buffers are the cache now
+        past = self.kv
+        self.kv = self.spare  # this step's buffers hold the cache now
+        self.spare = past
         self.n_past += n
         return np.array(logits[0], dtype=np.float32)
