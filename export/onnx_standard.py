@@ -68,25 +68,29 @@ class StandardGraphBuilder(GraphBuilder):
         and the causal mask over the whole buffer [group * n, capacity] float32."""
         cos, sin = rope_caches(config, info.head_dim, info.context_length)
         i64 = lambda name, v: self.const(name, np.array(v, np.int64))  # noqa: E731
-        i64("zero_i64", 0)
-        i64("one_i64", 1)
         i64("idx1", [1])
         i64("idx2", [2])
+        self.const("zero_i32", np.array(0, np.int32))  # Range in int32: older TensorRT
+        self.const("one_i32", np.array(1, np.int32))  # versions fill int64 poorly
         width = self.op("Gather", self.op("Shape", "input_ids"), "idx1", axis=0)  # [1] n
-        steps = self.op("Range", "zero_i64", self.op("Squeeze", width), "one_i64")  # [n]
-        self.positions = self.op("Add", "position", self.cast(steps, np.int32))  # [n] int32
+        steps = self.range32(width)  # [n] int32
+        self.positions = self.op("Add", "position", steps)  # [n] int32
         for name, table in (("cos", cos), ("sin", sin)):
             rows = self.op("Gather", self.const(f"{name}_cache", table.astype(self.dtype)),
                            self.positions, axis=0)  # fmt: skip
             self.rope[name] = self.op("Unsqueeze", rows, "idx1")  # [n, 1, hd/2]
         past0 = self.op("Shape", "past_key_values.0.key")
-        capacity = self.op("Squeeze", self.op("Gather", past0, "idx2", axis=0))
-        slots = self.cast(self.op("Range", "zero_i64", capacity, "one_i64"), np.int32)  # [C]
+        slots = self.range32(self.op("Gather", past0, "idx2", axis=0))  # [C] int32
         visible = self.op("LessOrEqual", self.op("Unsqueeze", slots, "zero_axis"),
                           self.op("Unsqueeze", self.positions, "idx1"))  # fmt: skip  # [n, C]
         bias = self.op("Where", visible, "score_zero", "score_masked")
         group = info.n_head // info.n_kv_head
         self.mask = self.op("Tile", bias, i64("mask_tiles", [group, 1]))  # [group * n, C]
+
+    def range32(self, length: str) -> str:
+        """0, 1, ..., length - 1 as int32, from a [1] int64 length (a Shape element)."""
+        return self.op("Range", "zero_i32", self.cast(self.op("Squeeze", length), np.int32),
+                       "one_i32")  # fmt: skip
 
     def attend(self, h: str, info: ModelInfo, w: LazyTensors, i: int) -> str:
         """softmax(q k^T / sqrt(hd) + mask) v over the buffer with this step's rows written."""

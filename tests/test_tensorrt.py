@@ -262,3 +262,24 @@ def test_greedy_speculative_equals_plain_on_the_engines(bundle):
         tokens, max_tokens=32
     )
     assert out.tokens == plain.tokens and out.stats.n_draft_tokens > 0
+
+
+def test_doctor_reports_tensorrt_absent_and_the_precision_it_would_pick(capsys):
+    if import_tensorrt() is not None or tensorrt.gpu_properties() is not None:
+        pytest.skip("TensorRT or a GPU is here: the absent branch does not apply")
+    assert main(["doctor"]) == 0
+    lines = {line[:24].strip(): line[25:] for line in capsys.readouterr().out.splitlines()}
+    assert lines["tensorrt"] == (
+        "missing: JetPack ships it (apt install nvidia-tensorrt on a bare system); not "
+        "installable from PyPI alone"
+    )
+    assert lines["tensorrt for RTX"] == "missing: on an RTX GPU, pip install tensorrt-rtx-cu13"
+    assert lines["GPU"] == "none visible (no CUDA driver or device)"
+    assert lines["engine precision"] == (
+        "target int4, draft fp16: no GPU seen here: INT4 block weights, which every TensorRT "
+        "target can take (FP16 where a TensorRT version refuses INT4 block DQ); pass "
+        "--target-quant fp8 for Thor or RTX 40+"
+    )
+    assert lines["TensorRT back-end"] == (
+        "inactive: a TensorRT bundle runs on ONNX Runtime here (the same standard-operator ONNX)"
+    )
