@@ -50,9 +50,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def engines_message(bundle_dir: Path) -> str:
     """Build the engines where TensorRT and a GPU are here; else say how to finish."""
-    from edgespec.export.trt_build import build_bundle_engines, import_tensorrt
+    from edgespec.export.trt_build import build_bundle_engines
     from edgespec.export.trt_bundle import finish_message
-    from edgespec.runtimes.tensorrt import gpu_properties
+    from edgespec.runtimes.tensorrt import gpu_properties, import_tensorrt
 
     if import_tensorrt() is None:
         return finish_message(bundle_dir, None, "neither tensorrt nor tensorrt_rtx imports")

@@ -85,7 +85,7 @@ def export_onnx(
     compute: str = "fp32",
     block_size: int = 32,
     accuracy_level: int = 4,
-    flavour: str = "ort",
+    builder: type[GraphBuilder] | None = None,
 ) -> Path:
     """Write out_dir/{model.onnx, model.onnx.data, model.json, tokenizer files}; return out_dir.
 
@@ -93,11 +93,11 @@ def export_onnx(
     int4 only: block_size 32 or 128 weights per scale; accuracy_level is MatMulNBits' compute
     type (4 = int8 activations: on CPU the fast kernel for every width; 0 = float32, whose
     multi-row path dequantizes the whole weight per call and runs ~2.5x slower at n >= 2).
-    flavour: "ort" (this file's graph) or "standard" (export/onnx_standard.py: standard
-    operators only, for TensorRT)."""
+    builder: the graph's flavour: GraphBuilder (None; ONNX Runtime's contrib operators) or
+    export/onnx_standard.py's StandardGraphBuilder (standard operators only, for TensorRT)."""
     check_choices(quant, compute, block_size)
     ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(Path(source))
-    write_onnx_model(ckpt, Path(out_dir), quant, compute, block_size, accuracy_level, flavour)
+    write_onnx_model(ckpt, Path(out_dir), quant, compute, block_size, accuracy_level, builder)
     return Path(out_dir)
 
 
@@ -112,17 +112,6 @@ def check_choices(quant: str, compute: str, block_size: int) -> None:
         raise ValueError(f"int4 block size must be 32 or 128, got {block_size}")
 
 
-def graph_builder(flavour: str) -> type[GraphBuilder]:
-    """The builder class of a flavour: the graph is one, the attention and weight ops differ."""
-    if flavour == "ort":
-        return GraphBuilder
-    if flavour == "standard":
-        from edgespec.export.onnx_standard import StandardGraphBuilder
-
-        return StandardGraphBuilder
-    raise ValueError(f"unknown ONNX flavour {flavour!r}; choose ort or standard")
-
-
 def write_onnx_model(
     ckpt: Checkpoint,
     out_dir: Path,
@@ -130,20 +119,22 @@ def write_onnx_model(
     compute: str,
     block_size: int,
     accuracy_level: int = 4,
-    flavour: str = "ort",
+    builder: type[GraphBuilder] | None = None,
 ) -> ModelInfo:
     """The model folder; returns what model.json holds (the weight-error report included).
     Each weight goes to the data file as it is quantized, a block of rows at a time."""
     import onnx
 
     check_choices(quant, compute, block_size)
-    info = replace(model_info(ckpt, quant, compute, block_size, accuracy_level), flavour=flavour)
+    flavour = builder or GraphBuilder
+    info = replace(model_info(ckpt, quant, compute, block_size, accuracy_level),
+                   flavour=flavour.FLAVOUR)  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / DATA_FILE).open("w+b") as data:  # w+: column blocks are placed by mmap
-        builder = graph_builder(flavour)(quant, COMPUTES[compute], block_size, accuracy_level, data)
-        build_decoder(builder, info, ckpt.config, ckpt.weights, f"onnx {out_dir.name}")
-    onnx.save_model(builder.model(), str(out_dir / MODEL_FILE))
-    info = replace(info, weight_error=error_summary(builder.errors))  # quant/reference.py
+        g = flavour(quant, COMPUTES[compute], block_size, accuracy_level, data)
+        build_decoder(g, info, ckpt.config, ckpt.weights, f"onnx {out_dir.name}")
+    onnx.save_model(g.model(), str(out_dir / MODEL_FILE))
+    info = replace(info, weight_error=error_summary(g.errors))  # quant/reference.py
     (out_dir / "tokenizer.json").write_text(ckpt.tokenizer_json, encoding="utf-8")
     (out_dir / "tokenizer_config.json").write_text(json.dumps(ckpt.tokenizer_config, indent=1))
     if ckpt.generation_config is not None:
@@ -192,7 +183,10 @@ def model_info(
 
 
 class GraphBuilder:
-    """Nodes, initializers and unique names; weights enter through matmul()/gather()."""
+    """Nodes, initializers and unique names; weights enter through matmul()/gather(). A
+    subclass is a flavour of the one graph (export/onnx_standard.py)."""
+
+    FLAVOUR = "ort"  # model.json's flavour: which runtime reads the graph
 
     def __init__(
         self,

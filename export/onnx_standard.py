@@ -46,6 +46,8 @@ MASKED = -1e30  # added to a masked score in float32: exp() gives exactly 0
 class StandardGraphBuilder(GraphBuilder):
     """GraphBuilder with standard operators only (module docstring)."""
 
+    FLAVOUR = "standard"
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.rope: dict[str, str] = {}

@@ -28,26 +28,13 @@ import numpy as np
 from edgespec.bundle import read_bundle, sha256_file, write_bundle
 from edgespec.errors import EdgespecError
 from edgespec.export.trt_plan import EnginePlan, plan_engine
+from edgespec.runtimes.tensorrt import gpu_properties, import_tensorrt
 
 log = logging.getLogger(__name__)
 
 
-def import_tensorrt() -> tuple[ModuleType, str] | None:
-    """(module, flavour): TensorRT ("tensorrt") or TensorRT for RTX ("tensorrt_rtx")."""
-    import importlib
-
-    for name in ("tensorrt", "tensorrt_rtx"):
-        try:
-            return importlib.import_module(name), name
-        except Exception:  # noqa: BLE001 - a broken install is as good as none
-            continue
-    return None
-
-
 def build_bundle_engines(bundle_dir: Path, *, describe_only: bool = False) -> dict[str, dict]:
     """Engines for every tensorrt entry of the bundle; returns role -> engine metadata."""
-    from edgespec.runtimes.tensorrt import gpu_properties
-
     bundle = read_bundle(bundle_dir)
     settings = bundle.policy.get("tensorrt") or {}
     found = import_tensorrt()
@@ -136,9 +123,12 @@ def build_serialized(trt: ModuleType, onnx_file: Path, bundle_dir: Path, plan: E
         errors = "; ".join(str(parser.get_error(i)) for i in range(parser.num_errors))
         raise EdgespecError(f"TensorRT could not parse {onnx_file}: {errors[:500]}")
     config = builder.create_builder_config()
-    cache_file = bundle_dir / "engines" / "timing.cache"
-    cache = config.create_timing_cache(cache_file.read_bytes() if cache_file.is_file() else b"")
-    config.set_timing_cache(cache, ignore_mismatch=False)
+    cache_file, timing_cache = bundle_dir / "engines" / "timing.cache", True
+    try:  # TensorRT for RTX compiles kernels just in time: it may have no timing cache
+        cache = config.create_timing_cache(cache_file.read_bytes() if cache_file.is_file() else b"")
+        config.set_timing_cache(cache, ignore_mismatch=False)
+    except AttributeError:
+        timing_cache = False
     for profile in plan.profiles:
         p = builder.create_optimization_profile()
         for name, (lo, opt, hi) in profile.shapes.items():
@@ -150,7 +140,8 @@ def build_serialized(trt: ModuleType, onnx_file: Path, bundle_dir: Path, plan: E
     engine = bundle_dir / plan.engine
     engine.parent.mkdir(parents=True, exist_ok=True)
     engine.write_bytes(bytes(serialized))
-    cache_file.write_bytes(bytes(config.get_timing_cache().serialize()))
+    if timing_cache:  # kept in the bundle: a rebuild on this device starts from it
+        cache_file.write_bytes(bytes(config.get_timing_cache().serialize()))
 
 
 def dequantize_int4_graph(onnx_file: Path, out_dir: Path) -> Path:

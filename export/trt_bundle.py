@@ -17,6 +17,7 @@ from edgespec.errors import EdgespecError
 from edgespec.export.checkpoint import read_checkpoint
 from edgespec.export.onnx_bundle import checkpoint_vocab, model_entry, notes
 from edgespec.export.onnx_export import write_onnx_model
+from edgespec.export.onnx_standard import StandardGraphBuilder
 from edgespec.export.options import BuiltModels, ExportOptions
 from edgespec.export.trt_plan import (
     DEFAULT_WIDTHS,
@@ -51,7 +52,9 @@ def build_tensorrt(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltM
         quant = choice.target_quant if role == "target" else choice.draft_quant
         folder = staging / f"{role}.{quant}"
         t0 = time.perf_counter()
-        info = write_onnx_model(ckpt, folder, quant, "fp16", opts.int4_block, flavour="standard")
+        info = write_onnx_model(
+            ckpt, folder, quant, "fp16", opts.int4_block, builder=StandardGraphBuilder
+        )
         errors[role] = info.weight_error
         log.info("%s: %s -> %s in %.1fs", role, ckpt.source, folder.name, time.perf_counter() - t0)
         entry = model_entry(role, folder, quant, ckpt, vocabs[role])

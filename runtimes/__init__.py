@@ -54,7 +54,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
         if read_model_json(path).get("flavour") == "standard":  # a TensorRT bundle's model
             from edgespec.runtimes.tensorrt import open_standard
 
-            return open_standard(path, opts)
+            return open_standard(path, opts.n_ctx, opts.n_threads, opts.device)
         gpu = ["CUDAExecutionProvider", "CPUExecutionProvider"] if opts.device == "cuda" else None
         return OnnxRuntime(path, n_ctx=opts.n_ctx, n_threads=opts.n_threads, providers=gpu)
     if path.suffix == ".gguf" or starts_with(path, b"GGUF"):

@@ -43,7 +43,6 @@ from edgespec.runtimes.base import forward_in_chunks
 from edgespec.runtimes.onnxrt import OnnxRuntime, read_model_json
 
 if TYPE_CHECKING:
-    from edgespec.runtimes import RuntimeOptions
     from edgespec.runtimes.base import Runtime
 
 log = logging.getLogger(__name__)
@@ -53,17 +52,17 @@ _fallback_said = False  # the fallback is announced once per process, not once p
 # --- choosing a back-end for a standard-flavour model ------------------------------------------
 
 
-def open_standard(path: Path, opts: RuntimeOptions) -> Runtime:
-    """The TensorRT engine where it can run here, else ONNX Runtime on the same graph."""
-    from edgespec.export.trt_build import import_tensorrt
+def open_standard(path: Path, n_ctx: int, n_threads: int | None, device: str) -> Runtime:
+    """The TensorRT engine where it can run here (device cuda), else ONNX Runtime on the
+    same graph."""
     from edgespec.runtimes.onnx_standard import StandardOnnxRuntime
 
     meta = engine_metadata(path)
     found = import_tensorrt() if meta else None
     gpu = gpu_properties() if found else None
-    if meta and found and gpu and opts.device == "cuda":
+    if meta and found and gpu and device == "cuda":
         check_engine(path, meta, found[1], str(found[0].__version__), gpu)
-        return TensorRTRuntime(path, meta, found[0], n_ctx=opts.n_ctx)
+        return TensorRTRuntime(path, meta, found[0], n_ctx=n_ctx)
     why = (
         "it has no engine (run the bundle's build_engines.sh on the device)" if not meta
         else "TensorRT is not installed" if not found
@@ -74,8 +73,20 @@ def open_standard(path: Path, opts: RuntimeOptions) -> Runtime:
     if not _fallback_said:
         log.warning("%s: running the TensorRT bundle's ONNX on ONNX Runtime: %s", path, why)
         _fallback_said = True
-    gpu_ep = ["CUDAExecutionProvider", "CPUExecutionProvider"] if opts.device == "cuda" else None
-    return StandardOnnxRuntime(path, n_ctx=opts.n_ctx, n_threads=opts.n_threads, providers=gpu_ep)
+    gpu_ep = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else None
+    return StandardOnnxRuntime(path, n_ctx=n_ctx, n_threads=n_threads, providers=gpu_ep)
+
+
+def import_tensorrt() -> tuple[ModuleType, str] | None:
+    """(module, flavour): TensorRT ("tensorrt") or TensorRT for RTX ("tensorrt_rtx")."""
+    import importlib
+
+    for name in ("tensorrt", "tensorrt_rtx"):
+        try:
+            return importlib.import_module(name), name
+        except Exception:  # noqa: BLE001 - a broken install is as good as none
+            continue
+    return None
 
 
 def engine_metadata(model_dir: Path) -> dict | None:

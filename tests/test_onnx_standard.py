@@ -28,6 +28,7 @@ pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (
 onnx = pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx])")
 
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
+from edgespec.export.onnx_standard import StandardGraphBuilder  # noqa: E402
 from edgespec.runtimes import RuntimeOptions, open_runtime  # noqa: E402
 from edgespec.runtimes.onnx_standard import StandardOnnxRuntime  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
@@ -44,7 +45,9 @@ def checkpoint(request, tmp_path_factory) -> Path:
 
 
 def standard(checkpoint: Path, folder: Path, quant: str = "fp32", **kw) -> Path:
-    return export_onnx(checkpoint, folder, quant=quant, flavour="standard", block_size=32, **kw)
+    return export_onnx(
+        checkpoint, folder, quant=quant, builder=StandardGraphBuilder, block_size=32, **kw
+    )
 
 
 def test_fp32_logits_match_the_numpy_reference(checkpoint, tmp_path):

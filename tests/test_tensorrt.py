@@ -30,7 +30,8 @@ onnx = pytest.importorskip("onnx", reason="the exporter needs onnx (edgespec[onn
 from edgespec.app.cli import main  # noqa: E402
 from edgespec.bundle import read_bundle  # noqa: E402
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
-from edgespec.export.trt_build import dequantize_int4_graph, import_tensorrt  # noqa: E402
+from edgespec.export.onnx_standard import StandardGraphBuilder  # noqa: E402
+from edgespec.export.trt_build import dequantize_int4_graph  # noqa: E402
 from edgespec.export.trt_plan import (  # noqa: E402
     build_script,
     parse_widths,
@@ -40,6 +41,7 @@ from edgespec.export.trt_plan import (  # noqa: E402
 from edgespec.loader import SpecOptions, load_decoder  # noqa: E402
 from edgespec.runtimes import tensorrt  # noqa: E402
 from edgespec.runtimes.onnx_standard import StandardOnnxRuntime  # noqa: E402
+from edgespec.runtimes.tensorrt import import_tensorrt  # noqa: E402
 from tests.tiny_hf import make_tiny_hf, noisy_copy  # noqa: E402
 
 TOKENS = [5, 17, 42, 99, 150, 7, 33, 250, 12, 64]
@@ -205,7 +207,9 @@ def test_building_engines_without_tensorrt_is_refused_with_the_ways_out(bundle):
 
 def test_the_fp16_fallback_graph_computes_what_the_int4_graph_does(tmp_path):
     hf = make_tiny_hf(tmp_path / "hf", seed=2)
-    int4 = export_onnx(hf, tmp_path / "int4", quant="int4", flavour="standard", block_size=32)
+    int4 = export_onnx(
+        hf, tmp_path / "int4", quant="int4", builder=StandardGraphBuilder, block_size=32
+    )
     folded = dequantize_int4_graph(int4 / "model.onnx", tmp_path / "folded")
     for name in ("model.json", "tokenizer.json", "tokenizer_config.json"):
         (folded / name).write_bytes((int4 / name).read_bytes())
