@@ -138,6 +138,39 @@ def test_the_plan_has_a_prompt_profile_and_one_fixed_profile_per_width(bundle):
     assert draft.activations["RMSNorm, attention scores and softmax"] == "fp32"
 
 
+def test_every_profile_covers_every_graph_input(bundle):
+    plan = plan_engine(bundle, "target", "target.int4", (1, 2))
+    graph = onnx.load(str(bundle / "target.int4" / "model.onnx"), load_external_data=False).graph
+    inputs = {i.name for i in graph.input}
+    assert all(set(p.shapes) == inputs for p in plan.profiles)
+
+
+def test_engines_built_by_trtexec_are_described_into_the_bundle(bundle, tmp_path, caplog):
+    import shutil
+
+    from edgespec.export.trt_build import build_bundle_engines
+
+    copy = Path(shutil.copytree(bundle, tmp_path / "b"))
+    with pytest.raises(EdgespecError, match="target.int4.engine is missing: build it first"):
+        build_bundle_engines(copy, describe_only=True)
+    for name in ("target.int4", "draft.fp16"):
+        (copy / "engines" / f"{name}.engine").write_bytes(b"not a real engine")
+    build_bundle_engines(copy, describe_only=True)
+    target = read_bundle(copy).policy["tensorrt"]["engines"]["target"]
+    assert target == json.loads((copy / "engines" / "target.int4.json").read_text())
+    assert {k: target[k] for k in ("engine", "capacity", "widths", "prefill_max")} == {
+        "engine": "target.int4.engine", "capacity": 512, "widths": [1, 2, 3, 4, 5],
+        "prefill_max": 512,
+    }  # fmt: skip
+    if import_tensorrt() is None:
+        tensorrt._fallback_said = False
+        with caplog.at_level(logging.WARNING):
+            load_decoder(copy, spec=SpecOptions(drafter="ngram", k=2))
+        assert caplog.records[-1].getMessage().endswith(
+            "running the TensorRT bundle's ONNX on ONNX Runtime: TensorRT is not installed"
+        )
+
+
 def test_precision_follows_the_compute_capability():
     orin, thor = precision_for_device((8, 7)), precision_for_device((11, 0))
     assert (orin.target, orin.draft) == ("int4", "fp16")
