@@ -218,8 +218,9 @@ def build_script(plans: list[EnginePlan]) -> str:
         "  exec python3 -m edgespec.export.trt_build .",
         "fi",
         "TRTEXEC=${TRTEXEC:-$(command -v trtexec || echo /usr/src/tensorrt/bin/trtexec)}",
-        "# no tensorrt Python module: trtexec, the same profiles; engines/*.json metadata is",
-        "# written by `python3 -m edgespec.export.trt_build . --describe-only` afterwards",
+        "# no tensorrt Python module: trtexec, one --minShapes/--optShapes/--maxShapes group",
+        "# per profile (NOT YET RUN: check `trtexec --help` on your TensorRT for how it takes",
+        "# several profiles); the engines' metadata is written by --describe-only afterwards",
     ]
     for plan in plans:
         profiles = " ".join(trtexec_profile(p) for p in plan.profiles)
