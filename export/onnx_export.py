@@ -19,6 +19,10 @@ quant (the weights): fp32; fp16; int4 (MatMulNBits, ONNX Runtime's own block qua
 symmetric); fp8 (E4M3 per-channel weights + DequantizeLinear). compute (activations and KV
 cache): fp32 for the CPU EP; fp16 for the CUDA EP, whose GroupQueryAttention kernel exists in
 fp16/bf16 only. RMSNorm runs in float32 either way, and logits leave the graph as float32.
+
+This is the "ort" flavour. export/onnx_standard.py's StandardGraphBuilder overrides the
+GraphBuilder methods that differ (inputs, attention, weights, kept rows) to write the same
+decoder with standard operators only, for TensorRT; build_decoder serves both.
 """
 
 from __future__ import annotations
