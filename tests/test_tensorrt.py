@@ -166,8 +166,12 @@ def test_engines_built_by_trtexec_are_described_into_the_bundle(bundle, tmp_path
         tensorrt._fallback_said = False
         with caplog.at_level(logging.WARNING):
             load_decoder(copy, spec=SpecOptions(drafter="ngram", k=2))
-        assert caplog.records[-1].getMessage().endswith(
-            "running the TensorRT bundle's ONNX on ONNX Runtime: TensorRT is not installed"
+        assert (
+            caplog.records[-1]
+            .getMessage()
+            .endswith(
+                "running the TensorRT bundle's ONNX on ONNX Runtime: TensorRT is not installed"
+            )
         )
 
 
