@@ -54,10 +54,28 @@ def read_model_json(model_dir: Path) -> dict:
         ) from None
     except (OSError, ValueError) as e:
         raise ModelFileError(f"{path} is not valid JSON ({e}); export the model again") from e
+    check_model_file(path, info.get("model_file", "model.onnx"))
     for name in (info.get("model_file", "model.onnx"), "tokenizer.json"):
         if not (model_dir / name).is_file():
             raise ModelFileError(f"{model_dir / name} is missing; export the model again")
     return info
+
+
+def check_model_file(model_json: Path, name: object) -> None:
+    """model_file must be a plain, visible file name in the folder: a bundle hashes exactly
+    those files, so a path elsewhere (or a hidden name) would load weights nobody checked."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or name != Path(name).name
+        or name in (".", "..")
+        or name.startswith(".")
+        or "\\" in name
+    ):
+        raise ModelFileError(
+            f"{model_json}: model_file {name!r} must be a file name in the model folder "
+            "(no folders, no '..', not hidden); export the model again"
+        )
 
 
 @dataclass

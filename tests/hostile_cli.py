@@ -1,0 +1,102 @@
+"""Running the CLI as a hostile user would: a real subprocess, its outcome checked in full.
+
+Every case asserts the exit status, the one error line (problem and fix), that no Python
+traceback and no native abort reached stderr, that it ended within a generous bound (a hang
+guard, not a speed test), and that nothing was written outside the places it may write.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HANG_GUARD_S = 120  # generous: a case that needs this long is a hang, not a slow machine
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ, EDGESPEC_HOME=str(home), PYTHONPATH=str(ROOT))
+    env.pop("PYTHONWARNINGS", None)
+    return env
+
+
+def run_cli(args: list[str], home: Path, cwd: Path) -> Outcome:
+    done = subprocess.run(
+        [sys.executable, "-m", "edgespec", *args],
+        cwd=cwd,
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
+    return Outcome(done.returncode, done.stdout, done.stderr)
+
+
+def start_cli(args: list[str], home: Path, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgespec", "-v", *args],
+        cwd=cwd,
+        env=cli_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def signal_when(proc: subprocess.Popen, marker: str, sig: int) -> Outcome:
+    """Read the process's stderr until marker appears, send sig, and collect the outcome."""
+    assert proc.stderr is not None
+    seen = []
+    deadline = time.monotonic() + HANG_GUARD_S
+    for line in proc.stderr:
+        seen.append(line)
+        if marker in line:
+            proc.send_signal(sig)
+            break
+        assert time.monotonic() < deadline, "".join(seen)
+    else:
+        raise AssertionError(f"never saw {marker!r}:\n{''.join(seen)}")
+    try:
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        name = signal.Signals(sig).name
+        raise AssertionError(f"still running {HANG_GUARD_S}s after {name}") from None
+    return Outcome(proc.returncode, out, "".join(seen) + err)
+
+
+def assert_clean(o: Outcome) -> None:
+    """No traceback, no native abort."""
+    assert "Traceback" not in o.err, o.err
+    assert "Exception ignored" not in o.err, o.err
+    assert "GGML_ASSERT" not in o.err and o.code not in (-6, 134), o.err
+
+
+def error_line(o: Outcome) -> str:
+    """The one `edgespec: error:` line of a refused input (exit 2)."""
+    assert_clean(o)
+    assert o.code == 2, (o.code, o.err)
+    lines = [line for line in o.err.strip().splitlines() if not line.startswith("WARNING")]
+    assert len(lines) == 1, o.err
+    assert lines[0].startswith("edgespec: error: "), o.err
+    return lines[0].removeprefix("edgespec: error: ")
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every path under folder with its size and mtime: compare two to see what was written."""
+    return {
+        str(p.relative_to(folder)): (p.lstat().st_size, p.lstat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+    }
