@@ -8,10 +8,8 @@ guard, not a speed test), and that nothing was written outside the places it may
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,39 +40,6 @@ def run_cli(args: list[str], home: Path, cwd: Path) -> Outcome:
         timeout=HANG_GUARD_S,
     )
     return Outcome(done.returncode, done.stdout, done.stderr)
-
-
-def start_cli(args: list[str], home: Path, cwd: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "edgespec", "-v", *args],
-        cwd=cwd,
-        env=cli_env(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def signal_when(proc: subprocess.Popen, marker: str, sig: int) -> Outcome:
-    """Read the process's stderr until marker appears, send sig, and collect the outcome."""
-    assert proc.stderr is not None
-    seen = []
-    deadline = time.monotonic() + HANG_GUARD_S
-    for line in proc.stderr:
-        seen.append(line)
-        if marker in line:
-            proc.send_signal(sig)
-            break
-        assert time.monotonic() < deadline, "".join(seen)
-    else:
-        raise AssertionError(f"never saw {marker!r}:\n{''.join(seen)}")
-    try:
-        out, err = proc.communicate(timeout=HANG_GUARD_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        name = signal.Signals(sig).name
-        raise AssertionError(f"still running {HANG_GUARD_S}s after {name}") from None
-    return Outcome(proc.returncode, out, "".join(seen) + err)
 
 
 def assert_clean(o: Outcome) -> None:

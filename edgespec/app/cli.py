@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from edgespec import interrupts
 from edgespec.app.options import (
     DRAFT_HELP,
     TARGET_HELP,
@@ -133,6 +134,7 @@ def optional_commands():
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    interrupts.install()  # Ctrl-C stops even inside llama.cpp: exit 130; SIGTERM: 143
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
