@@ -70,7 +70,9 @@ def quantize_gguf(
     nthread = threads or os.cpu_count() or 1
     cmd = [sys.executable, "-m", __name__, str(src), str(tmp), qtype, output_tensor_type or "-"]
     child = subprocess.Popen(
-        [*cmd, str(nthread)], stderr=subprocess.PIPE, preexec_fn=die_with_parent
+        [*cmd, str(nthread)],
+        stderr=subprocess.PIPE,
+        preexec_fn=die_with_parent if os.name == "posix" else None,
     )
     try:
         _, err = child.communicate()
