@@ -69,8 +69,12 @@ def raise_if_requested() -> None:
 
 @contextmanager
 def native_call() -> Iterator[None]:
-    """Around a call into native code: a signal during it is raised when it returns."""
+    """Around a call into native code: a signal during it is raised when it returns. Only the
+    main thread's calls count (signals are handled there); other threads run as they are."""
     global _depth
+    if threading.get_ident() != threading.main_thread().ident:
+        yield
+        return
     _depth += 1
     try:
         yield

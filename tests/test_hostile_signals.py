@@ -237,3 +237,55 @@ def test_a_full_disk_during_quantization_says_no_space_left(tiny_pair, tmp_path)
         "on a disk with more room"
     )
     assert done.stdout.strip() == "rc=2"  # and the tmpfs is empty: no staging left
+
+
+@pytest.fixture
+def handlers():
+    """interrupts.install() for one test; Python's handlers put back after it."""
+    from edgespec import interrupts
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    interrupts.install()
+    yield interrupts
+    interrupts.reset()
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
+def test_a_signal_during_a_native_call_is_raised_when_it_returns(handlers):
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with handlers.native_call():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)  # Python code ran: the handler has run, and only recorded it
+            reached.append(handlers.stop_requested())
+    assert reached == [True]
+    os.kill(os.getpid(), signal.SIGINT)  # a second one while stopping: ignored
+    time.sleep(0.01)
+
+
+def test_sigterm_becomes_exit_143(handlers):
+    with pytest.raises(SystemExit) as e:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+    assert e.value.code == 143
+
+
+def test_a_worker_threads_native_call_does_not_hold_the_main_threads_signal(handlers):
+    import threading
+
+    hold = threading.Event()
+
+    def worker():
+        with handlers.native_call():
+            hold.wait(HANG_GUARD_S)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    finally:
+        hold.set()
+        t.join()
