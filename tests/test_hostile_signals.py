@@ -73,8 +73,10 @@ def staging_folders(parent: Path) -> list[Path]:
 
 
 def quantizers_of(partial_dir: Path) -> list[int]:
-    """Pids of quantizer children still writing into partial_dir."""
-    pids = []
+    """Pids of quantizer children still writing into partial_dir (Linux: /proc)."""
+    pids: list[int] = []
+    if not Path("/proc/self").is_dir():
+        return pids
     for proc in Path("/proc").iterdir():
         try:
             cmd = (proc / "cmdline").read_bytes().split(b"\0")
