@@ -4,6 +4,8 @@ point inside llama.cpp, where a Ctrl-C used to be swallowed:
 - load: from inside llama.cpp's log callback, at the model loader's first line;
 - decode: from inside llama_decode (its abort callback) at the third decode.
 
+POINT:TERM sends SIGTERM instead.
+
 The signal is real and reaches the real handlers; only the moment is chosen here.
 """
 
@@ -18,9 +20,11 @@ import sys
 from edgespec.app.cli import main
 from edgespec.runtimes import llamacpp
 
+SIGNAL = signal.SIGINT  # or SIGTERM: POINT:TERM
+
 
 def signal_self() -> None:
-    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), SIGNAL)
 
 
 class SignalAtLine(collections.deque):
@@ -68,6 +72,8 @@ def signal_in_decode(nth: int) -> None:
 
 if __name__ == "__main__":
     point, *argv = sys.argv[1:]
+    point, _, name = point.partition(":")
+    SIGNAL = signal.SIGTERM if name == "TERM" else signal.SIGINT
     if point == "load":
         llamacpp._recent_llama_log = SignalAtLine("llama_model_loader: loaded meta data")
     elif point == "decode":

@@ -42,13 +42,15 @@ def interrupted_at(point: str, args: list[str], home: Path, cwd: Path) -> Outcom
     return Outcome(done.returncode, done.stdout, done.stderr)
 
 
-@pytest.mark.parametrize("point", ["load", "decode"])
-def test_ctrl_c_inside_llama_cpp_stops_the_run(tiny_pair, tmp_path, point):
+@pytest.mark.parametrize(
+    "point, code", [("load", 130), ("decode", 130), ("load:TERM", 143), ("decode:TERM", 143)]
+)
+def test_a_signal_inside_llama_cpp_stops_the_run(tiny_pair, tmp_path, point, code):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     o = interrupted_at(point, ["run", "--target", str(tiny_pair[0]), *RUN], tmp_path / "h", cwd)
     assert_clean(o)
-    assert o.code == 130, o.err
+    assert o.code == code, o.err
     assert o.err == ""
     assert "[length]" not in o.err  # stopped, not run to the end
     assert list(cwd.iterdir()) == []
