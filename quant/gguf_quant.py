@@ -81,10 +81,15 @@ def quantize_gguf(
         child.wait()
         tmp.unlink(missing_ok=True)
         raise
+    text = err.decode("utf-8", "replace")
+    for line in text.splitlines():
+        log.debug("llama.cpp: %s", line)
     if child.returncode != 0:
+        full = disk_full(dst)  # asked before the partial file gives its space back
         tmp.unlink(missing_ok=True)
-        check_space(dst)
-        reason = last_error_line(err.decode("utf-8", "replace"))
+        if full:  # llama.cpp says only "basic_ios::clear: iostream error"
+            raise EdgespecError(no_space_message(dst))
+        reason = last_error_line(text)
         raise ModelFileError(
             f"llama.cpp could not quantize {src} to {qtype} (status {child.returncode}"
             f"{': ' + reason if reason else ''})"
@@ -93,11 +98,12 @@ def quantize_gguf(
     return dst
 
 
-def check_space(path: Path) -> None:
-    """After a failed write: say so plainly when the disk is full (llama.cpp's own message for
-    it is an iostream error that names nothing)."""
-    if shutil.disk_usage(path.parent).free < FULL_DISK_BYTES:
-        raise EdgespecError(no_space_message(path))
+def disk_full(path: Path) -> bool:
+    """After a failed write: is the disk path is on (all but) full?"""
+    try:
+        return shutil.disk_usage(path.parent).free < FULL_DISK_BYTES
+    except OSError:
+        return False
 
 
 def no_space_message(path: Path) -> str:

@@ -293,3 +293,36 @@ def test_a_worker_threads_native_call_does_not_hold_the_main_threads_signal(hand
     finally:
         hold.set()
         t.join()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mounts a tmpfs")
+def test_no_space_is_judged_while_the_partial_file_still_fills_the_disk(
+    tiny_pair, tmp_path, monkeypatch
+):
+    """On a big disk the partial file is what filled it: once it is deleted there is room
+    again, so the verdict must come before the deletion."""
+    from edgespec.quant import gguf_quant
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
+    try:
+        real = shutil.disk_usage
+
+        def big_once_emptied(path):  # a disk with 1 GiB free once no partial file is on it
+            usage = real(path)
+            if not list(Path(path).glob("*.partial")):
+                return usage._replace(free=usage.free + (1 << 30))
+            return usage
+
+        monkeypatch.setattr(gguf_quant.shutil, "disk_usage", big_once_emptied)
+        dst = disk / "t.q8_0.gguf"
+        with pytest.raises(EdgespecError) as e:
+            gguf_quant.quantize_gguf(tiny_pair[0], dst, "q8_0", threads=1)
+        assert str(e.value) == (
+            f"no space left on device writing {dst}; free some space on that disk or choose an "
+            "--out folder on a disk with more room"
+        )
+        assert list(disk.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
