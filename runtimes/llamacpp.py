@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec import interrupts
+import edgespec.interrupts as interrupts
 from edgespec.errors import ModelFileError
 from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
 

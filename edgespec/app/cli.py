@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgespec import interrupts
+import edgespec.interrupts as interrupts
 from edgespec.app.options import (
     DRAFT_HELP,
     TARGET_HELP,
