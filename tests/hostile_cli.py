@@ -25,7 +25,10 @@ class Outcome:
 
 
 def cli_env(home: Path) -> dict[str, str]:
-    env = dict(os.environ, EDGESPEC_HOME=str(home), PYTHONPATH=str(ROOT))
+    # the caller's PYTHONPATH first (scripts/mutants.py puts its mutated copy there); the
+    # repository root after it, for tests.interrupt_at
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = dict(os.environ, EDGESPEC_HOME=str(home), PYTHONPATH=os.pathsep.join([*path, str(ROOT)]))
     env.pop("PYTHONWARNINGS", None)
     return env
 
