@@ -1,10 +1,11 @@
 """bundle.json: the manifest `edgespec export` writes and every loader trusts only after checking.
 
 A bundle is one folder: the manifest plus the model files it names. Paths are relative and
-stay inside the folder; every file's size and sha256 are checked at load (the full hash
-once, then again whenever the file's size or modification time changes). An ONNX model is a
-folder (graph, weights, tokenizer): its entry's size is the folder's total and its sha256 is
-taken over the sorted lines "name size sha256" of the files in it.
+stay inside the folder, symlinks included; every file's size and sha256 are checked at load
+(the full hash once, then again whenever a file's inode, size, mtime or ctime changes: see
+integrity.py). An ONNX model is a folder (graph, weights, tokenizer): its entry's size is the
+folder's total and its sha256 is taken over the sorted lines "name size sha256" of the files
+in it (the runtime loads only plain file names from it, so everything loaded is hashed).
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgespec.errors import BundleError
+from edgespec.integrity import stamp_key, stamp_matches, write_stamp
 from edgespec.schema import Field, check_fields
 
 SCHEMA_VERSION = 1
 MANIFEST = "bundle.json"
 ROLES = ("target", "draft")
-FORMATS = ("gguf", "onnx", "tensorrt")  # tensorrt: reserved for the planned back-end
+FORMATS = ("gguf", "onnx", "tensorrt")
+FOLDER_FORMATS = ("onnx", "tensorrt")  # a model folder; tensorrt: the standard-operator ONNX
+# (its engines, built on the device, live in engines/ beside it with their own sha256 and
+# device metadata: policy.tensorrt.engines, checked by runtimes/tensorrt.py at load)
 
 
 # field types as read (edgespec/schema.py): a wrong type is named with its file, not met later
@@ -44,7 +49,7 @@ ENTRY_FIELDS = {
 @dataclass(frozen=True)
 class ModelEntry:
     role: str  # target | draft
-    format: str  # gguf | onnx | tensorrt (planned: no runtime opens it yet)
+    format: str  # gguf | onnx | tensorrt (a standard-operator ONNX folder + engines/)
     path: str  # relative to the bundle folder, POSIX separators
     quant: str  # q4_k_m, q8_0, f16, int4, fp8, ...
     sha256: str
@@ -196,25 +201,36 @@ def confined_path(folder: Path, relative: str) -> Path:
 
 def verify_file(folder: Path, m: ModelEntry) -> None:
     path = confined_path(folder, m.path)
-    if not (path.is_dir() if m.format == "onnx" else path.is_file()):
+    if not (path.is_dir() if m.format in FOLDER_FORMATS else path.is_file()):
         raise BundleError(f"bundle file missing: {path} (named in {folder / MANIFEST})")
     files = model_files(path)
+    for f in (path, *files):
+        check_inside(folder, f)
     size = sum(f.stat().st_size for f in files)
     if size != m.size:
         raise BundleError(
             f"bundle file {path} is {size:,} bytes, the manifest says {m.size:,}: "
             "truncated or replaced; export the bundle again"
         )
-    stamp = path.parent / f".{path.name}.verified"
-    key = f"{m.sha256} {size} " + " ".join(str(f.stat().st_mtime_ns) for f in files)
-    if stamp.is_file() and stamp.read_text() == key:
+    real = path.resolve()
+    stamp = real.parent / f".{real.name}.verified"  # inside the bundle: checked above
+    key = stamp_key(m.sha256, files)
+    if stamp_matches(stamp, key):
         return
     if sha256_path(path) != m.sha256:
         raise BundleError(
             f"bundle file {path} does not match its sha256 in the manifest: it was modified "
             "or corrupted; export the bundle again"
         )
-    try:
-        stamp.write_text(key)
-    except OSError:
-        pass  # a read-only bundle is verified in full every time
+    write_stamp(stamp, key)
+
+
+def check_inside(folder: Path, path: Path) -> None:
+    """Refuse a symlink (of the file or a folder on its way) that leads out of the bundle:
+    what lies outside is not the bundle's to vouch for, nor a place to write stamps."""
+    root = folder.resolve()
+    if not path.resolve().is_relative_to(root):
+        raise BundleError(
+            f"bundle path {path} is a symlink to {path.resolve()}, outside the bundle {root}; "
+            "copy the file into the bundle (or export the bundle again)"
+        )

@@ -28,6 +28,13 @@ from edgespec.errors import ModelFileError
 HF_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 GGUF_ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
+REQUIRED_CONFIG_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+)
 SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 # llama.cpp's tokenizer.ggml.pre -> the regex split HF tokenizers of that family use
 PRE_TOKENIZER_REGEX = {
@@ -142,14 +149,34 @@ def read_checkpoint(source: Path) -> Checkpoint:
 def read_hf_checkpoint(hf_dir: Path) -> Checkpoint:
     config = read_hf_config(hf_dir)
     generation = hf_dir / "generation_config.json"
+    tokenizer = hf_dir / "tokenizer.json"
+    read_json(tokenizer)  # refused here, by name, if it is not a JSON object
     return Checkpoint(
         source=hf_dir,
         config=config,
         weights=SafetensorsIndex(hf_dir),
-        tokenizer_json=(hf_dir / "tokenizer.json").read_text(),
-        tokenizer_config=json.loads((hf_dir / "tokenizer_config.json").read_text()),
-        generation_config=json.loads(generation.read_text()) if generation.is_file() else None,
+        tokenizer_json=tokenizer.read_text(encoding="utf-8"),
+        tokenizer_config=read_json(hf_dir / "tokenizer_config.json"),
+        generation_config=read_json(generation) if generation.is_file() else None,
     )
+
+
+def read_json(path: Path) -> dict:
+    """A checkpoint's JSON file as an object; a file that is not one is refused by name."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ModelFileError(
+            f"{path} is not valid JSON ({str(e)[:200]}); download or copy the checkpoint again"
+        ) from None
+    except OSError as e:
+        raise ModelFileError(f"cannot read {path}: {e.strerror}") from None
+    if not isinstance(doc, dict):
+        raise ModelFileError(
+            f"{path} holds a JSON {type(doc).__name__}, not an object; "
+            "download or copy the checkpoint again"
+        )
+    return doc
 
 
 def read_hf_config(hf_dir: Path) -> dict:
@@ -160,13 +187,24 @@ def read_hf_config(hf_dir: Path) -> dict:
         missing.append("*.safetensors")
     if missing:
         raise ModelFileError(f"{hf_dir} is missing {', '.join(missing)}")
-    config = json.loads((hf_dir / "config.json").read_text())
+    config = read_json(hf_dir / "config.json")
     archs = config.get("architectures") or ["(none)"]
-    if archs[0] not in HF_ARCHS:
+    if not isinstance(archs, list) or archs[0] not in HF_ARCHS:
         raise ModelFileError(
-            f"{hf_dir}: architecture {archs[0]} is not supported; supported: {', '.join(HF_ARCHS)}"
+            f"{hf_dir}: architecture {archs[0] if isinstance(archs, list) else archs} is not "
+            f"supported; supported: {', '.join(HF_ARCHS)}"
+        )
+    bad = [k for k in REQUIRED_CONFIG_KEYS if not positive_int(config.get(k))]
+    if bad:
+        raise ModelFileError(
+            f"{hf_dir / 'config.json'} lacks {', '.join(bad)} (each a whole number > 0); "
+            "download or copy the checkpoint again"
         )
     return config
+
+
+def positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 class SafetensorsIndex(LazyTensors):
@@ -175,10 +213,7 @@ class SafetensorsIndex(LazyTensors):
     def __init__(self, hf_dir: Path) -> None:
         self.entries: dict[str, tuple[Path, int, dict]] = {}
         for path in sorted(hf_dir.glob("*.safetensors")):
-            with path.open("rb") as f:
-                (header_len,) = struct.unpack("<Q", f.read(8))
-                check_header_length(path, header_len)
-                header = json.loads(f.read(header_len))
+            header_len, header = read_safetensors_header(path)
             for name, info in header.items():
                 if name != "__metadata__":
                     self.entries[name] = (path, 8 + header_len, info)
@@ -202,19 +237,56 @@ class SafetensorsIndex(LazyTensors):
         return raw.reshape(shape).astype(np.float32)
 
 
-SAFETENSORS_MAX_HEADER = 100 << 20  # the format's own limit (safetensors refuses larger)
-
-
-def check_header_length(path: Path, header_len: int) -> None:
-    """A declared header length is read only when the file holds it and it is within the
-    format's limit: a hostile 2^62 would otherwise be allocated."""
+def read_safetensors_header(path: Path) -> tuple[int, dict]:
+    """A safetensors file's header, checked against the file: a header or a tensor that ends
+    past the end of the file (a truncated download) is refused before anything is read."""
     size = path.stat().st_size
-    if header_len > min(size - 8, SAFETENSORS_MAX_HEADER):
+    with path.open("rb") as f:
+        head = f.read(8)
+        (header_len,) = struct.unpack("<Q", head) if len(head) == 8 else (size,)
+        if header_len > size - 8:
+            raise ModelFileError(truncated(path, size, 8 + header_len))
+        try:
+            header = json.loads(f.read(header_len))
+        except (UnicodeDecodeError, ValueError):
+            header = None
+    if not isinstance(header, dict):
         raise ModelFileError(
-            f"{path}: its header declares {header_len:,} bytes, but the file is {size:,} bytes "
-            f"and a header is at most {SAFETENSORS_MAX_HEADER:,}; the file is truncated or "
-            "corrupt: download it again"
+            f"{path}: the safetensors header is not a JSON object; the file is corrupt "
+            "(download or copy it again)"
         )
+    end_of_data = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, end = (int(x) for x in info["data_offsets"])
+            n = math.prod(int(d) for d in info["shape"])
+            itemsize = np.dtype(SAFETENSORS_DTYPES.get(info["dtype"], np.uint8)).itemsize
+        except (KeyError, TypeError, ValueError):
+            raise ModelFileError(
+                f"{path}: tensor {name} has no valid dtype, shape and data_offsets; the file is "
+                "corrupt (download or copy it again)"
+            ) from None
+        end_of_data = max(end_of_data, end)
+        if not 0 <= start <= end or (
+            info["dtype"] in SAFETENSORS_DTYPES and end - start != n * itemsize
+        ):
+            raise ModelFileError(
+                f"{path}: tensor {name} spans bytes {start}..{end}, which does not fit its shape "
+                f"{info['shape']} and dtype {info['dtype']}; the file is corrupt (download or "
+                "copy it again)"
+            )
+    if 8 + header_len + end_of_data > size:
+        raise ModelFileError(truncated(path, size, 8 + header_len + end_of_data))
+    return header_len, header
+
+
+def truncated(path: Path, size: int, needed: int) -> str:
+    return (
+        f"{path} is truncated: it is {size:,} bytes and its header needs {needed:,}; "
+        "download or copy it again"
+    )
 
 
 # --- special tokens and RoPE layouts, shared by both readers and both writers -----------------

@@ -79,6 +79,7 @@ def quantize_role(
     qtype = role_quant(role, choice)
     output_type = choice.output_tensor_type if role == "target" else None
     dst = staging / f"{role}.{qtype}.gguf"
+    log.info("%s: quantizing %s to %s", role, src.name, qtype)
     t0 = time.perf_counter()
     quantize_gguf(src, dst, qtype, output_tensor_type=output_type, threads=threads)
     log.info("%s: %s -> %s in %.1fs", role, src.name, dst.name, time.perf_counter() - t0)

@@ -6,6 +6,10 @@ import ctypes
 import logging
 import math
 import os
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +18,8 @@ from edgespec.errors import EdgespecError, ModelFileError
 
 log = logging.getLogger(__name__)
 BLOCK_BYTES = 64 << 20  # float32 rows compared at a time
+FULL_DISK_BYTES = 64 << 20  # free space below this after a failed write: the disk is full
+PR_SET_PDEATHSIG = 1
 
 # edgespec name -> llama.cpp file type (the bulk of the weights)
 FILE_TYPES = {
@@ -48,9 +54,11 @@ def quantize_gguf(
     threads: int | None = None,
 ) -> Path:
     """Write dst as src quantized to qtype; requantizing an already quantized file is allowed
-    (the source's precision then bounds the result's quality)."""
-    import llama_cpp
+    (the source's precision then bounds the result's quality).
 
+    llama.cpp's quantizer runs in a child process: it has no way to stop early, and a long
+    native call in this process would hold Ctrl-C and SIGTERM until it ended. Here they stop
+    the child at once (its partial file is removed)."""
     if qtype not in FILE_TYPES:
         raise EdgespecError(f"unknown GGUF type {qtype!r}; choose one of {', '.join(FILE_TYPES)}")
     if output_tensor_type is not None and output_tensor_type not in TENSOR_TYPES:
@@ -58,21 +66,81 @@ def quantize_gguf(
             f"unknown output tensor type {output_tensor_type!r}; "
             f"choose one of {', '.join(TENSOR_TYPES)}"
         )
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = getattr(llama_cpp, FILE_TYPES[qtype])
-    params.nthread = threads or os.cpu_count() or 1
-    params.allow_requantize = True
-    if output_tensor_type:
-        params.output_tensor_type = getattr(llama_cpp, TENSOR_TYPES[output_tensor_type])
     tmp = dst.with_name(dst.name + ".partial")
-    status = llama_cpp.llama_model_quantize(
-        str(src).encode(), str(tmp).encode(), ctypes.byref(params)
+    nthread = threads or os.cpu_count() or 1
+    cmd = [sys.executable, "-m", __name__, str(src), str(tmp), qtype, output_tensor_type or "-"]
+    child = subprocess.Popen(
+        [*cmd, str(nthread)],
+        stderr=subprocess.PIPE,
+        preexec_fn=die_with_parent if os.name == "posix" else None,
     )
-    if status != 0:
+    try:
+        _, err = child.communicate()
+    except BaseException:  # Ctrl-C, SIGTERM: stop the child, keep nothing half-written
+        child.kill()
+        child.wait()
         tmp.unlink(missing_ok=True)
-        raise ModelFileError(f"llama.cpp could not quantize {src} to {qtype} (status {status})")
+        raise
+    text = err.decode("utf-8", "replace")
+    for line in text.splitlines():
+        log.debug("llama.cpp: %s", line)
+    if child.returncode != 0:
+        full = disk_full(dst)  # asked before the partial file gives its space back
+        tmp.unlink(missing_ok=True)
+        if full:  # llama.cpp says only "basic_ios::clear: iostream error"
+            raise EdgespecError(no_space_message(dst))
+        reason = last_error_line(text)
+        raise ModelFileError(
+            f"llama.cpp could not quantize {src} to {qtype} (status {child.returncode}"
+            f"{': ' + reason if reason else ''})"
+        )
     tmp.replace(dst)
     return dst
+
+
+def disk_full(path: Path) -> bool:
+    """After a failed write: is the disk path is on (all but) full?"""
+    try:
+        return shutil.disk_usage(path.parent).free < FULL_DISK_BYTES
+    except OSError:
+        return False
+
+
+def no_space_message(path: Path) -> str:
+    return (
+        f"no space left on device writing {path}; free some space on that disk or choose an "
+        "--out folder on a disk with more room"
+    )
+
+
+def last_error_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() or "failed" in line.lower()]
+    return (errors or lines or [""])[-1][:300]
+
+
+def die_with_parent() -> None:
+    """In the child: die if edgespec is killed (even SIGKILL), and take Ctrl-C's default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+
+
+def quantize_here(src: str, dst: str, qtype: str, output_tensor_type: str, nthread: int) -> int:
+    """The child's work: one call to llama_model_quantize; its status is the exit status."""
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, FILE_TYPES[qtype])
+    params.nthread = nthread
+    params.allow_requantize = True
+    if output_tensor_type != "-":
+        params.output_tensor_type = getattr(llama_cpp, TENSOR_TYPES[output_tensor_type])
+    return int(llama_cpp.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(params)))
 
 
 def weight_errors(source: Path, quantized: Path) -> list:
@@ -113,3 +181,8 @@ def read_rows(path: Path, tensor, start: int, stop: int) -> np.ndarray:
         offset=tensor.data_offset + start * row_bytes,
     ).reshape(shape)
     return dequantize(raw, tensor.tensor_type).astype(np.float32, copy=False)
+
+
+if __name__ == "__main__":  # the child quantize_gguf starts
+    src_, dst_, qtype_, output_, nthread_ = sys.argv[1:]
+    sys.exit(quantize_here(src_, dst_, qtype_, output_, int(nthread_)))

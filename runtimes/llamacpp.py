@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+import edgespec.interrupts as interrupts
 from edgespec.errors import ModelFileError
 from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
@@ -47,10 +48,13 @@ def init_backend() -> None:
 
     @llama_cpp.llama_log_callback
     def _on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-        line = text.decode("utf-8", "replace").rstrip()
-        if line:
-            _recent_llama_log.append(line)
-            log.debug("llama.cpp: %s", line)
+        try:
+            line = text.decode("utf-8", "replace").rstrip()
+            if line:
+                _recent_llama_log.append(line)
+                log.debug("llama.cpp: %s", line)
+        except KeyboardInterrupt:  # ctypes would drop it: raised when the call returns
+            interrupts.record()
 
     _log_callback = _on_log  # keep a reference: llama.cpp holds only the C pointer
     llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
@@ -116,8 +120,11 @@ class LlamaCppRuntime:
         params = self.llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        params.progress_callback = progress = load_progress(self.llama)
         _recent_llama_log.clear()
-        model = self.llama.llama_model_load_from_file(str(self.path).encode(), params)
+        with interrupts.native_call():  # Ctrl-C stops the load (progress) and is raised here
+            model = self.llama.llama_model_load_from_file(str(self.path).encode(), params)
+        del progress
         if not model:
             reason = last_llama_error() or "llama.cpp could not read it"
             raise ModelFileError(
@@ -144,7 +151,8 @@ class LlamaCppRuntime:
         params.n_threads = self.n_threads
         params.n_threads_batch = self.n_threads
         params.no_perf = True
-        ctx = self.llama.llama_init_from_model(self.model, params)
+        with interrupts.native_call():
+            ctx = self.llama.llama_init_from_model(self.model, params)
         if not ctx:
             raise ModelFileError(
                 f"cannot create a llama.cpp context for {self.path} with n_ctx={self.n_ctx}: "
@@ -187,7 +195,8 @@ class LlamaCppRuntime:
             b.seq_id[i][0] = 0
             b.logits[i] = all_rows or (last_row and i == n - 1)
         b.n_tokens = n
-        status = self.llama.llama_decode(self.ctx, b)
+        with interrupts.native_call():
+            status = self.llama.llama_decode(self.ctx, b)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} at n_past={self.n_past}")
         self.n_past += n
@@ -270,6 +279,20 @@ class LlamaCppRuntime:
         buf = ctypes.create_string_buffer(256)
         n = self.llama.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+
+def load_progress(llama_cpp):
+    """llama.cpp's load progress callback: returning False aborts the load (on Ctrl-C)."""
+
+    @llama_cpp.llama_progress_callback
+    def on_progress(fraction: float, user_data: ctypes.c_void_p) -> bool:
+        try:
+            return not interrupts.stop_requested()
+        except KeyboardInterrupt:
+            interrupts.record()
+            return False
+
+    return on_progress
 
 
 def none_if_negative(token: int) -> int | None:

@@ -56,6 +56,7 @@ def read_model_json(model_dir: Path) -> dict:
     except (OSError, ValueError) as e:
         raise ModelFileError(f"{path} is not valid JSON ({e}); export the model again") from e
     check_fields(info, MODEL_JSON_FIELDS, str(path), "export the model again", ModelFileError)
+    check_model_file(path, info.get("model_file", "model.onnx"))
     for name in (info.get("model_file", "model.onnx"), "tokenizer.json"):
         if not (model_dir / name).is_file():
             raise ModelFileError(f"{model_dir / name} is missing; export the model again")
@@ -108,6 +109,23 @@ def check_declared_sizes(path: Path, info: dict, session, n_ctx: int, on_cuda: b
         raise EdgespecError(
             f"a {n_ctx:,}-token context for {path} needs {need / 2**30:,.1f} GiB of KV cache "
             f"and {free / 2**30:,.1f} GiB of memory is free; lower --n-ctx (or free memory)"
+        )
+
+
+def check_model_file(model_json: Path, name: object) -> None:
+    """model_file must be a plain, visible file name in the folder: a bundle hashes exactly
+    those files, so a path elsewhere (or a hidden name) would load weights nobody checked."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or name != Path(name).name
+        or name in (".", "..")
+        or name.startswith(".")
+        or "\\" in name
+    ):
+        raise ModelFileError(
+            f"{model_json}: model_file {name!r} must be a file name in the model folder "
+            "(no folders, no '..', not hidden); export the model again"
         )
 
 
@@ -177,11 +195,7 @@ class OnnxRuntime:
         self.kv = self.allocate_cache()  # name -> OrtValue [1, n_kv, n_ctx, hd]
         self.steps: dict[tuple[int, int], Step] = {}  # (width, rows) -> bound step
         self.run_options: dict[int, Any] = {}  # CUDA graph id -> RunOptions
-        self.tokenizer = self.load_tokenizer()
-        self.added = self.tokenizer.get_added_tokens_decoder()  # id -> AddedToken
-        self.kind = vocab_type(json.loads(self.tokenizer.to_str())["model"])
-        self._pieces: dict[int, bytes] = {}
-        self._vocab_info: VocabInfo | None = None
+        self.load_vocabulary()
 
     # --- loading -------------------------------------------------------------------------
 
@@ -250,6 +264,14 @@ class OnnxRuntime:
                     value = self.ort.OrtValue.ortvalue_from_numpy(zeros)
                 kv[f"{i}.{kind}"] = value
         return kv
+
+    def load_vocabulary(self) -> None:
+        """The tokenizer and what the vocabulary methods cache (runtimes/tensorrt.py too)."""
+        self.tokenizer = self.load_tokenizer()
+        self.added = self.tokenizer.get_added_tokens_decoder()  # id -> AddedToken
+        self.kind = vocab_type(json.loads(self.tokenizer.to_str())["model"])
+        self._pieces: dict[int, bytes] = {}
+        self._vocab_info: VocabInfo | None = None
 
     def load_tokenizer(self):
         from tokenizers import Tokenizer

@@ -124,6 +124,34 @@ MUTANTS = (
         "k = min(k, room)",
         (ENGINE,),
     ),
+    Mutant(
+        "stamp-trusts-mtime",
+        "edgespec/integrity.py",
+        'parts.append(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")',
+        'parts.append(f"{st.st_size}:{st.st_mtime_ns}")',
+        ("tests/test_hostile_integrity.py",),
+    ),
+    Mutant(
+        "symlink-may-leave-bundle",
+        "edgespec/bundle.py",
+        "    if not path.resolve().is_relative_to(root):",
+        "    if False:",
+        ("tests/test_hostile_integrity.py",),
+    ),
+    Mutant(
+        "signal-raised-in-native-call",
+        "edgespec/interrupts.py",
+        "    if _depth == 0:\n        raise_if_requested()\n\n\ndef record",
+        "    raise_if_requested()\n\n\ndef record",
+        ("tests/test_hostile_signals.py",),
+    ),
+    Mutant(
+        "staging-kept-on-failure",
+        "export/orchestrator.py",
+        "            shutil.rmtree(work_dir, ignore_errors=True)\n    except OSError",
+        "            pass\n    except OSError",
+        ("tests/test_hostile_signals.py",),
+    ),
 )
 
 

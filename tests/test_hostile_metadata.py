@@ -210,8 +210,8 @@ def test_a_safetensors_header_length_of_2_62_is_refused(tmp_path):
     with pytest.raises(ModelFileError) as e:
         SafetensorsIndex(tmp_path)
     assert str(e.value) == (
-        f"{path}: its header declares 4,611,686,018,427,387,904 bytes, but the file is 10 bytes "
-        "and a header is at most 104,857,600; the file is truncated or corrupt: download it again"
+        f"{path} is truncated: it is 10 bytes and its header needs 4,611,686,018,427,387,912; "
+        "download or copy it again"
     )
 
 

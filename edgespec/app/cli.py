@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import edgespec.interrupts as interrupts
 from edgespec.app.options import (
     DRAFT_HELP,
     TARGET_HELP,
@@ -191,6 +192,7 @@ def optional_commands():
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    interrupts.install()  # Ctrl-C stops even inside llama.cpp: exit 130; SIGTERM: 143
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

