@@ -41,7 +41,7 @@ ENTRY_FIELDS = {
     **{name: Field("str") for name in ("role", "format", "path", "quant", "sha256")},
     **{name: Field("str") for name in ("vocab_hash", "arch")},
     "size": Field("int", min=0),
-    "n_vocab": Field("int", min=1),
+    "n_vocab": Field("int", min=0),
     "n_ctx": Field("int", min=0),
 }
 

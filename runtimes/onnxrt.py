@@ -55,8 +55,9 @@ def read_model_json(model_dir: Path) -> dict:
         ) from None
     except (OSError, ValueError) as e:
         raise ModelFileError(f"{path} is not valid JSON ({e}); export the model again") from e
+    if isinstance(info, dict):  # where it may load from first, then every field's type
+        check_model_file(path, info.get("model_file", "model.onnx"))
     check_fields(info, MODEL_JSON_FIELDS, str(path), "export the model again", ModelFileError)
-    check_model_file(path, info.get("model_file", "model.onnx"))
     for name in (info.get("model_file", "model.onnx"), "tokenizer.json"):
         if not (model_dir / name).is_file():
             raise ModelFileError(f"{model_dir / name} is missing; export the model again")
