@@ -63,26 +63,36 @@ def load_decoder(
     draft: str | Path | None = None,
     spec: SpecOptions = SpecOptions(),
     runtime: RuntimeOptions = RuntimeOptions(),
+    *,
+    reuse_cache: bool = False,
 ) -> SpeculativeDecoder:
     """target: a GGUF file, an exported ONNX folder or a bundle folder; draft likewise (a
-    bundle brings its own)."""
+    bundle brings its own). reuse_cache: keep the KV caches across requests (see
+    SpeculativeDecoder)."""
     pair = open_pair(target, draft, runtime, open_draft=spec.uses_model)
     if spec.drafter == "model" and pair.draft is None:
         raise EdgespecError("--drafter model needs a draft model: pass --draft DRAFT.gguf")
-    return build_decoder(pair, spec)
+    return build_decoder(pair, spec, reuse_cache=reuse_cache)
 
 
-def build_decoder(pair: ModelPair, spec: SpecOptions) -> SpeculativeDecoder:
-    """The decoder for an opened pair: its cost curve (adaptive k), drafters and policy."""
+def build_decoder(
+    pair: ModelPair, spec: SpecOptions, *, reuse_cache: bool = False
+) -> SpeculativeDecoder:
+    """The decoder for an opened pair: its cost curve (adaptive k), drafters and policy;
+    reuse_cache keeps the target's and the draft model's KV caches across requests."""
     curve = cost_curve(pair, n_max=spec.k_max + 1) if spec.adaptive else None
-    drafters = make_drafters(spec, pair, curve)
-    return SpeculativeDecoder(pair.target, drafters, make_policy(spec, drafters, curve))
+    drafters = make_drafters(spec, pair, curve, keep_cache=reuse_cache)
+    policy = make_policy(spec, drafters, curve)
+    return SpeculativeDecoder(pair.target, drafters, policy, reuse_cache=reuse_cache)
 
 
-def make_drafters(spec: SpecOptions, pair: ModelPair, curve: CostCurve | None) -> list[Drafter]:
+def make_drafters(
+    spec: SpecOptions, pair: ModelPair, curve: CostCurve | None, *, keep_cache: bool = False
+) -> list[Drafter]:
     drafters: list[Drafter] = []
     if pair.draft is not None and spec.uses_model:
-        drafters.append(ModelDrafter(pair.draft, token_s=curve.draft_s if curve else None))
+        token_s = curve.draft_s if curve else None
+        drafters.append(ModelDrafter(pair.draft, token_s=token_s, keep_cache=keep_cache))
     if spec.drafter in ("auto", "ngram"):
         drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
     return drafters
