@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -215,8 +215,9 @@ class SpeculativeDecoder:
         sp: SamplingParams = SamplingParams(),
         stop: Sequence[str] = (),
         speculative: bool = True,
-    ) -> Iterator[Event]:
-        """Yield an Event per target pass; the last one carries finish_reason and stats."""
+    ) -> Generator[Event, None, None]:
+        """Yield an Event per target pass; the last one carries finish_reason and stats.
+        Closing it early (a client gone) leaves the caches fit for reuse (see reusable)."""
         if max_tokens < 1:
             raise EdgespecError(f"max_tokens must be >= 1, got {max_tokens}")
         tokens = self.prompt_tokens(prompt)
