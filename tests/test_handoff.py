@@ -120,3 +120,52 @@ def test_serve_input_errors_are_one_line(capsys, tmp_path, argv, message):
     code, _, err = run(capsys, *argv)
     assert code == 2 and err.startswith("edgespec: error: ") and message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_the_serve_command_serves_until_terminated(tmp_path, tiny_pair):
+    """`python -m edgespec serve` end to end: flags -> a live server -> an answer."""
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    target, draft = tiny_pair
+    cmd = [
+        sys.executable,
+        "-m",
+        "edgespec",
+        "serve",
+        "--target",
+        str(target),
+        "--draft",
+        str(draft),
+    ]
+    cmd += ["--drafter", "model", "--k", "2", "--n-ctx", "256", "--port", str(port)]
+    cmd += ["--api-key", "k3y"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(3000):  # start-up poll; the deadline only turns a hang into a failure
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            try:
+                if httpx.get(url + "/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                threading.Event().wait(0.05)
+        auth = {"Authorization": "Bearer k3y"}
+        models = httpx.get(url + "/v1/models", headers=auth).json()
+        assert models["data"][0]["id"] == "tiny-target"
+        assert models["data"][0]["meta"]["n_ctx"] == 256
+        body = {"prompt": "def add(a, b):", "max_tokens": 5, "temperature": 0}
+        r = httpx.post(url + "/v1/completions", json=body, headers=auth, timeout=300)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
+        assert httpx.post(url + "/v1/completions", json=body).status_code == 401
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert f"http://127.0.0.1:{port}/" in (proc.stderr.read() if proc.stderr else "")

@@ -234,7 +234,7 @@ def test_a_client_that_disconnects_mid_stream_frees_the_device_at_the_next_step(
     with LiveServer(watch) as s:
         body = {"model": MODEL, "messages": prompt_a, "max_tokens": 300, "temperature": 0}
         with httpx.stream(
-            "POST", s.url + "/v1/chat/completions", json={**body, "stream": True}
+            "POST", s.url + "/v1/chat/completions", json={**body, "stream": True}, timeout=300
         ) as r:
             chunks = 0
             for line in r.iter_lines():
@@ -323,7 +323,7 @@ BAD = [
 )
 def test_bad_input_gets_400_naming_the_field(live, route, body, param, words):
     path = "/v1/chat/completions" if route == "chat" else "/v1/completions"
-    r = httpx.post(live.url + path, json=body)
+    r = httpx.post(live.url + path, json=body, timeout=60)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
@@ -420,7 +420,9 @@ def test_a_body_over_the_limit_gets_413(tiny_pair):
 
         r = httpx.post(s.url + "/v1/completions", content=chunked())
         assert r.status_code == 413 and "1000 bytes" in r.json()["error"]["message"]
-        ok = httpx.post(s.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2})
+        ok = httpx.post(
+            s.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=300
+        )
         assert ok.status_code == 200
 
 
