@@ -469,3 +469,38 @@ def test_metrics_counters_equal_the_sums_of_the_responses(tiny_pair):
     assert model == pytest.approx(n_drafts / n_steps)
     assert model + m.get("edgespec:spec_decode_drafter_chosen_ratio{drafter=none}", 0) == 1
     assert m["edgespec:num_requests_running"] == 0 and m["edgespec:num_requests_waiting"] == 0
+
+
+@pytest.mark.real
+def test_a_chat_on_the_demo_pair_prefills_only_the_new_turn(demo_target_path, demo_draft_path):
+    """The real pair's template and tokenizer: turn 2 reuses turn 1's prompt and reply (the
+    reply re-tokenizes to the tokens generated), so it prefills little more than the new
+    user message."""
+    from edgespec.loader import SpecOptions, load_decoder
+    from edgespec.runtimes import RuntimeOptions
+
+    decoder = load_decoder(
+        demo_target_path,
+        demo_draft_path,
+        SpecOptions(drafter="model", k=4),
+        RuntimeOptions(n_ctx=2048),
+        reuse_cache=True,
+    )
+    turn1 = [{"role": "user", "content": "Write a Python function that reverses a string."}]
+    with LiveServer(create_app(decoder, ServerConfig(model_id="demo"))) as s:
+        c = client_of(s)
+        first = c.chat.completions.create(
+            model="demo", messages=turn1, max_tokens=48, temperature=0
+        )
+        reply = first.choices[0].message.content
+        turn2 = [*turn1, {"role": "assistant", "content": reply}]
+        turn2.append({"role": "user", "content": "Now add type hints."})
+        second = c.chat.completions.create(
+            model="demo", messages=turn2, max_tokens=8, temperature=0
+        )
+    tokens1 = chat_tokens(decoder.target, turn1)
+    tokens2 = chat_tokens(decoder.target, turn2)
+    generated = first.model_extra["x_edgespec"]["tokens"]
+    t = second.model_extra["timings"]
+    assert t["cache_n"] >= len(tokens1) + len(generated) - 1
+    assert t["prompt_n"] == len(tokens2) - t["cache_n"] < 16
