@@ -32,6 +32,8 @@ class SpecOptions:
     k: int | None = None  # fixed draft length; None = chosen per step
     k_max: int = 16  # longest draft the adaptive controller tries
     max_ngram: int = 4
+    # prompt lookup also in the completions of the last N requests (a server's; 0 = off)
+    lookup_history: int = 0
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTER_CHOICES:
@@ -40,6 +42,8 @@ class SpecOptions:
             )
         if self.k is not None and self.k < 0:
             raise EdgespecError(f"--k must be >= 0, got {self.k}")
+        if self.lookup_history < 0:
+            raise EdgespecError(f"--lookup-history must be >= 0, got {self.lookup_history}")
         if self.k_max < 1:
             raise EdgespecError(f"--k-max must be >= 1, got {self.k_max}")
         if self.k is not None and self.drafter == "auto":
@@ -94,7 +98,7 @@ def make_drafters(
         token_s = curve.draft_s if curve else None
         drafters.append(ModelDrafter(pair.draft, token_s=token_s, keep_cache=keep_cache))
     if spec.drafter in ("auto", "ngram"):
-        drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
+        drafters.append(NgramDrafter(max_ngram=spec.max_ngram, history=spec.lookup_history))
     return drafters
 
 
