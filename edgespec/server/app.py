@@ -33,30 +33,13 @@ from edgespec.chat import chat_tokens
 from edgespec.engine import Event, SpeculativeDecoder
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.server.api import ApiError, Reply, Request, parse_json, parse_request, sse
+from edgespec.server.config import ServerConfig
 from edgespec.server.metrics import Metrics, Outcome
 
 log = logging.getLogger(__name__)
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """The server's settings; `edgespec serve` mirrors each field with a flag."""
-
-    model_id: str = "edgespec"  # the name /v1/models lists and requests may give
-    host: str = "127.0.0.1"  # the bound address: Host headers may name it
-    allow_hosts: tuple[str, ...] = ()  # more names a Host header may give (a LAN name)
-    allow_origins: tuple[str, ...] = ()  # web origins that may call the API (CORS)
-    api_key: str | None = None  # required as "Authorization: Bearer KEY" on /v1 routes
-    max_queue: int = 8  # requests that may wait while one generates
-    max_body_bytes: int = 1 << 20  # larger request bodies get 413
-
-    def __post_init__(self) -> None:
-        if self.max_queue < 0:
-            raise EdgespecError(f"--max-queue must be >= 0, got {self.max_queue}")
-        if self.api_key is not None and not self.api_key:
-            raise EdgespecError("--api-key must not be empty")
+__all__ = ["ServerConfig", "create_app"]
 
 
 def create_app(decoder: SpeculativeDecoder, config: ServerConfig = ServerConfig()) -> ASGIApp:

@@ -16,6 +16,7 @@ from edgespec.app.options import (
     spec_options,
 )
 from edgespec.errors import EdgespecError
+from edgespec.server.config import ServerConfig
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,6 +32,15 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 routes")
+    p.add_argument(
+        "--model-id", help="the model name /v1/models lists (default: the file or folder name)"
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=ServerConfig.max_body_bytes,
+        help="larger request bodies get 413 (default 1 MiB)",
+    )
     p.add_argument(
         "--max-queue", type=int, default=8, help="requests that may wait (more: 429), default 8"
     )
@@ -104,7 +114,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from edgespec.server import ServerConfig, create_app
+        from edgespec.server import create_app
     except ImportError as e:
         raise EdgespecError(
             f"edgespec serve needs the serve extra ({e.name} is missing): "
@@ -112,13 +122,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ) from e
     from edgespec.loader import load_decoder
 
+    path = Path(target)
     config = ServerConfig(
-        model_id=Path(target).stem if Path(target).is_file() else Path(target).name,
+        model_id=args.model_id or (path.stem if path.is_file() else path.name),
         host=args.host,
         allow_hosts=tuple(args.allow_host),
         allow_origins=tuple(args.allow_origin),
         api_key=args.api_key,
         max_queue=args.max_queue,
+        max_body_bytes=args.max_body_bytes,
     )
     decoder = load_decoder(
         target, draft, spec, runtime_options(args), reuse_cache=not args.no_prompt_cache
