@@ -112,6 +112,8 @@ def test_a_bundle_hands_off_the_models_it_holds(capsys, tmp_path, tiny_pair):
         (["b", "--target", "t.gguf"], "give a bundle folder or --target MODEL"),
         (["--target", "model_dir", "--print-handoff", "vllm"], "is not a GGUF file"),
         (["--target", "t.gguf", "--max-queue", "-1"], "--max-queue must be >= 0"),
+        (["--target", "t.gguf", "--max-body-bytes", "0"], "--max-body-bytes must be >= 1"),
+        (["--target", "t.gguf", "--lookup-history", "-2"], "--lookup-history must be >= 0"),
     ],
 )
 def test_serve_input_errors_are_one_line(capsys, tmp_path, argv, message):
