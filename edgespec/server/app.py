@@ -222,11 +222,12 @@ class Server:
     # --- generation -------------------------------------------------------------------------
 
     async def serve(self, http: HttpRequest, *, chat: bool) -> Response:
+        arrived = time.perf_counter()  # time to first token counts parsing and queueing
         data = parse_json(await read_body(http, self.config.max_body_bytes))
         req = parse_request(data, chat=chat, model_id=self.config.model_id)
         tokens = await anyio.to_thread.run_sync(self.prompt_tokens, req)
         slot = self.device.reserve()
-        job = Job(tokens, req)
+        job = Job(tokens, req, arrived)
         reply = Reply(chat, self.config.model_id)
         if req.stream:
             return GenerationResponse(
