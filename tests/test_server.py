@@ -138,6 +138,18 @@ def test_streamed_text_equals_the_whole_response_for_the_same_seed(client, chat)
     )
 
 
+def test_a_stop_string_ends_the_text_before_it_streamed_or_not(client):
+    full = ask(client, False, "def add(a, b):", max_tokens=30, temperature=0).choices[0].text
+    stop = full[12:15]
+    expected = full[: full.find(stop)]
+    whole = ask(client, False, "def add(a, b):", max_tokens=30, temperature=0, stop=[stop])
+    chunks = list(
+        ask(client, False, "def add(a, b):", max_tokens=30, temperature=0, stop=stop, stream=True)
+    )
+    assert whole.choices[0].text == expected == "".join(c.choices[0].text for c in chunks)
+    assert whole.choices[0].finish_reason == chunks[-1].choices[0].finish_reason == "stop"
+
+
 @pytest.mark.parametrize("chat", [True, False], ids=["chat", "completions"])
 def test_greedy_output_equals_edgespec_run_json(client, capsys, tiny_pair, chat):
     prompt = "def add(a, b):"
