@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from edgespec.controller import FixedPolicy, Policy
 from edgespec.drafters.base import Draft, Drafter
+from edgespec.drafters.model import common_prefix_len
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.runtimes.base import Runtime
 from edgespec.sampling import SamplingParams, row_dists
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Stats:
     n_prompt: int = 0
+    n_cached: int = 0  # prompt tokens whose KV the target kept from the previous request
     n_generated: int = 0
     n_steps: int = 0  # target verify passes, plain ones included
     n_plain_steps: int = 0  # steps with nothing drafted
@@ -94,6 +96,7 @@ class Stats:
     def as_dict(self) -> dict:
         return {
             "n_prompt": self.n_prompt,
+            "n_cached": self.n_cached,
             "n_generated": self.n_generated,
             "n_steps": self.n_steps,
             "n_drafts": self.n_drafts,
@@ -128,6 +131,13 @@ class Event:
     tokens: tuple[int, ...]  # new token ids
     finish_reason: str | None = None  # "stop" | "length" on the last event
     stats: Stats | None = None  # on the last event
+    # per token of `tokens`: True if it is a draft token the target accepted, False if the
+    # target chose it (recovered, bonus or plain step)
+    from_draft: tuple[bool, ...] = ()
+    # per token of `tokens`: the text pushing it released (text is their concatenation, plus
+    # on the last event what the stream held back until the end)
+    pieces: tuple[str, ...] = ()
+    n_drafted: int = 0  # draft tokens the step behind this event proposed (accepted or not)
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,27 @@ class Result:
     tokens: list[int]
     finish_reason: str
     stats: Stats
+
+
+@dataclass
+class Emitted:
+    """What one step added to the output: tokens, whether each was drafted, their text."""
+
+    tokens: list[int] = field(default_factory=list)
+    from_draft: list[bool] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+
+    def event(self, tail: str, finish: str | None, stats: Stats | None, n_drafted: int) -> Event:
+        text = "".join(self.pieces) + tail
+        return Event(
+            text,
+            tuple(self.tokens),
+            finish,
+            stats,
+            tuple(self.from_draft),
+            tuple(self.pieces),
+            n_drafted,
+        )
 
 
 def stream_rng(seed: int | None, stream: int) -> np.random.Generator:
@@ -150,8 +181,15 @@ class SpeculativeDecoder:
         target: Runtime,
         drafters: Sequence[Drafter] = (),
         policy: Policy | None = None,
+        *,
+        reuse_cache: bool = False,
     ) -> None:
+        """reuse_cache: keep the target's KV cache across requests and prefill only what
+        follows the common prefix with the last request (prompt-cache reuse). It trusts that
+        nothing but this decoder drives the target between requests."""
         self.target = target
+        self.reuse_cache = reuse_cache
+        self.context: list[int] = []  # the last request's tokens; see reusable()
         self.drafters = {d.name: d for d in drafters}  # names label stats: one drafter each
         if len(self.drafters) < len(drafters):
             raise ValueError(f"drafter names must differ, got {[d.name for d in drafters]}")
@@ -177,8 +215,9 @@ class SpeculativeDecoder:
         sp: SamplingParams = SamplingParams(),
         stop: Sequence[str] = (),
         speculative: bool = True,
-    ) -> Iterator[Event]:
-        """Yield an Event per target pass; the last one carries finish_reason and stats."""
+    ) -> Generator[Event, None, None]:
+        """Yield an Event per target pass; the last one carries finish_reason and stats.
+        Closing it early (a client gone) leaves the caches fit for reuse (see reusable)."""
         if max_tokens < 1:
             raise EdgespecError(f"max_tokens must be >= 1, got {max_tokens}")
         tokens = self.prompt_tokens(prompt)
@@ -186,33 +225,49 @@ class SpeculativeDecoder:
         rng = stream_rng(sp.seed, 0)
         text = TextStream(stop)
         t_start = time.perf_counter()
-        self.begin(tokens, sp)
+        stats.n_cached = self.begin(tokens, sp)
         stats.t_prefill = time.perf_counter() - t_start
         finish: str | None = None
         while finish is None:
             room = min(max_tokens - stats.n_generated, self.target.n_ctx - self.target.n_past)
+            n_drafted = stats.n_draft_tokens
             if room <= 0:
                 finish = "length"
-                emitted: list[int] = []
-                piece = ""
+                out = Emitted()
             else:
                 verdict = self.step(tokens, sp, rng, stats, room, speculative)
-                emitted, piece, finish = self.emit(verdict, tokens, text, stats, max_tokens)
+                out, finish = self.emit(verdict, tokens, text, stats, max_tokens)
+            n_drafted = stats.n_draft_tokens - n_drafted
             if finish is not None:
-                piece += text.finish()
+                tail = text.finish()
                 stats.t_total = time.perf_counter() - t_start
-                yield Event(piece, tuple(emitted), finish, stats)
-            elif emitted or piece:
-                yield Event(piece, tuple(emitted))
+                yield out.event(tail, finish, stats, n_drafted)
+            elif out.tokens:
+                yield out.event("", None, None, n_drafted)
 
-    def begin(self, tokens: list[int], sp: SamplingParams) -> None:
-        """Reset per-request state and prefill the target with all but the last prompt token."""
-        self.target.reset()
+    def begin(self, tokens: list[int], sp: SamplingParams) -> int:
+        """Reset per-request state and make the target's cache hold all but the last prompt
+        token; return how many of them it kept from the previous request (reuse_cache)."""
+        keep = self.reusable(tokens) if self.reuse_cache else 0
+        if keep:
+            self.target.rollback(keep)
+        else:
+            self.target.reset()
+        self.context = tokens  # grows as tokens are emitted: the cache holds its first n_past
         for i, drafter in enumerate(self.drafters.values()):
             drafter.reset(stream_rng(sp.seed, 1 + i))  # stream 0 is the verifier's
         self.policy.begin(list(self.drafters.values()))
-        if len(tokens) > 1:
-            self.target.forward(tokens[:-1], last_only=True)
+        if len(tokens) - 1 > keep:
+            self.target.forward(tokens[keep:-1], last_only=True)
+        return keep
+
+    def reusable(self, tokens: list[int]) -> int:
+        """Prompt tokens the target's cache already holds: the common prefix of tokens[:-1]
+        and what the last request left in the cache. A step ending early (stop, length) can
+        leave accepted draft tokens in the cache past the context's end: only the first
+        n_past context tokens are trusted, and anything past the prefix is rolled back."""
+        held = self.context[: self.target.n_past]
+        return common_prefix_len(held, tokens[:-1])
 
     def step(
         self,
@@ -249,22 +304,23 @@ class SpeculativeDecoder:
 
     def emit(
         self, verdict: Verdict, tokens: list[int], text: TextStream, stats: Stats, max_tokens: int
-    ) -> tuple[list[int], str, str | None]:
-        """Append the verdict's tokens until a stop condition; return them, their text, why."""
-        emitted: list[int] = []
-        pieces: list[str] = []
-        for token in verdict.tokens.tolist():
+    ) -> tuple[Emitted, str | None]:
+        """Append the verdict's tokens until a stop condition; return them (with their text
+        and whether each came from the draft) and why it stopped."""
+        out = Emitted()
+        for j, token in enumerate(verdict.tokens.tolist()):
             tokens.append(token)
             if token in self.eog_ids:
-                return emitted, "".join(pieces), "stop"
-            emitted.append(token)
+                return out, "stop"
+            out.tokens.append(token)
+            out.from_draft.append(j < verdict.n_accepted)
             stats.n_generated += 1
-            pieces.append(text.push(self.target.detokenize([token])))
+            out.pieces.append(text.push(self.target.detokenize([token])))
             if text.stopped:
-                return emitted, "".join(pieces), "stop"
+                return out, "stop"
             if stats.n_generated >= max_tokens:
-                return emitted, "".join(pieces), "length"
-        return emitted, "".join(pieces), None
+                return out, "length"
+        return out, None
 
     def prompt_tokens(self, prompt: str | Sequence[int]) -> list[int]:
         if isinstance(prompt, str):

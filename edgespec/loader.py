@@ -34,6 +34,8 @@ class SpecOptions:
     k: int | None = None  # fixed draft length; None = chosen per step
     k_max: int = 16  # longest draft the adaptive controller tries
     max_ngram: int = 4
+    # prompt lookup also in the completions of the last N requests (a server's; 0 = off)
+    lookup_history: int = 0
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTER_CHOICES:
@@ -42,6 +44,8 @@ class SpecOptions:
             )
         if self.k is not None and self.k < 0:
             raise EdgespecError(f"--k must be >= 0, got {self.k}")
+        if self.lookup_history < 0:
+            raise EdgespecError(f"--lookup-history must be >= 0, got {self.lookup_history}")
         if self.k_max < 1:
             raise EdgespecError(f"--k-max must be >= 1, got {self.k_max}")
         if self.k is not None and self.drafter == "auto":
@@ -82,30 +86,40 @@ def load_decoder(
     draft: str | Path | None = None,
     spec: SpecOptions = SpecOptions(),
     runtime: RuntimeOptions = RuntimeOptions(),
+    *,
+    reuse_cache: bool = False,
 ) -> SpeculativeDecoder:
     """target: a GGUF file, an exported ONNX folder or a bundle folder; draft likewise (a
-    bundle brings its own)."""
+    bundle brings its own). reuse_cache: keep the KV caches across requests (see
+    SpeculativeDecoder)."""
     pair = open_pair(target, draft, runtime, open_draft=spec.uses_model)
     if spec.drafter == "model" and pair.draft is None:
         raise EdgespecError("--drafter model needs a draft model: pass --draft DRAFT.gguf")
-    return build_decoder(pair, spec)
+    return build_decoder(pair, spec, reuse_cache=reuse_cache)
 
 
-def build_decoder(pair: ModelPair, spec: SpecOptions) -> SpeculativeDecoder:
-    """The decoder for an opened pair: its cost curve (adaptive k), drafters and policy."""
+def build_decoder(
+    pair: ModelPair, spec: SpecOptions, *, reuse_cache: bool = False
+) -> SpeculativeDecoder:
+    """The decoder for an opened pair: its cost curve (adaptive k), drafters and policy;
+    reuse_cache keeps the target's and the draft model's KV caches across requests."""
     draft_ctx = pair.draft.n_ctx if pair.draft is not None and spec.uses_model else None
     spec = spec.within(min(pair.target.n_ctx, draft_ctx or pair.target.n_ctx))
     curve = cost_curve(pair, n_max=spec.k_max + 1) if spec.adaptive else None
-    drafters = make_drafters(spec, pair, curve)
-    return SpeculativeDecoder(pair.target, drafters, make_policy(spec, drafters, curve))
+    drafters = make_drafters(spec, pair, curve, keep_cache=reuse_cache)
+    policy = make_policy(spec, drafters, curve)
+    return SpeculativeDecoder(pair.target, drafters, policy, reuse_cache=reuse_cache)
 
 
-def make_drafters(spec: SpecOptions, pair: ModelPair, curve: CostCurve | None) -> list[Drafter]:
+def make_drafters(
+    spec: SpecOptions, pair: ModelPair, curve: CostCurve | None, *, keep_cache: bool = False
+) -> list[Drafter]:
     drafters: list[Drafter] = []
     if pair.draft is not None and spec.uses_model:
-        drafters.append(ModelDrafter(pair.draft, token_s=curve.draft_s if curve else None))
+        token_s = curve.draft_s if curve else None
+        drafters.append(ModelDrafter(pair.draft, token_s=token_s, keep_cache=keep_cache))
     if spec.drafter in ("auto", "ngram"):
-        drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
+        drafters.append(NgramDrafter(max_ngram=spec.max_ngram, history=spec.lookup_history))
     return drafters
 
 

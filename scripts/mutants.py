@@ -152,6 +152,20 @@ MUTANTS = (
         "            pass\n    except OSError",
         ("tests/test_hostile_signals.py",),
     ),
+    Mutant(  # prompt-cache reuse trusting the whole last context: it holds one more token
+        "reuse-trusts-the-uncached-last-token",
+        "edgespec/engine.py",
+        "held = self.context[: self.target.n_past]",
+        "held = self.context",
+        ("tests/test_prompt_cache.py",),
+    ),
+    Mutant(
+        "lookup-history-keeps-prompts",
+        "edgespec/drafters/ngram.py",
+        "completion = tuple(self.indexed[self.prompt_len :])",
+        "completion = tuple(self.indexed)",
+        ("tests/test_lookup_history.py",),
+    ),
 )
 
 

@@ -16,6 +16,7 @@ PACKAGES = {
     "edgespec.quant": ROOT / "quant",
 }
 APP = "edgespec.app"
+SERVER = "edgespec.server"  # the HTTP server: application code with a public import name
 
 
 def module_files() -> dict[str, Path]:
@@ -54,7 +55,9 @@ def import_graph() -> dict[str, set[str]]:
 def is_app(module: str) -> bool:
     # `python -m edgespec` runs edgespec/__main__.py: the command's entry, like the console
     # script, so it belongs to the application layer wherever Python requires it to live
-    return module in (APP, "edgespec.__main__") or module.startswith(APP + ".")
+    return module in (APP, SERVER, "edgespec.__main__") or module.startswith(
+        (APP + ".", SERVER + ".")
+    )
 
 
 def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
@@ -93,6 +96,7 @@ def test_the_graph_sees_lazy_imports_and_every_package():
     graph = import_graph()
     assert "edgespec.runtimes.llamacpp" in graph["edgespec.runtimes"]  # inside open_runtime
     assert "edgespec.app.bench_cli" in graph["edgespec.app.cli"]  # inside optional_commands
+    assert "edgespec.server.app" in graph["edgespec.server"]  # inside __getattr__
     assert {"edgespec.export.cli", "edgespec.quant.policy", "edgespec.loader"} <= set(graph)
 
 
@@ -100,6 +104,11 @@ def test_the_core_imports_nothing_from_the_application_layer():
     graph = import_graph()
     reaching = {m: sorted(filter(is_app, deps)) for m, deps in graph.items() if not is_app(m)}
     assert {m: deps for m, deps in reaching.items() if deps} == {}
+
+
+def test_the_server_counts_as_the_application_layer():
+    assert is_app("edgespec.server") and is_app("edgespec.server.app")
+    assert not is_app("edgespec.serverless") and not is_app("edgespec.engine")
 
 
 def test_no_import_cycles():

@@ -25,6 +25,8 @@ def test_wheel_installs_only_the_edgespec_package(tmp_path):
         "quant/__init__.py",
         "bench_data/edit.jsonl",
         "bench_data/chat.jsonl",
+        "server/app.py",
+        "server/page.html",
     ):
         assert f"edgespec/{sub}" in names, sub
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

@@ -34,7 +34,7 @@ python3 -m venv --system-site-packages "$PREFIX"
 "$PREFIX/bin/pip" install -q --upgrade pip
 CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH" \
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-  "$PREFIX/bin/pip" install --no-binary llama-cpp-python ".[llama,onnx]" \
+  "$PREFIX/bin/pip" install --no-binary llama-cpp-python ".[llama,onnx,serve]" \
   "cuda-python>=$CUDA_MAJOR,<$((CUDA_MAJOR + 1))"
 [ "$DOCTOR" = 1 ] && "$PREFIX/bin/edgespec" doctor
 echo "installed in $PREFIX (CUDA $CUDA_MAJOR, sm_$CUDA_ARCH)"

@@ -181,6 +181,7 @@ def optional_commands():
     """Sub-commands that live in their own modules."""
     from edgespec.app import bench_cli, demo, doctor, models
     from edgespec.export import cli as export_cli
+    from edgespec.server import cli as serve_cli
 
     return [
         models.add_models_parser,
@@ -188,6 +189,7 @@ def optional_commands():
         bench_cli.add_bench_parser,
         demo.add_demo_parser,
         doctor.add_doctor_parser,
+        serve_cli.add_serve_parser,
     ]
 
 

@@ -22,18 +22,33 @@ class ModelDrafter:
     name = "model"
 
     def __init__(
-        self, runtime: Runtime, *, token_s: float | None = None, seed: int | None = None
+        self,
+        runtime: Runtime,
+        *,
+        token_s: float | None = None,
+        seed: int | None = None,
+        keep_cache: bool = False,
     ) -> None:
-        """token_s: seconds per drafted token as calibrated (calibrate.cost_curve's draft_s)."""
+        """token_s: seconds per drafted token as calibrated (calibrate.cost_curve's draft_s).
+        keep_cache: a new request keeps the draft's KV cache (prompt-cache reuse, as the
+        engine's reuse_cache): the first proposal forwards only what follows the common
+        prefix of the new context and what the cache holds."""
         self.runtime = runtime
         self.token_s = token_s
+        self.keep_cache = keep_cache
         self.rng = np.random.default_rng(seed)
         self.cached: list[int] = []  # tokens in the draft runtime's KV cache
 
     def reset(self, rng: np.random.Generator) -> None:
-        self.runtime.reset()
-        self.cached = []
         self.rng = rng
+        if not self.keep_cache:
+            self.runtime.reset()
+            self.cached = []
+            return
+        # trust only what the runtime still holds (a request cut short between a forward
+        # and the bookkeeping after it leaves the two apart)
+        self.cached = self.cached[: self.runtime.n_past]
+        self.runtime.rollback(len(self.cached))
 
     def offer(self, context: Sequence[int]) -> Offer:
         """As many tokens as the draft cache has room for, after catching up on `behind`."""

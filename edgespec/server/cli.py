@@ -1,0 +1,145 @@
+"""The `serve` sub-command: flags -> ServerConfig + a decoder -> uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from edgespec.app.options import (
+    DRAFT_HELP,
+    TARGET_HELP,
+    add_runtime_args,
+    add_spec_args,
+    runtime_options,
+    spec_options,
+)
+from edgespec.errors import EdgespecError
+from edgespec.server.config import ServerConfig
+
+
+def add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a pair over an OpenAI-compatible HTTP API (and a page at /)",
+        description="Serve BUNDLE (or --target/--draft) on http://HOST:PORT: /v1/completions, "
+        "/v1/chat/completions, /v1/models, /health, /metrics, and a chat page at /.",
+    )
+    p.add_argument("bundle", nargs="?", help="a bundle folder (edgespec export); or --target")
+    p.add_argument("--target", help=TARGET_HELP)
+    p.add_argument("--draft", help=DRAFT_HELP)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 routes")
+    p.add_argument(
+        "--model-id", help="the model name /v1/models lists (default: the file or folder name)"
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=ServerConfig.max_body_bytes,
+        help="larger request bodies get 413 (default 1 MiB)",
+    )
+    p.add_argument(
+        "--max-queue", type=int, default=8, help="requests that may wait (more: 429), default 8"
+    )
+    p.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a web origin (http://host:port) whose pages may call the API (repeatable); "
+        "others are refused and get no CORS headers",
+    )
+    p.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to accept besides loopback names and --host (repeatable; for a "
+        "server bound to 0.0.0.0, the name clients use)",
+    )
+    p.add_argument(
+        "--no-prompt-cache",
+        action="store_true",
+        help="prefill every request whole instead of reusing the KV caches of the last one",
+    )
+    p.add_argument(
+        "--lookup-history",
+        type=int,
+        default=0,
+        metavar="N",
+        help="prompt lookup also drafts from the completions of the last N requests (default "
+        "0: off, since it carries one client's text into another's drafts; never into output)",
+    )
+    p.add_argument(
+        "--print-handoff",
+        choices=("vllm", "llama-server"),
+        help="print the command that serves this pair with the same speculative settings on "
+        "that engine, and exit",
+    )
+    add_spec_args(p)
+    add_runtime_args(p)
+    p.set_defaults(func=cmd_serve)
+
+
+def model_paths(args: argparse.Namespace) -> tuple[str, str | None]:
+    if bool(args.bundle) == bool(args.target):
+        raise EdgespecError("give a bundle folder or --target MODEL (one of them)")
+    return args.bundle or args.target, args.draft
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from edgespec.pair import resolve_bundle
+
+    target, draft = model_paths(args)
+    spec = replace(spec_options(args), lookup_history=args.lookup_history)
+    if args.print_handoff:
+        from edgespec.server.handoff import handoff_command
+
+        target_path, draft_path, _ = resolve_bundle(target, draft)
+        print(
+            handoff_command(
+                args.print_handoff,
+                target_path.resolve(),
+                draft_path.resolve() if draft_path else None,
+                spec,
+                n_ctx=args.n_ctx,
+                host=args.host,
+                port=args.port,
+            )
+        )
+        return 0
+    try:
+        import uvicorn
+
+        from edgespec.server import create_app
+    except ImportError as e:
+        raise EdgespecError(
+            f"edgespec serve needs the serve extra ({e.name} is missing): "
+            "pip install 'edgespec[serve]'"
+        ) from e
+    from edgespec.loader import load_decoder
+
+    path = Path(target)
+    config = ServerConfig(
+        model_id=args.model_id or (path.stem if path.is_file() else path.name),
+        host=args.host,
+        allow_hosts=tuple(args.allow_host),
+        allow_origins=tuple(args.allow_origin),
+        api_key=args.api_key,
+        max_queue=args.max_queue,
+        max_body_bytes=args.max_body_bytes,
+    )
+    decoder = load_decoder(
+        target, draft, spec, runtime_options(args), reuse_cache=not args.no_prompt_cache
+    )
+    app = create_app(decoder, config)
+    print(
+        f"edgespec: serving {config.model_id} on http://{args.host}:{args.port}/ "
+        "(OpenAI API under /v1)",
+        file=sys.stderr,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
