@@ -48,7 +48,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ref = bench.last_results
         spec = bench.run_method("auto", None, [prompt], tokens, args.max_tokens, ref)
         for row in (plain, spec):
-            d = row.as_dict(plain.tokens_per_second)
+            d = row.as_dict(plain)
             same = "yes" if d["identical"] == 1 else "NO"
             print(
                 f"{prompt.id:<22} {d['method']:<7} {row.runs[0].n_generated:>6} "
