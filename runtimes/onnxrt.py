@@ -90,8 +90,12 @@ class OnnxRuntime:
         cuda_graph: bool = True,
         max_graph_width: int = MAX_GRAPH_WIDTH,
         pad_to_width: int | None = None,
+        spinning: bool | None = None,
     ) -> None:
-        """max_graph_width: the widest step captured as a CUDA graph.
+        """spinning: None (default) runs on the process's shared intra-op pool, whose workers
+        spin between tasks; False or True gives this session a pool of its own with spinning
+        off or on (bench/load.py compares the three beside competing work).
+        max_graph_width: the widest step captured as a CUDA graph.
         pad_to_width: pad steps of 2..pad_to_width tokens to that width and pass the whole
         cache as total_sequence_length (one graph for every verify width, at the cost of the
         padded rows); off by default. Both shapes run on the CPU EP too, where tests check
@@ -115,6 +119,7 @@ class OnnxRuntime:
             with_cuda_graph(p) if self.cuda_graph else p
             for p in providers or ["CPUExecutionProvider"]
         ]
+        self.spinning = spinning
         self.session = self.open_session(n_threads)
         self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
         if wants_cuda and not self.on_cuda:
@@ -155,12 +160,14 @@ class OnnxRuntime:
         ort = self.ort
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if use_shared_thread_pool(n_threads or default_threads()):
+        if self.spinning is None and use_shared_thread_pool(n_threads or default_threads()):
             opts.use_per_session_threads = False
         else:  # per-session pools: spinning would steal the cores a draft session needs
             opts.intra_op_num_threads = n_threads or default_threads()
             opts.inter_op_num_threads = 1
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            spin = "1" if self.spinning else "0"
+            opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
+            opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.log_severity_level = 3
         # fold DequantizeLinear of constant weights (fp8) into float32 at load, as Cast (fp16)
