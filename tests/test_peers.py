@@ -33,6 +33,9 @@ def test_server_flags_per_mode(tmp_path):
     assert peer.mode_flags("draft", draft) == [
         "--model-draft", str(draft), "--spec-type", "draft-simple"
     ]  # fmt: skip
+    assert peer.is_stateful(["--spec-type", "ngram-mod"])
+    assert peer.is_stateful(["--spec-type", "ngram-simple,ngram-cache"])
+    assert not peer.is_stateful(["--model-draft", "ngram-mod.gguf", "--spec-type", "draft-simple"])
     command = peer.server_command(
         Path("/bin/llama-server"), Path("t.gguf"), ["--spec-type", "ngram-mod"],
         port=8123, threads=2, n_ctx=1024,
@@ -68,3 +71,4 @@ def test_llama_server_modes_on_the_tiny_pair(tiny_pair, tmp_path, capsys):
     assert all(r["prompts"] == 4 for r in report["rows"])
     assert all(r["identical"] == 4 for r in report["rows"][1:])  # float32: same tokens
     assert report["rows"][2]["baseline"] == "llama-server"
+    assert report["restarted_per_request"] == ["ngram-mod"]

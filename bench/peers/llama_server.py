@@ -6,7 +6,10 @@ does, A B B A over repeats): plain; ngram-mod (`--spec-type ngram-mod`, its docu
 defaults); draft (`--model-draft DRAFT --spec-type draft-simple`, its defaults); and any
 `--mode NAME='FLAGS'` you add. Every request is greedy (temperature 0), from an empty cache
 (cache_prompt false), with the chat tokens edgespec builds for the same prompt, so prompts
-are token for token those of `edgespec bench`. Speed is the server's own decode figure
+are token for token those of `edgespec bench`. ngram-mod keeps one n-gram pool for the
+server's life, across requests: it would draft a repeated prompt's whole answer from the
+previous repeat, so its server is restarted before every request (--keep-state to see it
+serve many requests, with --repeat 1). Speed is the server's own decode figure
 (timings.predicted_n / predicted_ms: prefill excluded, as in edgespec bench).
 
     bench/peers/llama_server.sh          # build once (15-30 min on 2 cores), prints the path
@@ -68,12 +71,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+STATEFUL = ("ngram-mod", "ngram-cache")  # spec types whose drafts learn across requests
+
+
+def is_stateful(flags: list[str]) -> bool:
+    return any(t in flag.split(",") for flag in flags for t in STATEFUL)
+
+
 class Server:
     def __init__(self, name: str, command: list[str], log_dir: Path):
         self.name = name
-        self.port = int(command[command.index("--port") + 1])
-        self.log = (log_dir / f"{name}.log").open("w")
-        self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        self.command = command
+        self.log = (log_dir / f"{name}.log").open("a")
+        self.start()
+
+    def start(self) -> None:
+        self.port = free_port()
+        i = self.command.index("--port")
+        self.command[i + 1] = str(self.port)
+        self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def restart(self) -> None:
+        """A fresh server: nothing learned from earlier requests."""
+        self.terminate()
+        self.start()
+        self.wait_ready()
 
     def wait_ready(self, timeout: float = 300.0) -> None:
         deadline = time.monotonic() + timeout
@@ -104,12 +126,15 @@ class Server:
         with urllib.request.urlopen(request, timeout=3600) as response:
             return json.loads(response.read())
 
-    def stop(self) -> None:
+    def terminate(self) -> None:
         self.proc.terminate()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+    def stop(self) -> None:
+        self.terminate()
         self.log.close()
 
 
@@ -145,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--by-category", action="store_true")
+    p.add_argument(
+        "--keep-state",
+        action="store_true",
+        help=f"do not restart {', '.join(STATEFUL)} servers between requests",
+    )
     p.add_argument("--json")
     args = p.parse_args(argv)
 
@@ -165,9 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in names:
             command = server_command(
-                binary, target, modes[name], port=free_port(), threads=args.threads,
-                n_ctx=args.n_ctx,
-            )  # fmt: skip
+                binary, target, modes[name], port=0, threads=args.threads, n_ctx=args.n_ctx
+            )
             servers[name] = Server(name, command, log_dir)
         for server in servers.values():
             server.wait_ready()
@@ -196,6 +225,9 @@ def run_suite(suite: str, args, names: list[str], servers: dict, vocab) -> dict:
             answers = {}
             for name in names if r % 2 == 0 else list(reversed(names)):
                 order.append(f"{r}:{prompt.id}:{name}")
+                fresh = is_stateful(servers[name].command) and not args.keep_state
+                if fresh and (r or prompt is not prompts[0]):
+                    servers[name].restart()
                 answers[name] = servers[name].complete(toks, budget)
             reference = list(answers["plain"].get("tokens", []))
             for name in names:
@@ -208,6 +240,9 @@ def run_suite(suite: str, args, names: list[str], servers: dict, vocab) -> dict:
         "max_tokens": args.max_tokens,
         "repeat": args.repeat,
         "threads": args.threads,
+        "restarted_per_request": [
+            n for n in names if is_stateful(servers[n].command) and not args.keep_state
+        ],
         "prompts": [p.id for p in prompts],
         "categories": {p.id: p.category for p in prompts},
         "speedup_method": CI_METHOD,
