@@ -157,3 +157,18 @@ def test_bench_command_prints_machine_and_categories(capsys, tiny_pair, tmp_path
     assert set(report["by_category"]) == {"alpha", "beta"}
     assert report["machine"]["flags"] == report["machine"]["flags"]  # recorded, a list
     assert len(report["order"]) == 8
+
+
+def test_the_peer_needs_a_gguf_target(tmp_path):
+    from edgespec.errors import EdgespecError
+    from edgespec.export.onnx_export import export_onnx
+    from tests.tiny_hf import make_tiny_hf
+
+    pytest.importorskip("onnx")
+    folder = export_onnx(make_tiny_hf(tmp_path / "hf", arch="qwen2", seed=3), tmp_path / "onnx")
+    with pytest.raises(EdgespecError) as e:
+        run_bench(folder, None, [prompt("a-1", "x")], [PEER], [2], 4, RuntimeOptions(n_ctx=64))
+    assert str(e.value) == (
+        f"method {PEER} runs llama-cpp-python on a GGUF target, not {folder}; "
+        "drop it from --methods"
+    )

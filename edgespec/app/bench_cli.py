@@ -33,6 +33,8 @@ from edgespec.pair import open_pair
 from edgespec.progress import progress
 from edgespec.runtimes import RuntimeOptions
 
+DEFAULT_METHODS = "plain,auto,ngram,model," + PEER
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -92,8 +94,14 @@ def run_bench(
         raise EdgespecError(f"--repeat must be >= 1, got {repeat}")
     variants = plan_variants(methods, ks, peer_ks)
     pair = open_pair(target, draft, opts)
+    wants_peer = any(v.method == PEER_PLAIN for v in variants)
+    if wants_peer and pair.target_path.suffix != ".gguf":
+        raise EdgespecError(
+            f"method {PEER} runs llama-cpp-python on a GGUF target, not {pair.target_path}; "
+            "drop it from --methods"
+        )
     bench = Bench(pair, k_max)
-    peer = PeerLlama(bench) if any(v.method == PEER_PLAIN for v in variants) else None
+    peer = PeerLlama(bench) if wants_peer else None
     tokens = [bench.prompt_tokens(p) for p in prompts]
     runs: dict[Variant, list[Run]] = {v: [] for v in variants}
     order: list[str] = []
@@ -262,7 +270,9 @@ def parse_ks(text: str) -> list[int]:
 def cmd_bench(args: argparse.Namespace) -> int:
     target = resolve_model(args.target)
     draft = resolve_model(args.draft) if args.draft else None
-    methods = [m for m in args.methods.split(",") if m]
+    methods = [m for m in (args.methods or DEFAULT_METHODS).split(",") if m]
+    if args.methods is None and target.suffix != ".gguf":
+        methods.remove(PEER)  # the peer runs GGUF files only (a bundle: name it in --methods)
     ks = parse_ks(args.k)
     peer_ks = parse_ks(args.peer_k)
     all_rows = {}
@@ -319,7 +329,12 @@ def add_bench_parser(sub) -> None:
         default=None,
         help=f"{' | '.join(SUITES)} | FILE.jsonl (repeatable; default edit)",
     )
-    p.add_argument("--methods", default="plain,auto,ngram,model," + PEER)
+    p.add_argument(
+        "--methods",
+        default=None,
+        help=f"comma-separated, from {', '.join(METHODS)} (default {DEFAULT_METHODS}; "
+        f"{PEER} on GGUF targets only)",
+    )
     p.add_argument("--k", default="4", help="draft lengths for fixed-k methods, e.g. 1,2,4,8")
     p.add_argument(
         "--peer-k",
