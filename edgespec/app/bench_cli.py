@@ -193,7 +193,7 @@ def run_from(d: dict) -> Run:
 
 
 TABLE = (
-    ("method", "{label:<24}"),
+    ("method", "{label:<26}"),
     ("tok/s", "{tokens_per_second:>7.1f}"),
     ("speedup [95% CI]", "{speedup_text:>19}"),
     ("over", "{baseline_text:<16}"),
@@ -231,7 +231,11 @@ def speedup_text(row: dict) -> str:
     if row.get("speedup") is None:
         return "-"
     ci = row.get("speedup_ci95")
-    return f"{row['speedup']:.2f} [{ci[0]:.2f},{ci[1]:.2f}]" if ci else f"{row['speedup']:.2f}"
+    return f"{row['speedup']:.2f} [{ratio(ci[0])},{ratio(ci[1])}]" if ci else f"{row['speedup']:.2f}"
+
+
+def ratio(x: float) -> str:
+    return f"{x:.2f}" if x < 100 else ">100"
 
 
 def table_line(row: dict) -> str:
@@ -244,14 +248,14 @@ def table_line(row: dict) -> str:
 
 def category_table(report: dict) -> list[str]:
     lines = [
-        f"{'category':<14} {'method':<24} {'n':>3} {'speedup [95% CI]':>19} {'accept':>6} "
+        f"{'category':<14} {'method':<26} {'n':>3} {'speedup [95% CI]':>19} {'accept':>6} "
         f"{'drafts':>6}"
     ]
     for name, rows in by_category(report).items():
         for r in rows:
             accept = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
             lines.append(
-                f"{name:<14} {label_of(r):<24} {r['prompts']:>3} {speedup_text(r):>19} "
+                f"{name:<14} {label_of(r):<26} {r['prompts']:>3} {speedup_text(r):>19} "
                 f"{accept:>6} {r['n_drafts']:>6}"
             )
     return lines
