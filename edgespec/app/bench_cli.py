@@ -231,7 +231,8 @@ def speedup_text(row: dict) -> str:
     if row.get("speedup") is None:
         return "-"
     ci = row.get("speedup_ci95")
-    return f"{row['speedup']:.2f} [{ratio(ci[0])},{ratio(ci[1])}]" if ci else f"{row['speedup']:.2f}"
+    point = f"{row['speedup']:.2f}"
+    return f"{point} [{ratio(ci[0])},{ratio(ci[1])}]" if ci else point
 
 
 def ratio(x: float) -> str:
