@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-docs/results}
 REPEAT=${REPEAT:-1}
 THREADS=${THREADS:-$(nproc)}
-BUNDLE=${BUNDLE:-$HOME/.cache/edgespec/onnx-demo}
+BUNDLE=${BUNDLE:-${EDGESPEC_HOME:-$HOME/.cache/edgespec}/demo-onnx}  # the one `edgespec demo` makes
 ES=".venv/bin/edgespec"
 PY=".venv/bin/python"
 TARGET=$($ES models path demo-target)
