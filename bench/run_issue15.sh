@@ -8,7 +8,7 @@
 # Minutes on a 2-core AVX2 CPU (plain ~8 tok/s on llama.cpp, ~10 on ONNX Runtime), REPEAT=1;
 # REPEAT=2 doubles each bench stage (load is not repeated):
 #   llama  ~100 (edit 25, chat 15, open 40, code 20)    onnx  ~85 (+ ~10 for the export once)
-#   peers  ~75 (edit + open, 4 variants a prompt)       server ~25 build once + ~60
+#   peers  ~75 (edit + open, 4 variants a prompt)       server ~25 build once + ~80
 #   load   ~25 (12 configurations x 11 decodes of 48 tokens)
 # Results: $OUT/i15-*.json (tables on stdout).
 set -euo pipefail
@@ -53,6 +53,7 @@ for stage in ${STAGES:-llama onnx peers server load}; do
     server)  # llama.cpp's own modes through llama-server, at the vendored commit
       SERVER=$(NICE=${NICE:-0} bash bench/peers/llama_server.sh | tail -1)
       $PY bench/peers/llama_server.py --server "$SERVER" --target "$TARGET" --draft "$DRAFT" \
+        --mode "ngram-mod-dense=--spec-type ngram-mod --spec-ngram-mod-n-min 4 --spec-ngram-mod-n-max 16" \
         --suite edit --suite open --max-tokens 128 --repeat "$REPEAT" --threads "$THREADS" \
         --by-category --json "$OUT/i15-peer-server.json" ;;
     load)
