@@ -160,6 +160,11 @@ class OnnxRuntime:
         ort = self.ort
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if self.spinning is not None and _shared_pool_threads:
+            raise ValueError(
+                f"spinning={self.spinning} needs a thread pool of this session's own, but this "
+                "process already runs ONNX Runtime's shared pool; open it in a fresh process"
+            )
         if self.spinning is None and use_shared_thread_pool(n_threads or default_threads()):
             opts.use_per_session_threads = False
         else:  # per-session pools: spinning would steal the cores a draft session needs

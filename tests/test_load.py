@@ -89,17 +89,49 @@ def test_onnx_under_a_busy_loop(tmp_path):
 
 
 def test_onnx_session_pools_follow_spinning(tmp_path):
+    """In a fresh process: once a process runs the shared pool, no session may have its own."""
     pytest.importorskip("onnx")
     from edgespec.export.onnx_export import export_onnx
-    from edgespec.runtimes.onnxrt import OnnxRuntime
     from tests.tiny_hf import make_tiny_hf
 
     folder = export_onnx(make_tiny_hf(tmp_path / "hf", arch="qwen2", seed=3), tmp_path / "onnx")
-    for spinning, value in ((False, "0"), (True, "1")):
-        opts = OnnxRuntime(folder, n_ctx=64, spinning=spinning).session.get_session_options()
-        assert opts.use_per_session_threads
-        for pool in ("intra", "inter"):
-            assert opts.get_session_config_entry(f"session.{pool}_op.allow_spinning") == value
+    code = (
+        "import sys\n"
+        "from edgespec.runtimes.onnxrt import OnnxRuntime\n"
+        "for spinning in (False, True):\n"
+        "    rt = OnnxRuntime(sys.argv[1], n_ctx=64, spinning=spinning)\n"
+        "    o = rt.session.get_session_options()\n"
+        "    print(o.use_per_session_threads, *(o.get_session_config_entry(\n"
+        "        f'session.{p}_op.allow_spinning') for p in ('intra', 'inter')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(folder)], capture_output=True, text=True, cwd=REPO
+    )
+    assert out.stdout.splitlines() == ["True 0 0", "True 1 1"], out.stderr
+
+
+def test_spinning_is_refused_beside_the_shared_pool(tmp_path):
+    pytest.importorskip("onnx")
+    from edgespec.export.onnx_export import export_onnx
+    from tests.tiny_hf import make_tiny_hf
+
+    folder = export_onnx(make_tiny_hf(tmp_path / "hf", arch="qwen2", seed=3), tmp_path / "onnx")
+    code = (
+        "import sys\n"
+        "from edgespec.runtimes.onnxrt import OnnxRuntime\n"
+        "OnnxRuntime(sys.argv[1], n_ctx=64)\n"
+        "try:\n"
+        "    OnnxRuntime(sys.argv[1], n_ctx=64, spinning=False)\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(folder)], capture_output=True, text=True, cwd=REPO
+    )
+    assert out.stdout.strip() == (
+        "spinning=False needs a thread pool of this session's own, but this process already "
+        "runs ONNX Runtime's shared pool; open it in a fresh process"
+    ), out.stderr
 
 
 @pytest.mark.parametrize(
