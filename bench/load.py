@@ -13,7 +13,9 @@ bandwidth (numpy streaming copies of 256 MB arrays, one thread), blas (numpy mat
 multi-threaded BLAS with a thread per core).
 Waiting settings: llama.cpp `default` (libgomp's), `passive` (OMP_WAIT_POLICY=PASSIVE),
 `spin-N` (GOMP_SPINCOUNT=N); ONNX Runtime `shared` (edgespec's default: the process-wide
-pool, spinning), `own` (a session pool, spinning off), `own-spin` (a session pool, spinning).
+pool, spinning), `shared-stop` (the same, its spinning stopped after each run:
+session.force_spinning_stop), `own` (a session pool, spinning off), `own-spin` (a session
+pool, spinning).
 
     python bench/load.py --target demo-target --onnx-target ~/bundles/demo-onnx/target \
         --threads 1,2 --json docs/results/load.json
@@ -34,6 +36,7 @@ PROMPT = (
     "Explain, in a few paragraphs, how a refrigerator moves heat from its inside to the room, "
     "and why the back of it feels warm."
 )
+ONNX_WAITS = ("shared", "shared-stop", "own", "own-spin")
 JOBS = ("busy", "busy-low", "busy-all", "bandwidth", "blas")
 BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end:\n    pass\n"
 BANDWIDTH = (
@@ -68,8 +71,8 @@ def worker_env(config: Config) -> dict[str, str]:
             env["GOMP_SPINCOUNT"] = config.wait.removeprefix("spin-")
         elif config.wait != "default":
             raise SystemExit(f"llama.cpp wait {config.wait!r}: default, passive or spin-N")
-    elif config.wait not in ("shared", "own", "own-spin"):
-        raise SystemExit(f"ONNX Runtime wait {config.wait!r}: shared, own or own-spin")
+    elif config.wait not in ONNX_WAITS:
+        raise SystemExit(f"ONNX Runtime wait {config.wait!r}: {', '.join(ONNX_WAITS)}")
     return env
 
 
@@ -106,9 +109,13 @@ def open_target(config: Config):
     if config.backend == "onnx":
         from edgespec.runtimes.onnxrt import OnnxRuntime
 
-        spinning = {"shared": None, "own": False, "own-spin": True}[config.wait]
+        spinning = {"own": False, "own-spin": True}.get(config.wait)
         return OnnxRuntime(
-            config.model, n_ctx=config.n_ctx, n_threads=config.threads, spinning=spinning
+            config.model,
+            n_ctx=config.n_ctx,
+            n_threads=config.threads,
+            spinning=spinning,
+            force_spinning_stop=config.wait == "shared-stop",
         )
     from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
@@ -252,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--onnx-target", help="exported ONNX target folder for ONNX Runtime")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--llama-wait", default="default,passive,spin-10000")
-    p.add_argument("--onnx-wait", default="shared,own,own-spin")
+    p.add_argument("--onnx-wait", default=",".join(ONNX_WAITS))
     p.add_argument("--jobs", default=",".join(JOBS))
     p.add_argument("--tokens", type=int, default=48)
     p.add_argument("--load-seconds", type=float, default=120.0, help="each job's own limit")

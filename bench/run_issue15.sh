@@ -9,7 +9,7 @@
 # REPEAT=2 doubles each bench stage (load is not repeated):
 #   llama  ~100 (edit 25, chat 15, open 40, code 20)    onnx  ~85 (+ ~10 for the export once)
 #   peers  ~75 (edit + open, 4 variants a prompt)       server ~25 build once + ~80
-#   load   ~25 (12 configurations x 11 decodes of 48 tokens)
+#   load   ~30 (14 configurations x 11 decodes of 48 tokens)
 # Results: $OUT/i15-*.json (tables on stdout).
 set -euo pipefail
 cd "$(dirname "$0")/.."

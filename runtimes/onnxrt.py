@@ -91,10 +91,13 @@ class OnnxRuntime:
         max_graph_width: int = MAX_GRAPH_WIDTH,
         pad_to_width: int | None = None,
         spinning: bool | None = None,
+        force_spinning_stop: bool = False,
     ) -> None:
         """spinning: None (default) runs on the process's shared intra-op pool, whose workers
         spin between tasks; False or True gives this session a pool of its own with spinning
-        off or on (bench/load.py compares the three beside competing work).
+        off or on. force_spinning_stop: the pool stops spinning after each run (it spins only
+        within one), ONNX Runtime's session.force_spinning_stop. bench/load.py compares these
+        beside competing work.
         max_graph_width: the widest step captured as a CUDA graph.
         pad_to_width: pad steps of 2..pad_to_width tokens to that width and pass the whole
         cache as total_sequence_length (one graph for every verify width, at the cost of the
@@ -120,6 +123,7 @@ class OnnxRuntime:
             for p in providers or ["CPUExecutionProvider"]
         ]
         self.spinning = spinning
+        self.force_spinning_stop = force_spinning_stop
         self.session = self.open_session(n_threads)
         self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
         if wants_cuda and not self.on_cuda:
@@ -173,6 +177,8 @@ class OnnxRuntime:
             spin = "1" if self.spinning else "0"
             opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
             opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        if self.force_spinning_stop:
+            opts.add_session_config_entry("session.force_spinning_stop", "1")
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.log_severity_level = 3
         # fold DequantizeLinear of constant weights (fp8) into float32 at load, as Cast (fp16)

@@ -81,11 +81,11 @@ def test_onnx_under_a_busy_loop(tmp_path):
     folder = export_onnx(make_tiny_hf(tmp_path / "hf", arch="qwen2", seed=3), tmp_path / "onnx")
     out = tmp_path / "load.json"
     load.main(
-        ["--onnx-target", str(folder), "--threads", "1", "--onnx-wait", "shared,own",
+        ["--onnx-target", str(folder), "--threads", "1", "--onnx-wait", "shared-stop,own",
          "--jobs", "busy", "--tokens", "6", "--load-seconds", "5", "--ramp", "0",
          "--json", str(out)]
     )  # fmt: skip
-    check_report(out, "onnx", ["shared", "own"])
+    check_report(out, "onnx", ["shared-stop", "own"])
 
 
 def test_onnx_session_pools_follow_spinning(tmp_path):
@@ -108,6 +108,19 @@ def test_onnx_session_pools_follow_spinning(tmp_path):
         [sys.executable, "-c", code, str(folder)], capture_output=True, text=True, cwd=REPO
     )
     assert out.stdout.splitlines() == ["True 0 0", "True 1 1"], out.stderr
+
+
+def test_shared_pool_can_stop_spinning_between_runs(tmp_path):
+    pytest.importorskip("onnx")
+    from edgespec.export.onnx_export import export_onnx
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+    from tests.tiny_hf import make_tiny_hf
+
+    folder = export_onnx(make_tiny_hf(tmp_path / "hf", arch="qwen2", seed=3), tmp_path / "onnx")
+    rt = OnnxRuntime(folder, n_ctx=64, force_spinning_stop=True)
+    opts = rt.session.get_session_options()
+    assert opts.get_session_config_entry("session.force_spinning_stop") == "1"
+    assert rt.forward([1, 2, 3]).shape == (3, rt.n_vocab)
 
 
 def test_spinning_is_refused_beside_the_shared_pool(tmp_path):
