@@ -1,4 +1,4 @@
-"""`edgespec bench`: every method on prompt suites; a table as it goes, JSON and a plot."""
+"""`edgespec bench`: every method on prompt suites, in turn per prompt; the table, JSON, a plot."""
 
 from __future__ import annotations
 
