@@ -93,6 +93,7 @@ def run_bench(
     if repeat < 1:
         raise EdgespecError(f"--repeat must be >= 1, got {repeat}")
     variants = plan_variants(methods, ks, peer_ks)
+    machine = machine_info()  # the load average before, and (loadavg_end) after the runs
     pair = open_pair(target, draft, opts)
     wants_peer = any(v.method == PEER_PLAIN for v in variants)
     if wants_peer and pair.target_path.suffix != ".gguf":
@@ -120,8 +121,9 @@ def run_bench(
         peer.close()
     rows = [Row(v.method, v.k, runs[v], v.baseline) for v in variants]
     by_label = {row.label: row for row in rows}
+    machine["loadavg_end"] = machine_info()["loadavg"]
     return {
-        "machine": machine_info(),
+        "machine": machine,
         "target": str(target),
         "draft": str(draft) if draft else None,
         "runtimes": pair.backend_names().split("+"),
