@@ -21,13 +21,16 @@ from edgespec.errors import BundleError
 SCHEMA_VERSION = 1
 MANIFEST = "bundle.json"
 ROLES = ("target", "draft")
-FORMATS = ("gguf", "onnx", "tensorrt")  # tensorrt: reserved for the planned back-end
+FORMATS = ("gguf", "onnx", "tensorrt")
+FOLDER_FORMATS = ("onnx", "tensorrt")  # a model folder; tensorrt: the standard-operator ONNX
+# (its engines, built on the device, live in engines/ beside it with their own sha256 and
+# device metadata: policy.tensorrt.engines, checked by runtimes/tensorrt.py at load)
 
 
 @dataclass(frozen=True)
 class ModelEntry:
     role: str  # target | draft
-    format: str  # gguf | onnx | tensorrt (planned: no runtime opens it yet)
+    format: str  # gguf | onnx | tensorrt (a standard-operator ONNX folder + engines/)
     path: str  # relative to the bundle folder, POSIX separators
     quant: str  # q4_k_m, q8_0, f16, int4, fp8, ...
     sha256: str
@@ -177,7 +180,7 @@ def confined_path(folder: Path, relative: str) -> Path:
 
 def verify_file(folder: Path, m: ModelEntry) -> None:
     path = confined_path(folder, m.path)
-    if not (path.is_dir() if m.format == "onnx" else path.is_file()):
+    if not (path.is_dir() if m.format in FOLDER_FORMATS else path.is_file()):
         raise BundleError(f"bundle file missing: {path} (named in {folder / MANIFEST})")
     files = model_files(path)
     size = sum(f.stat().st_size for f in files)

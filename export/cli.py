@@ -24,6 +24,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         tune=args.tune,
         threads=args.threads,
         int4_block=args.int4_block,
+        verify_widths=args.verify_widths,
     )
     bundle = read_bundle(export_bundle(opts))
     print(f"bundle: {bundle.folder}")
@@ -37,6 +38,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                 f"  {role} weights: {summary['n_tensors']} tensors, mean relative error "
                 f"{summary['mean']:.4f}, worst {worst:.4f} ({name})"
             )
+    if opts.format == "tensorrt":
+        print(engines_message(bundle.folder))
     if bundle.tune:
         ratios = [t / bundle.tune["target_s"][0] for t in bundle.tune["target_s"]]
         print(
@@ -45,14 +48,36 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def engines_message(bundle_dir: Path) -> str:
+    """Build the engines where TensorRT and a GPU are here; else say how to finish."""
+    from edgespec.export.trt_build import build_bundle_engines
+    from edgespec.export.trt_bundle import finish_message
+    from edgespec.runtimes.tensorrt import gpu_properties, import_tensorrt
+
+    if import_tensorrt() is None:
+        return finish_message(bundle_dir, None, "neither tensorrt nor tensorrt_rtx imports")
+    if gpu_properties() is None:
+        return finish_message(bundle_dir, None, "no CUDA GPU is visible")
+    return finish_message(bundle_dir, build_bundle_engines(bundle_dir), "")
+
+
 def add_export_parser(sub) -> None:
     p = sub.add_parser("export", help="HF folder or GGUF in, quantized bundle out")
     p.add_argument("--target", required=True, help="HF checkpoint folder or .gguf")
     p.add_argument("--draft", help="HF checkpoint folder or .gguf (omit: prompt lookup only)")
     p.add_argument("--out", required=True, help="bundle folder to create")
-    p.add_argument("--format", default="gguf", choices=["gguf", "onnx"])
-    p.add_argument("--target-quant", help="q4_0 | q4_k_m | q5_k_m | q8_0 | f16 (default: device)")
-    p.add_argument("--draft-quant", help="q8_0 | f16 | ... (default: q8_0)")
+    p.add_argument("--format", default="gguf", choices=["gguf", "onnx", "tensorrt"])
+    p.add_argument(
+        "--target-quant",
+        help="gguf: q4_0 | q4_k_m | q5_k_m | q8_0 | f16; onnx: int4 | fp8 | fp16 | fp32; "
+        "tensorrt: fp8 | int4 | fp16 (default: the device's)",
+    )
+    p.add_argument("--draft-quant", help="gguf: q8_0 | f16 | ...; tensorrt: fp16 | fp8")
+    p.add_argument(
+        "--verify-widths", metavar="1..K+1",
+        help="--format tensorrt: the verify widths that get an engine profile and a CUDA graph "
+        "(default 1..9, k up to 8)",
+    )  # fmt: skip
     p.add_argument("--output-tensor-type", help="type of the target's output projection")
     p.add_argument("--device", default="cpu", help="where the bundle will run: cpu | cuda")
     p.add_argument("--force", action="store_true", help="allow a draft below target precision")

@@ -19,6 +19,10 @@ quant (the weights): fp32; fp16; int4 (MatMulNBits, ONNX Runtime's own block qua
 symmetric); fp8 (E4M3 per-channel weights + DequantizeLinear). compute (activations and KV
 cache): fp32 for the CPU EP; fp16 for the CUDA EP, whose GroupQueryAttention kernel exists in
 fp16/bf16 only. RMSNorm runs in float32 either way, and logits leave the graph as float32.
+
+This is the "ort" flavour. export/onnx_standard.py's StandardGraphBuilder overrides the
+GraphBuilder methods that differ (inputs, attention, weights, kept rows) to write the same
+decoder with standard operators only, for TensorRT; build_decoder serves both.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class ModelInfo:
     eos_id: int | None
     sliding_window: int | None  # the runtime caps n_ctx here: the graph attends to everything
     weight_error: dict | None = None  # mean and worst relative error of the stored weights
+    flavour: str = "ort"  # ort: ONNX Runtime's contrib ops; standard: TensorRT (onnx_standard)
     model_file: str = MODEL_FILE
     format: str = "edgespec-onnx/1"
 
@@ -84,16 +89,19 @@ def export_onnx(
     compute: str = "fp32",
     block_size: int = 32,
     accuracy_level: int = 4,
+    builder: type[GraphBuilder] | None = None,
 ) -> Path:
     """Write out_dir/{model.onnx, model.onnx.data, model.json, tokenizer files}; return out_dir.
 
     source: an HF checkpoint folder, a .gguf file, or a Checkpoint already read.
     int4 only: block_size 32 or 128 weights per scale; accuracy_level is MatMulNBits' compute
     type (4 = int8 activations: on CPU the fast kernel for every width; 0 = float32, whose
-    multi-row path dequantizes the whole weight per call and runs ~2.5x slower at n >= 2)."""
+    multi-row path dequantizes the whole weight per call and runs ~2.5x slower at n >= 2).
+    builder: the graph's flavour: GraphBuilder (None; ONNX Runtime's contrib operators) or
+    export/onnx_standard.py's StandardGraphBuilder (standard operators only, for TensorRT)."""
     check_choices(quant, compute, block_size)
     ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(Path(source))
-    write_onnx_model(ckpt, Path(out_dir), quant, compute, block_size, accuracy_level)
+    write_onnx_model(ckpt, Path(out_dir), quant, compute, block_size, accuracy_level, builder)
     return Path(out_dir)
 
 
@@ -115,19 +123,22 @@ def write_onnx_model(
     compute: str,
     block_size: int,
     accuracy_level: int = 4,
+    builder: type[GraphBuilder] | None = None,
 ) -> ModelInfo:
     """The model folder; returns what model.json holds (the weight-error report included).
     Each weight goes to the data file as it is quantized, a block of rows at a time."""
     import onnx
 
     check_choices(quant, compute, block_size)
-    info = model_info(ckpt, quant, compute, block_size, accuracy_level)
+    flavour = builder or GraphBuilder
+    info = replace(model_info(ckpt, quant, compute, block_size, accuracy_level),
+                   flavour=flavour.FLAVOUR)  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / DATA_FILE).open("w+b") as data:  # w+: column blocks are placed by mmap
-        builder = GraphBuilder(quant, COMPUTES[compute], block_size, accuracy_level, data)
-        build_decoder(builder, info, ckpt.config, ckpt.weights, f"onnx {out_dir.name}")
-    onnx.save_model(builder.model(), str(out_dir / MODEL_FILE))
-    info = replace(info, weight_error=error_summary(builder.errors))  # quant/reference.py
+        g = flavour(quant, COMPUTES[compute], block_size, accuracy_level, data)
+        build_decoder(g, info, ckpt.config, ckpt.weights, f"onnx {out_dir.name}")
+    onnx.save_model(g.model(), str(out_dir / MODEL_FILE))
+    info = replace(info, weight_error=error_summary(g.errors))  # quant/reference.py
     (out_dir / "tokenizer.json").write_text(ckpt.tokenizer_json, encoding="utf-8")
     (out_dir / "tokenizer_config.json").write_text(json.dumps(ckpt.tokenizer_config, indent=1))
     if ckpt.generation_config is not None:
@@ -176,7 +187,10 @@ def model_info(
 
 
 class GraphBuilder:
-    """Nodes, initializers and unique names; weights enter through matmul()/gather()."""
+    """Nodes, initializers and unique names; weights enter through matmul()/gather(). A
+    subclass is a flavour of the one graph (export/onnx_standard.py)."""
+
+    FLAVOUR = "ort"  # model.json's flavour: which runtime reads the graph
 
     def __init__(
         self,
@@ -340,6 +354,10 @@ class GraphBuilder:
                 "GatherBlockQuantized", data, ids, s, gather_axis=0, quantize_axis=1,
                 block_size=self.block_size, bits=4,
             )  # fmt: skip
+        return self.gather_float(table, ids, name)
+
+    def gather_float(self, table: Rows, ids: str, name: str) -> str:
+        """Embedding rows stored float32 under fp32 weights, else half."""
         stored = np.float32 if self.quant == "fp32" else np.float16
         rows = self.stream(name, table.shape, stored)
         for start, stop in table.blocks(BLOCK_BYTES):
@@ -348,6 +366,33 @@ class GraphBuilder:
             return self.op("Gather", rows.close(), ids)
         gathered = self.op("Gather", rows.close(), ids)
         return gathered if self.dtype == np.float16 else self.cast(gathered, self.dtype)
+
+    # --- what the flavours do differently (export/onnx_standard.py overrides these) ---------
+
+    def step_inputs(self, info: ModelInfo) -> list:
+        from onnx import TensorProto, helper
+
+        return [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "sequence_length"]),
+            helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
+            helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, []),
+            helper.make_tensor_value_info("logits_start", TensorProto.INT64, [1]),
+        ]
+
+    def prepare(self, info: ModelInfo, config: dict) -> None:
+        """Constants every layer's attention reads (here: GroupQueryAttention's RoPE caches)."""
+        cos, sin = rope_caches(config, info.head_dim, info.context_length)
+        self.const("cos_cache", cos.astype(self.dtype))
+        self.const("sin_cache", sin.astype(self.dtype))
+
+    def attend(self, h: str, info: ModelInfo, w: LazyTensors, i: int) -> str:
+        return attention(self, h, info, w, i)
+
+    def keep_rows(self, x: str) -> str:
+        """Only the rows the caller wants go through the final norm and the (large) lm_head."""
+        self.const("int_max", np.array([np.iinfo(np.int64).max], np.int64))
+        self.const("axis_seq", np.array([1], np.int64))
+        return self.op("Slice", x, "logits_start", "int_max", "axis_seq")
 
     def model(self):
         from onnx import helper
@@ -434,15 +479,8 @@ def build_decoder(
     from onnx import TensorProto, helper
 
     eps = float(config.get("rms_norm_eps", 1e-6))
-    g.inputs += [
-        helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "sequence_length"]),
-        helper.make_tensor_value_info("seqlens_k", TensorProto.INT32, [1]),
-        helper.make_tensor_value_info("total_sequence_length", TensorProto.INT32, []),
-        helper.make_tensor_value_info("logits_start", TensorProto.INT64, [1]),
-    ]
-    cos, sin = rope_caches(config, info.head_dim, info.context_length)
-    g.const("cos_cache", cos.astype(g.dtype))
-    g.const("sin_cache", sin.astype(g.dtype))
+    g.inputs += g.step_inputs(info)
+    g.prepare(info, config)
     g.const("eps", np.array(eps, np.float32))
     g.const("two", np.array(2.0, np.float32))
     g.const("axis_last", np.array([-1], np.int64))
@@ -450,14 +488,11 @@ def build_decoder(
     for i in progress(range(info.n_layer), desc, unit="layer"):
         p = f"model.layers.{i}."
         h = rms_norm(g, x, w[p + "input_layernorm.weight"], p + "input_layernorm.weight")
-        attn = attention(g, h, info, w, i)
+        attn = g.attend(h, info, w, i)
         x = g.op("Add", x, g.matmul(attn, w.rows(p + "self_attn.o_proj.weight"), p + "o_proj"))
         h = rms_norm(g, x, w[p + "post_attention_layernorm.weight"], p + "post_norm.weight")
         x = g.op("Add", x, swiglu(g, h, w, p))
-    # only the rows the caller wants go through the final norm and the (large) lm_head
-    g.const("int_max", np.array([np.iinfo(np.int64).max], np.int64))
-    g.const("axis_seq", np.array([1], np.int64))
-    x = g.op("Slice", x, "logits_start", "int_max", "axis_seq")
+    x = g.keep_rows(x)
     x = rms_norm(g, x, w["model.norm.weight"], "model.norm.weight")
     tied = "lm_head.weight" not in w
     head = w.rows("model.embed_tokens.weight" if tied else "lm_head.weight")
@@ -487,11 +522,7 @@ def attention(g: GraphBuilder, h: str, info: ModelInfo, w: LazyTensors, i: int) 
     from onnx import helper
 
     p = f"model.layers.{i}.self_attn."
-    qkv = Rows.stack([w.rows(p + f"{n}_proj.weight") for n in "qkv"])  # [(nh + 2 nkv) hd, d]
-    x = g.matmul(h, qkv, p + "qkv_proj")
-    if p + "q_proj.bias" in w:  # Qwen2
-        bias = np.concatenate([w[p + f"{n}_proj.bias"] for n in "qkv"])
-        x = g.op("Add", x, g.const(p + "qkv_proj.bias", bias.astype(g.dtype)))
+    x = qkv_projection(g, h, w, p)
     past = [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
     present = [f"present.{i}.key", f"present.{i}.value"]
     out = g.name(p + "gqa")
@@ -508,6 +539,16 @@ def attention(g: GraphBuilder, h: str, info: ModelInfo, w: LazyTensors, i: int) 
     g.inputs += [helper.make_tensor_value_info(n, g.onnx_type, shape) for n in past]
     g.outputs += [helper.make_tensor_value_info(n, g.onnx_type, shape) for n in present]
     return out
+
+
+def qkv_projection(g: GraphBuilder, h: str, w: LazyTensors, p: str) -> str:
+    """[1, n, (nh + 2 nkv) hd]: q, k, v in one matmul (h is read once), Qwen2's bias added."""
+    qkv = Rows.stack([w.rows(p + f"{n}_proj.weight") for n in "qkv"])  # [(nh + 2 nkv) hd, d]
+    x = g.matmul(h, qkv, p + "qkv_proj")
+    if p + "q_proj.bias" in w:  # Qwen2
+        bias = np.concatenate([w[p + f"{n}_proj.bias"] for n in "qkv"])
+        x = g.op("Add", x, g.const(p + "qkv_proj.bias", bias.astype(g.dtype)))
+    return x
 
 
 def swiglu(g: GraphBuilder, h: str, w: LazyTensors, p: str) -> str:

@@ -4,8 +4,8 @@ The orchestrator owns what every format shares: the staging folder beside --out 
 place only when complete, so a failed export never leaves half a bundle), the bundle
 manifest (tokenizer and policy sections), and the one tuning call. Each format has one
 builder that writes its model files into the staging folder and describes them
-(BuiltModels): export/gguf_bundle.py, export/onnx_bundle.py. A TensorRT builder (planned)
-is one more entry in `builder`.
+(BuiltModels): export/gguf_bundle.py, export/onnx_bundle.py, export/trt_bundle.py (its
+engines are built after the bundle is in place, where TensorRT and a GPU are: export/cli.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from edgespec.runtimes.base import VocabInfo
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("gguf", "onnx")  # "trt" (TensorRT engines) is planned
+FORMATS = ("gguf", "onnx", "tensorrt")
 Builder = Callable[[ExportOptions, Path, Path], BuiltModels]  # (opts, work_dir, staging)
 
 
@@ -60,7 +60,10 @@ def builder(fmt: str) -> Builder:
         from edgespec.export.onnx_bundle import build_onnx
 
         return build_onnx
-    # a TensorRT builder goes here: engines per role from the same sources, same BuiltModels
+    if fmt == "tensorrt":
+        from edgespec.export.trt_bundle import build_tensorrt
+
+        return build_tensorrt
     raise EdgespecError(f"format {fmt!r} is not available; use {' or '.join(FORMATS)}")
 
 

@@ -44,13 +44,17 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
 
     path = Path(path)
     if path.is_dir() and (path / "model.json").is_file():
-        from edgespec.runtimes.onnxrt import OnnxRuntime
+        from edgespec.runtimes.onnxrt import OnnxRuntime, read_model_json
 
         if opts.n_gpu_layers is not None:
             raise ModelFileError(
                 f"{path} is an ONNX model: --n-gpu-layers is for GGUF models (llama.cpp); "
                 "run it on the GPU with --device cuda"
             )
+        if read_model_json(path).get("flavour") == "standard":  # a TensorRT bundle's model
+            from edgespec.runtimes.tensorrt import open_standard
+
+            return open_standard(path, opts.n_ctx, opts.n_threads, opts.device)
         gpu = ["CUDAExecutionProvider", "CPUExecutionProvider"] if opts.device == "cuda" else None
         return OnnxRuntime(path, n_ctx=opts.n_ctx, n_threads=opts.n_threads, providers=gpu)
     if path.suffix == ".gguf" or starts_with(path, b"GGUF"):

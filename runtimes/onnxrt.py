@@ -134,11 +134,7 @@ class OnnxRuntime:
         self.kv = self.allocate_cache()  # name -> OrtValue [1, n_kv, n_ctx, hd]
         self.steps: dict[tuple[int, int], Step] = {}  # (width, rows) -> bound step
         self.run_options: dict[int, Any] = {}  # CUDA graph id -> RunOptions
-        self.tokenizer = self.load_tokenizer()
-        self.added = self.tokenizer.get_added_tokens_decoder()  # id -> AddedToken
-        self.kind = vocab_type(json.loads(self.tokenizer.to_str())["model"])
-        self._pieces: dict[int, bytes] = {}
-        self._vocab_info: VocabInfo | None = None
+        self.load_vocabulary()
 
     # --- loading -------------------------------------------------------------------------
 
@@ -216,6 +212,14 @@ class OnnxRuntime:
                     value = self.ort.OrtValue.ortvalue_from_numpy(zeros)
                 kv[f"{i}.{kind}"] = value
         return kv
+
+    def load_vocabulary(self) -> None:
+        """The tokenizer and what the vocabulary methods cache (runtimes/tensorrt.py too)."""
+        self.tokenizer = self.load_tokenizer()
+        self.added = self.tokenizer.get_added_tokens_decoder()  # id -> AddedToken
+        self.kind = vocab_type(json.loads(self.tokenizer.to_str())["model"])
+        self._pieces: dict[int, bytes] = {}
+        self._vocab_info: VocabInfo | None = None
 
     def load_tokenizer(self):
         from tokenizers import Tokenizer

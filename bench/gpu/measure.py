@@ -299,6 +299,14 @@ def open_model(path: Path, args: argparse.Namespace) -> Runtime:
         if args.graphs == "off":  # read by ggml-cuda at its first graph, after this
             os.environ["GGML_CUDA_DISABLE_GRAPHS"] = "1"
         return LlamaCppRuntime(path, n_ctx=n_ctx, n_gpu_layers=layers)
+    if args.backend == "tensorrt":  # a --format tensorrt bundle; its engines always use graphs
+        from edgespec.runtimes import RuntimeOptions, open_runtime
+        from edgespec.runtimes.tensorrt import TensorRTRuntime
+
+        trt = open_runtime(path, RuntimeOptions(n_ctx=n_ctx, device=args.device))
+        if args.device == "cuda" and not isinstance(trt, TensorRTRuntime):
+            raise SystemExit(f"{path}: no TensorRT engine ran (see the warning above)")
+        return trt
     from edgespec.runtimes.onnxrt import OnnxRuntime
 
     providers = ["CUDAExecutionProvider"] if args.device == "cuda" else None
@@ -396,7 +404,7 @@ def table(reports: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bundle", type=Path)
-    ap.add_argument("--backend", choices=["llama", "onnx"], default="llama")
+    ap.add_argument("--backend", choices=["llama", "onnx", "tensorrt"], default="llama")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument(
         "--graphs",

@@ -38,8 +38,36 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
 
         rows.append(("onnxruntime providers", ", ".join(onnxruntime.get_available_providers())))
         rows.append(("CUDA graphs", cuda_graph_status(onnxruntime, model)))
-    trt = module_version("tensorrt") or "not installed"
-    rows.append(("tensorrt", f"{trt} (the TensorRT back-end is planned, not built yet)"))
+    return rows + tensorrt_report()
+
+
+def tensorrt_report() -> list[tuple[str, str]]:
+    """TensorRT / TensorRT for RTX, cuda-python, the GPU, and the precisions an engine build
+    (`edgespec export --format tensorrt`) would pick here, with the reason."""
+    from edgespec.export.trt_plan import precision_for_device
+    from edgespec.runtimes.tensorrt import gpu_properties
+
+    trt, rtx = module_version("tensorrt"), module_version("tensorrt_rtx")
+    cuda = module_version("cuda.bindings") or module_version("cuda")
+    gpu = gpu_properties()
+    rows = [
+        ("tensorrt", trt or "missing: JetPack ships it (apt install nvidia-tensorrt on a bare "
+         "system); not installable from PyPI alone"),
+        ("tensorrt for RTX", rtx or "missing: on an RTX GPU, pip install tensorrt-rtx-cu13"),
+        ("cuda-python", cuda or "missing: pip install cuda-python (the TensorRT runtime's "
+         "device memory, streams and CUDA graphs)"),
+        ("GPU", f"{gpu[0]}, compute capability {gpu[1][0]}.{gpu[1][1]}" if gpu
+         else "none visible (no CUDA driver or device)"),
+    ]  # fmt: skip
+    choice = precision_for_device(gpu[1] if gpu else None)
+    rows.append(("engine precision", f"target {choice.target}, draft {choice.draft}: "
+                 f"{choice.reason}"))  # fmt: skip
+    if not (trt or rtx) or not cuda or not gpu:
+        rows.append(("TensorRT back-end", "inactive: a TensorRT bundle runs on ONNX Runtime "
+                     "here (the same standard-operator ONNX)"))  # fmt: skip
+    else:
+        rows.append(("TensorRT back-end", "available: export with --format tensorrt, or build "
+                     "a bundle's engines with its build_engines.sh"))  # fmt: skip
     return rows
 
 
