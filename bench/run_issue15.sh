@@ -5,11 +5,12 @@
 #
 #   STAGES="llama onnx peers server load" REPEAT=2 bench/run_issue15.sh
 #
-# Minutes on a 2-core AVX2 CPU (plain ~8 tok/s on llama.cpp, ~10 on ONNX Runtime), REPEAT=1;
-# REPEAT=2 doubles each bench stage (load is not repeated):
-#   llama  ~100 (edit 25, chat 15, open 40, code 20)    onnx  ~85 (+ ~10 for the export once)
-#   peers  ~75 (edit + open, 4 variants a prompt)       server ~25 build once + ~80
-#   load   ~30 (14 configurations x 11 decodes of 48 tokens)
+# Minutes on a 2-core AVX2 CPU (plain ~8 tok/s on llama.cpp, ~10 on ONNX Runtime; prefill
+# ~50 tok/s), REPEAT=1; REPEAT=2 doubles each stage but load:
+#   llama  ~105 (edit 29, chat 14, open 40, code 22)   onnx   ~80 (+ ~10: the export, once)
+#   peers  ~110 (edit 40, open 70; 4 runs a prompt)    server ~115 (edit 39, open 77; 4 modes)
+#                                                        + ~15 to build llama-server, once
+#   load   ~25-40 (14 configurations x 11 decodes of 48 tokens; collapses take longer)
 # Results: $OUT/i15-*.json (tables on stdout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +48,7 @@ for stage in ${STAGES:-llama onnx peers server load}; do
     peers)  # llama-cpp-python's prompt lookup (its README's num_pred_tokens 2 and 10)
       for suite in edit open; do
         $ES bench --target "$TARGET" --draft "$DRAFT" $COMMON --suite $suite --max-tokens 128 \
-          --methods plain,auto,llama-cpp-python-pld --peer-k 2,10 \
+          --methods plain,llama-cpp-python-pld --peer-k "${PEER_K:-2,10}" \
           --json "$OUT/i15-peer-lcp-$suite.json"
       done ;;
     server)  # llama.cpp's own modes through llama-server, at the vendored commit
