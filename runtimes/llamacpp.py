@@ -10,6 +10,7 @@ import collections
 import ctypes
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,9 +28,24 @@ VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: 
 _recent_llama_log: collections.deque[str] = collections.deque(maxlen=20)
 _log_callback = None  # the ctypes callback; kept alive for as long as llama.cpp may call it
 _backend_ready = False
+# llama.cpp's CPU threads meet at an OpenMP barrier after every op; libgomp spins there up to
+# GOMP_SPINCOUNT iterations (300000 by default) before sleeping. Beside other work a spinning
+# thread holds a core its descheduled partner could move to. A number here is given to
+# libgomp as GOMP_SPINCOUNT when the user set neither it nor OMP_WAIT_POLICY; None keeps
+# libgomp's default. bench/load.py measures the choice (quiet and loaded) before it changes.
+GOMP_SPINCOUNT_DEFAULT: int | None = None
+
+
+def set_openmp_wait() -> None:
+    """Before llama.cpp (and with it libgomp, which reads these once) is loaded."""
+    if GOMP_SPINCOUNT_DEFAULT is None or "llama_cpp" in sys.modules:
+        return
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT_DEFAULT)
 
 
 def import_llama_cpp():
+    set_openmp_wait()
     try:
         import llama_cpp
     except ImportError as e:  # pragma: no cover - depends on the environment

@@ -160,8 +160,15 @@ class OnnxRuntime:
         cuda_graph: bool = True,
         max_graph_width: int = MAX_GRAPH_WIDTH,
         pad_to_width: int | None = None,
+        spinning: bool | None = None,
+        force_spinning_stop: bool = False,
     ) -> None:
-        """max_graph_width: the widest step captured as a CUDA graph.
+        """spinning: None (default) runs on the process's shared intra-op pool, whose workers
+        spin between tasks; False or True gives this session a pool of its own with spinning
+        off or on. force_spinning_stop: the pool stops spinning after each run (it spins only
+        within one), ONNX Runtime's session.force_spinning_stop. bench/load.py compares these
+        beside competing work.
+        max_graph_width: the widest step captured as a CUDA graph.
         pad_to_width: pad steps of 2..pad_to_width tokens to that width and pass the whole
         cache as total_sequence_length (one graph for every verify width, at the cost of the
         padded rows); off by default. Both shapes run on the CPU EP too, where tests check
@@ -185,6 +192,8 @@ class OnnxRuntime:
             with_cuda_graph(p) if self.cuda_graph else p
             for p in providers or ["CPUExecutionProvider"]
         ]
+        self.spinning = spinning
+        self.force_spinning_stop = force_spinning_stop
         self.session = self.open_session(n_threads)
         self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
         if wants_cuda and not self.on_cuda:
@@ -222,12 +231,21 @@ class OnnxRuntime:
         ort = self.ort
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if use_shared_thread_pool(n_threads or default_threads()):
+        if self.spinning is not None and _shared_pool_threads:
+            raise ValueError(
+                f"spinning={self.spinning} needs a thread pool of this session's own, but this "
+                "process already runs ONNX Runtime's shared pool; open it in a fresh process"
+            )
+        if self.spinning is None and use_shared_thread_pool(n_threads or default_threads()):
             opts.use_per_session_threads = False
         else:  # per-session pools: spinning would steal the cores a draft session needs
             opts.intra_op_num_threads = n_threads or default_threads()
             opts.inter_op_num_threads = 1
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            spin = "1" if self.spinning else "0"
+            opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
+            opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        if self.force_spinning_stop:
+            opts.add_session_config_entry("session.force_spinning_stop", "1")
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.log_severity_level = 3
         # fold DequantizeLinear of constant weights (fp8) into float32 at load, as Cast (fp16)

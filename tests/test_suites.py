@@ -61,5 +61,5 @@ def test_unknown_suite():
     with pytest.raises(EdgespecError) as e:
         load_suite("nonsense")
     assert str(e.value) == (
-        "suite 'nonsense' is neither code, edit, chat nor a JSONL file; check the path"
+        "suite 'nonsense' is neither edit, code, chat, open nor a JSONL file; check the path"
     )

@@ -1,4 +1,4 @@
-"""`edgespec bench`: every method on prompt suites; a table as it goes, JSON and a plot."""
+"""`edgespec bench`: every method on prompt suites, in turn per prompt; the table, JSON, a plot."""
 
 from __future__ import annotations
 
@@ -6,18 +6,74 @@ import argparse
 import json
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.app.bench import METHODS, PEER, Bench, Row
+from edgespec.app.bench import (
+    CI_METHOD,
+    METHODS,
+    PEER,
+    PEER_PLAIN,
+    Bench,
+    Row,
+    Run,
+    machine_info,
+    machine_line,
+    paired_speedup,
+    token_budget,
+)
 from edgespec.app.models import resolve_model
 from edgespec.app.options import DRAFT_HELP, TARGET_HELP, add_runtime_args, runtime_options
-from edgespec.app.peer import run_peer
-from edgespec.app.suites import Prompt, load_suite
-from edgespec.calibrate import device_description
+from edgespec.app.peer import PEER_KS, PeerLlama
+from edgespec.app.suites import SUITES, Prompt, load_suite
+from edgespec.engine import Result, Stats
 from edgespec.errors import EdgespecError
 from edgespec.pair import open_pair
+from edgespec.progress import progress
 from edgespec.runtimes import RuntimeOptions
+
+DEFAULT_METHODS = "plain,auto,ngram,model," + PEER
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One column of the comparison: a method at one k (None: auto or plain)."""
+
+    method: str
+    k: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.method if self.k is None else f"{self.method} k={self.k}"
+
+    @property
+    def baseline(self) -> str:
+        """The variant this one's speed is divided by: the peer against its own plain."""
+        return PEER_PLAIN if self.method == PEER else "plain"
+
+
+def plan_variants(methods: Sequence[str], ks: Sequence[int], peer_ks: Sequence[int]):
+    """plain first (the reference), then each method at each k it takes; the peer brings
+    its own plain."""
+    for m in methods:
+        if m not in METHODS:
+            raise EdgespecError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+    variants = [Variant("plain")]
+    for m in dict.fromkeys(methods):
+        if m in ("model", "ngram"):
+            variants += [Variant(m, k) for k in ks]
+        elif m == "auto":
+            variants.append(Variant(m))
+        elif m == PEER:
+            variants += [Variant(PEER_PLAIN)] + [Variant(PEER, k) for k in peer_ks]
+    return variants
+
+
+def turn_order(variants: Sequence[Variant], repeat: int) -> list[Variant]:
+    """Forward on even repeats, backward on odd ones (A B B A): a drift that is linear in
+    time then weighs on every method alike over two repeats."""
+    return list(variants) if repeat % 2 == 0 else list(reversed(variants))
 
 
 def run_bench(
@@ -29,73 +85,132 @@ def run_bench(
     max_tokens: int,
     opts: RuntimeOptions,
     k_max: int = 16,
-    progress: Callable[[dict], None] | None = None,
+    repeat: int = 1,
+    peer_ks: Sequence[int] = PEER_KS,
 ) -> dict:
-    """Plain first (the reference), then every method x k; returns the JSON-ready report."""
-    for m in methods:
-        if m not in METHODS:
-            raise EdgespecError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+    """Each prompt under every variant in turn (plain, auto, ... then the next prompt), the
+    whole suite `repeat` times; returns the JSON-ready report."""
+    if repeat < 1:
+        raise EdgespecError(f"--repeat must be >= 1, got {repeat}")
+    variants = plan_variants(methods, ks, peer_ks)
+    machine = machine_info()  # the load average before, and (loadavg_end) after the runs
     pair = open_pair(target, draft, opts)
+    wants_peer = any(v.method == PEER_PLAIN for v in variants)
+    if wants_peer and pair.target_path.suffix != ".gguf":
+        raise EdgespecError(
+            f"method {PEER} runs llama-cpp-python on a GGUF target, not {pair.target_path}; "
+            "drop it from --methods"
+        )
     bench = Bench(pair, k_max)
+    peer = PeerLlama(bench) if wants_peer else None
     tokens = [bench.prompt_tokens(p) for p in prompts]
-    rows = [bench.run_method("plain", None, prompts, tokens, max_tokens, None)]
-    refs = bench.last_results
-    report_progress(progress, rows[0], rows[0])
-    for method in methods:
-        for k in ks if method in ("model", "ngram", PEER) else [None]:
-            if method == "plain":
-                break
-            if method == PEER:
-                row = run_peer(bench, k or 4, prompts, tokens, max_tokens, refs)
-            else:
-                row = bench.run_method(method, k, prompts, tokens, max_tokens, refs)
-            rows.append(row)
-            report_progress(progress, row, rows[0])
-    plain_tps = rows[0].tokens_per_second
+    runs: dict[Variant, list[Run]] = {v: [] for v in variants}
+    order: list[str] = []
+    cases = [(r, i) for r in range(repeat) for i in range(len(prompts))]
+    for r, i in progress(cases, "bench", unit="prompt", total=len(cases)):
+        prompt, toks = prompts[i], tokens[i]
+        results = {}
+        for v in turn_order(variants, r):
+            order.append(f"{r}:{prompt.id}:{v.label}")
+            results[v] = run_variant(bench, peer, v, prompt, toks, max_tokens)
+        reference = results[variants[0]]
+        for v, result in results.items():
+            ref = None if v == variants[0] else reference
+            runs[v].append(bench.compare(prompt, toks, result, ref, repeat=r))
+    if peer is not None:
+        peer.close()
+    rows = [Row(v.method, v.k, runs[v], v.baseline) for v in variants]
+    by_label = {row.label: row for row in rows}
+    machine["loadavg_end"] = machine_info()["loadavg"]
     return {
-        "machine": device_description(),
+        "machine": machine,
         "target": str(target),
         "draft": str(draft) if draft else None,
         "runtimes": pair.backend_names().split("+"),
         "max_tokens": max_tokens,
+        "repeat": repeat,
         "prompts": [p.id for p in prompts],
+        "categories": {p.id: p.category for p in prompts},
+        "speedup_method": CI_METHOD,
+        "order": order,
         "command": " ".join(shlex.quote(a) for a in sys.argv),
-        "rows": [row.as_dict(plain_tps) for row in rows],
-    }
+        "rows": [row.as_dict(None if i == 0 else by_label[row.baseline]) for i, row in
+                 enumerate(rows)],
+    }  # fmt: skip
 
 
-def report_progress(progress: Callable[[dict], None] | None, row: Row, plain: Row) -> None:
-    if progress:
-        progress(row.as_dict(plain.tokens_per_second))
+def run_variant(
+    bench: Bench, peer: PeerLlama | None, v: Variant, prompt: Prompt, toks, max_tokens: int
+) -> Result:
+    if v.method not in (PEER, PEER_PLAIN):
+        return bench.generate(v.method, v.k, prompt, toks, max_tokens)
+    assert peer is not None
+    out, seconds = peer.generate(v.k, toks, token_budget(prompt, max_tokens))
+    stats = Stats(n_generated=max(len(out) - 1, 0), t_total=seconds)
+    return Result("", out, "stop", stats)
+
+
+def by_category(report: dict) -> dict[str, list[dict]]:
+    """Each category's rows: speedup and interval over that category's prompts alone."""
+    categories = report["categories"]
+    names = sorted({c for c in categories.values() if c})
+    out: dict[str, list[dict]] = {}
+    for name in names:
+        ids = {p for p, c in categories.items() if c == name}
+        out[name] = []
+        for r in report["rows"][1:]:
+            base = next(b for b in report["rows"] if label_of(b) == r["baseline"])
+            mine = [run_from(x) for x in r["runs"] if x["prompt_id"] in ids]
+            theirs = [run_from(x) for x in base["runs"] if x["prompt_id"] in ids]
+            s = paired_speedup(mine, theirs)
+            drafted = sum(x.stats.get("n_draft_tokens", 0) for x in mine)
+            accepted = sum(x.stats.get("n_accepted", 0) for x in mine)
+            out[name].append(
+                {
+                    "method": r["method"],
+                    "k": r["k"],
+                    "baseline": r["baseline"],
+                    "prompts": len(ids),
+                    "speedup": s.gmean if s else None,
+                    "speedup_ci95": [s.lo, s.hi] if s and s.lo is not None else None,
+                    "acceptance_rate": round(accepted / drafted, 4) if drafted else None,
+                    "n_drafts": sum(
+                        x.stats.get("n_steps", 0) - x.stats.get("n_plain_steps", 0) for x in mine
+                    ),
+                }
+            )
+    return out
+
+
+def label_of(row: dict) -> str:
+    return (
+        row["method"]
+        if row["k"] in ("-", "auto") or row["k"] is None
+        else (f"{row['method']} k={row['k']}")
+    )
+
+
+def run_from(d: dict) -> Run:
+    return Run(**d)
 
 
 TABLE = (
-    ("method", "{method:<22}"),
-    ("k", "{k!s:>4}"),
+    ("method", "{label:<26}"),
     ("tok/s", "{tokens_per_second:>7.1f}"),
-    ("speedup", "{speedup:>7.2f}"),
+    ("speedup [95% CI]", "{speedup_text:>19}"),
+    ("over", "{baseline_text:<16}"),
     ("accept", "{acceptance_rate:>6}"),
     ("len", "{mean_acceptance_length:>5}"),
     ("draft%", "{draft_share:>6.0%}"),
     ("verify%", "{verify_share:>7.0%}"),
     ("plain", "{plain_steps:>5}"),
-    ("same", "{identical:>3}/{prompts:<3}"),
+    ("same", "{identical:>4}/{prompts:<4}"),
 )
-
-
-def table_header() -> str:
-    widths = [len(fmt.format(**SAMPLE_ROW)) for _, fmt in TABLE]
-    return " ".join(
-        f"{name:>{w}}" if i else f"{name:<{w}}"
-        for i, ((name, _), w) in enumerate(zip(TABLE, widths))
-    )
-
-
 SAMPLE_ROW = {
-    "method": "",
-    "k": "",
+    "label": "",
     "tokens_per_second": 0.0,
-    "speedup": 0.0,
+    "speedup_text": "",
+    "baseline_text": "",
     "acceptance_rate": "",
     "mean_acceptance_length": "",
     "draft_share": 0.0,
@@ -106,11 +221,47 @@ SAMPLE_ROW = {
 }
 
 
+def table_header() -> str:
+    widths = [len(fmt.format(**SAMPLE_ROW)) for _, fmt in TABLE]
+    return " ".join(
+        f"{name:>{w}}" if 0 < i and "<" not in fmt else f"{name:<{w}}"
+        for i, ((name, fmt), w) in enumerate(zip(TABLE, widths))
+    )
+
+
+def speedup_text(row: dict) -> str:
+    if row.get("speedup") is None:
+        return "-"
+    ci = row.get("speedup_ci95")
+    point = f"{row['speedup']:.2f}"
+    return f"{point} [{ratio(ci[0])},{ratio(ci[1])}]" if ci else point
+
+
+def ratio(x: float) -> str:
+    return f"{x:.2f}" if x < 100 else ">100"
+
+
 def table_line(row: dict) -> str:
-    shown = dict(row)
+    shown = dict(row, label=label_of(row), speedup_text=speedup_text(row))
+    shown["baseline_text"] = row["baseline"] or "-"
     for key in ("acceptance_rate", "mean_acceptance_length"):
         shown[key] = "-" if row[key] is None else f"{row[key]:.2f}"
     return " ".join(fmt.format(**shown) for _, fmt in TABLE)
+
+
+def category_table(report: dict) -> list[str]:
+    lines = [
+        f"{'category':<14} {'method':<26} {'n':>3} {'speedup [95% CI]':>19} {'accept':>6} "
+        f"{'drafts':>6}"
+    ]
+    for name, rows in by_category(report).items():
+        for r in rows:
+            accept = "-" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
+            lines.append(
+                f"{name:<14} {label_of(r):<26} {r['prompts']:>3} {speedup_text(r):>19} "
+                f"{accept:>6} {r['n_drafts']:>6}"
+            )
+    return lines
 
 
 def parse_ks(text: str) -> list[int]:
@@ -126,13 +277,18 @@ def parse_ks(text: str) -> list[int]:
 def cmd_bench(args: argparse.Namespace) -> int:
     target = resolve_model(args.target)
     draft = resolve_model(args.draft) if args.draft else None
-    methods = [m for m in args.methods.split(",") if m]
+    methods = [m for m in (args.methods or DEFAULT_METHODS).split(",") if m]
+    if args.methods is None and target.suffix != ".gguf":
+        methods.remove(PEER)  # the peer runs GGUF files only (a bundle: name it in --methods)
     ks = parse_ks(args.k)
+    peer_ks = parse_ks(args.peer_k)
     all_rows = {}
     for suite in args.suite or ["edit"]:
         prompts = load_suite(suite, args.limit)
-        print(f"suite {suite}: {len(prompts)} prompts, max {args.max_tokens} tokens")
-        print(table_header())
+        print(
+            f"suite {suite}: {len(prompts)} prompts x {args.repeat}, max {args.max_tokens} "
+            "tokens, methods in turn per prompt"
+        )
         report = run_bench(
             target,
             draft,
@@ -142,8 +298,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
             args.max_tokens,
             runtime_options(args),
             k_max=args.k_max,
-            progress=lambda row: print(table_line(row), flush=True),
+            repeat=args.repeat,
+            peer_ks=peer_ks,
         )
+        print(machine_line(report["machine"]))
+        print(f"speedup: {CI_METHOD}")
+        print(table_header())
+        for row in report["rows"]:
+            print(table_line(row))
+        if args.by_category:
+            if any(report["categories"].values()):
+                report["by_category"] = by_category(report)
+                print("\n".join(category_table(report)))
+            else:
+                print(f"suite {suite}: its ids carry no category (<category>-<number>)")
+        print(flush=True)
         all_rows[suite] = report
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -165,13 +334,31 @@ def add_bench_parser(sub) -> None:
         "--suite",
         action="append",
         default=None,
-        help="code | edit | chat | FILE.jsonl (repeatable; default edit)",
+        help=f"{' | '.join(SUITES)} | FILE.jsonl (repeatable; default edit)",
     )
-    p.add_argument("--methods", default="plain,auto,ngram,model," + PEER)
+    p.add_argument(
+        "--methods",
+        default=None,
+        help=f"comma-separated, from {', '.join(METHODS)} (default {DEFAULT_METHODS}; "
+        f"{PEER} on GGUF targets only)",
+    )
     p.add_argument("--k", default="4", help="draft lengths for fixed-k methods, e.g. 1,2,4,8")
+    p.add_argument(
+        "--peer-k",
+        default=",".join(map(str, PEER_KS)),
+        help="num_pred_tokens for llama-cpp-python's prompt lookup (its README: 10, or 2 on CPUs)",
+    )
     p.add_argument("--k-max", type=int, default=16, help="longest draft for method auto")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--limit", type=int, default=None, help="first N prompts of each suite")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="run the suite N times (methods in turn per prompt)"
+    )
+    p.add_argument(
+        "--by-category",
+        action="store_true",
+        help="a table per category too (ids <category>-<number>, e.g. the open suite)",
+    )
     p.add_argument("--json", help="write every number here")
     p.add_argument("--plot", help="write a PNG: speedup vs k, acceptance by position")
     add_runtime_args(p)

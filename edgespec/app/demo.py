@@ -1,14 +1,28 @@
-"""`edgespec demo`: fetch the demo pair; plain and speculative decoding side by side."""
+"""`edgespec demo`: fetch the demo pair; plain and speculative decoding side by side, on the
+back-end the cost model finds cheapest to verify on this machine (--backend auto)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 from edgespec.app.bench import Bench
 from edgespec.app.models import fetch
 from edgespec.app.options import add_runtime_args, runtime_options
 from edgespec.app.suites import Prompt
-from edgespec.pair import open_pair
+from edgespec.calibrate import cost_curve
+from edgespec.controller import CostCurve, expected_tokens
+from edgespec.errors import EdgespecError
+from edgespec.pair import ModelPair, open_pair
+from edgespec.paths import edgespec_home
+from edgespec.runtimes import RuntimeOptions
+
+BACKENDS = ("auto", "llama", "onnx")
+BACKEND_NAMES = {"llama": "llama.cpp", "onnx": "ONNX Runtime"}
+REFERENCE_ACCEPTANCE = 0.7  # between open text (0.4-0.8) and edits (0.9): a middle demand
+SHOWN_WIDTH = 5  # the verify width the message quotes (k = 4)
 
 DEMO_EDIT = """Add type hints to this function and change nothing else. Reply with the code only.
 
@@ -35,9 +49,80 @@ DEMO_PROMPTS = (
 )
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str  # llama | onnx
+    rates: dict[str, float]  # modelled tok/s at REFERENCE_ACCEPTANCE, by back-end
+    reason: str
+
+
+def modelled_rate(curve: CostCurve, alpha: float, k_max: int) -> float:
+    """Tokens per second the cost curve allows at acceptance alpha with a free drafter (prompt
+    lookup), at the best k (k = 0: plain decoding)."""
+    n = len(curve.target_s)
+    return max(
+        expected_tokens([alpha] * k) / curve.target(k + 1) for k in range(min(k_max, n - 1) + 1)
+    )
+
+
+def choose_backend(
+    curves: dict[str, CostCurve], alpha: float = REFERENCE_ACCEPTANCE, k_max: int = 16
+) -> BackendChoice:
+    """The back-end whose verify curve gives the most tokens per second at acceptance alpha
+    (on a tie, the first), and a sentence that says why."""
+    rates = {name: modelled_rate(curve, alpha, k_max) for name, curve in curves.items()}
+    best = max(rates, key=lambda name: rates[name])
+
+    def costs(name: str) -> str:
+        curve = curves[name]
+        ratio = curve.target(SHOWN_WIDTH) / curve.target(1)
+        return f"one token {curve.target(1) * 1e3:.0f} ms, {SHOWN_WIDTH} tokens {ratio:.2f}x that"
+
+    others = "; ".join(
+        f"{BACKEND_NAMES[o]} {rates[o]:.1f} ({costs(o)})" for o in curves if o != best
+    )
+    flags = ", ".join(f"--backend {o}" for o in curves if o != best)
+    reason = (
+        f"back-end: {BACKEND_NAMES[best]}, the cheapest to verify on this machine by the cost "
+        f"model: {costs(best)}; {rates[best]:.1f} tok/s modelled at {alpha:.0%} acceptance, "
+        f"against {others}. {flags} runs the other"
+    )
+    return BackendChoice(best, rates, reason)
+
+
+def demo_onnx_bundle(target: Path, draft: Path) -> Path:
+    """The demo pair exported to ONNX once, kept in $EDGESPEC_HOME/demo-onnx."""
+    out = edgespec_home() / "demo-onnx"
+    if (out / "bundle.json").is_file():
+        return out
+    if out.exists() and any(out.iterdir()):
+        raise EdgespecError(f"{out} holds no bundle.json; remove the folder and run again")
+    from edgespec.export.options import ExportOptions
+    from edgespec.export.orchestrator import export_bundle
+
+    print(f"exporting the demo pair to ONNX once (minutes), into {out}", file=sys.stderr)
+    return export_bundle(ExportOptions(target=target, out=out, draft=draft, format="onnx"))
+
+
+def demo_pair(backend: str, opts: RuntimeOptions, k_max: int) -> tuple[ModelPair, str]:
+    """The pair the demo runs on, and a line saying which back-end and why."""
     target, draft = fetch("demo")
-    bench = Bench(open_pair(target, draft, runtime_options(args)), args.k_max)
+    if backend == "llama":
+        return open_pair(target, draft, opts), "back-end: llama.cpp (--backend llama)"
+    onnx = open_pair(demo_onnx_bundle(target, draft), None, opts)
+    if backend == "onnx":
+        return onnx, "back-end: ONNX Runtime (--backend onnx)"
+    llama = open_pair(target, draft, opts)
+    pairs = {"llama": llama, "onnx": onnx}
+    curves = {name: cost_curve(pair, n_max=k_max + 1) for name, pair in pairs.items()}
+    choice = choose_backend(curves, k_max=k_max)
+    return pairs[choice.name], choice.reason
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    pair, reason = demo_pair(args.backend, runtime_options(args), args.k_max)
+    print(reason)
+    bench = Bench(pair, args.k_max)
     print(
         f"{'request':<22} {'method':<7} {'tokens':>6} {'tok/s':>6} {'speedup':>7} "
         f"{'accept':>6} {'len':>5} {'identical':>9}"
@@ -48,7 +133,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         ref = bench.last_results
         spec = bench.run_method("auto", None, [prompt], tokens, args.max_tokens, ref)
         for row in (plain, spec):
-            d = row.as_dict(plain.tokens_per_second)
+            d = row.as_dict(plain)
             same = "yes" if d["identical"] == 1 else "NO"
             print(
                 f"{prompt.id:<22} {d['method']:<7} {row.runs[0].n_generated:>6} "
@@ -70,5 +155,12 @@ def add_demo_parser(sub) -> None:
     p.add_argument("--max-tokens", type=int, default=192)
     p.add_argument("--k-max", type=int, default=16)
     p.add_argument("--show", action="store_true", help="print the generated text too")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="auto (default): the back-end the cost model finds cheapest here (exports the demo "
+        "pair to ONNX once); llama: llama.cpp on the GGUF files; onnx: ONNX Runtime",
+    )
     add_runtime_args(p)
     p.set_defaults(func=cmd_demo, n_ctx=2048)

@@ -18,7 +18,9 @@ def plot(reports: dict, out: Path) -> None:
     fig, axes = plt.subplots(len(reports), 2, figsize=(11, 4 * len(reports)), squeeze=False)
     for (suite, report), (ax_k, ax_pos) in zip(reports.items(), axes):
         for method in {r["method"] for r in report["rows"]}:
-            rows = [r for r in report["rows"] if r["method"] == method and r["k"] != "auto"]
+            rows = [
+                r for r in report["rows"] if r["method"] == method and r["k"] not in ("auto", "-")
+            ]
             if rows:
                 ax_k.plot([r["k"] for r in rows], [r["speedup"] for r in rows], "o-", label=method)
             for r in report["rows"]:
@@ -31,7 +33,7 @@ def plot(reports: dict, out: Path) -> None:
                         label=label,
                     )
         ax_k.axhline(1.0, color="grey", lw=0.8)
-        ax_k.set(title=f"{suite}: speedup vs k", xlabel="k", ylabel="speedup over plain")
+        ax_k.set(title=f"{suite}: speedup vs k", xlabel="k", ylabel="speedup over its baseline")
         ax_pos.set(
             title=f"{suite}: acceptance by draft position",
             xlabel="position",

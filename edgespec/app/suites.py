@@ -1,21 +1,26 @@
-"""Prompt suites for `edgespec bench`: edit, chat (shipped), code (HumanEval), or a JSONL file.
+"""Prompt suites for `edgespec bench`: edit, chat, open (shipped), code (HumanEval), or a JSONL
+file.
 
 JSONL schema, one request per line:
     {"id": "rename-1", "messages": [{"role": "user", "content": "..."}], "max_tokens": 256}
-"role" is system, user or assistant; "max_tokens" is optional.
+"role" is system, user or assistant; "max_tokens" is optional. An id of the form
+<category>-<number> ("math-03") puts the request in that category (`bench --by-category`).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
 
-SHIPPED = ("edit", "chat")
+SHIPPED = ("edit", "chat", "open")
+SUITES = ("edit", "code", "chat", "open")
+CATEGORY_ID = re.compile(r"(.+)-\d+")
 ROLES = ("system", "user", "assistant")
 CODE_INSTRUCTION = (
     "Complete the following Python function. Reply with the whole function in one code block."
@@ -28,6 +33,12 @@ class Prompt:
     messages: tuple[dict, ...]
     max_tokens: int | None = None
 
+    @property
+    def category(self) -> str | None:
+        """ "math" for the id "math-03"; None for an id without a numbered suffix."""
+        match = CATEGORY_ID.fullmatch(self.id)
+        return match.group(1) if match else None
+
 
 def load_suite(name_or_path: str, limit: int | None = None) -> list[Prompt]:
     if name_or_path == "code":
@@ -39,7 +50,7 @@ def load_suite(name_or_path: str, limit: int | None = None) -> list[Prompt]:
         path = Path(name_or_path)
         if not path.is_file():
             raise EdgespecError(
-                f"suite {name_or_path!r} is neither code, edit, chat nor a JSONL file; "
+                f"suite {name_or_path!r} is neither {', '.join(SUITES)} nor a JSONL file; "
                 "check the path"
             )
         prompts = parse_jsonl(path.read_text(encoding="utf-8"), str(path))

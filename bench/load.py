@@ -1,0 +1,305 @@
+"""Speed under load: plain decoding quiet and beside bounded competing work, per back-end,
+thread count and thread-waiting setting.
+
+Each configuration runs in a worker process of its own (libgomp reads its waiting policy
+once, when llama.cpp loads; ONNX Runtime makes its shared pool once), which loads the model,
+warms up, and decodes on the parent's word. Between decodes the parent starts one competing
+job, waits for it to ramp up, has the worker decode, and stops the job; quiet runs come
+first, between the loads and last, so the quiet figure is their mean and drift shows. Every
+job also stops by itself after --load-seconds.
+
+Jobs: busy (one busy loop), busy-low (one at nice 19), busy-all (one per core),
+bandwidth (numpy streaming copies of 256 MB arrays, one thread), blas (numpy matmuls on a
+multi-threaded BLAS with a thread per core).
+Waiting settings: llama.cpp `default` (libgomp's), `passive` (OMP_WAIT_POLICY=PASSIVE),
+`spin-N` (GOMP_SPINCOUNT=N); ONNX Runtime `shared` (edgespec's default: the process-wide
+pool, spinning), `shared-stop` (the same, its spinning stopped after each run:
+session.force_spinning_stop), `own` (a session pool, spinning off), `own-spin` (a session
+pool, spinning).
+
+    python bench/load.py --target demo-target --onnx-target ~/bundles/demo-onnx/target \
+        --threads 1,2 --json docs/results/load.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PROMPT = (
+    "Explain, in a few paragraphs, how a refrigerator moves heat from its inside to the room, "
+    "and why the back of it feels warm."
+)
+ONNX_WAITS = ("shared", "shared-stop", "own", "own-spin")
+JOBS = ("busy", "busy-low", "busy-all", "bandwidth", "blas")
+BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end:\n    pass\n"
+BANDWIDTH = (
+    "import time, numpy as np\nend = time.monotonic() + {s}\n"
+    "a = np.ones(32 * 2**20)\nb = np.empty_like(a)\n"
+    "while time.monotonic() < end:\n    np.copyto(b, a)\n    np.copyto(a, b)\n"
+)
+BLAS = (
+    "import time, numpy as np\nend = time.monotonic() + {s}\n"
+    "a = np.random.rand(768, 768)\n"
+    "while time.monotonic() < end:\n    a = (a @ a) / 768.0\n"
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    backend: str  # llama | onnx
+    model: str
+    threads: int
+    wait: str  # llama: default | passive | spin-N; onnx: shared | own | own-spin
+    tokens: int
+    n_ctx: int = 1024
+
+
+def worker_env(config: Config) -> dict[str, str]:
+    """The environment a worker starts with: only the waiting policy under test differs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    if config.backend == "llama":
+        if config.wait == "passive":
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
+        elif config.wait.startswith("spin-"):
+            env["GOMP_SPINCOUNT"] = config.wait.removeprefix("spin-")
+        elif config.wait != "default":
+            raise SystemExit(f"llama.cpp wait {config.wait!r}: default, passive or spin-N")
+    elif config.wait not in ONNX_WAITS:
+        raise SystemExit(f"ONNX Runtime wait {config.wait!r}: {', '.join(ONNX_WAITS)}")
+    return env
+
+
+def job_command(job: str, seconds: float) -> list[list[str]]:
+    """One command per process of the job; each ends by itself after `seconds`."""
+    py = sys.executable
+    if job == "busy":
+        return [[py, "-c", BUSY.format(s=seconds)]]
+    if job == "busy-low":
+        return [["nice", "-n", "19", py, "-c", BUSY.format(s=seconds)]]
+    if job == "busy-all":
+        return [[py, "-c", BUSY.format(s=seconds)] for _ in range(os.cpu_count() or 1)]
+    if job == "bandwidth":
+        return [[py, "-c", BANDWIDTH.format(s=seconds)]]
+    if job == "blas":
+        return [[py, "-c", BLAS.format(s=seconds)]]
+    raise SystemExit(f"unknown job {job!r}; choose from quiet, {', '.join(JOBS)}")
+
+
+def job_env(job: str) -> dict[str, str]:
+    env = dict(os.environ)
+    if job == "blas":
+        cores = str(os.cpu_count() or 1)
+        env.update(OPENBLAS_NUM_THREADS=cores, OMP_NUM_THREADS=cores, MKL_NUM_THREADS=cores)
+    else:
+        env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return env
+
+
+# --- the worker: one model, plain decoding on request -------------------------------------
+
+
+def open_target(config: Config):
+    if config.backend == "onnx":
+        from edgespec.runtimes.onnxrt import OnnxRuntime
+
+        spinning = {"own": False, "own-spin": True}.get(config.wait)
+        return OnnxRuntime(
+            config.model,
+            n_ctx=config.n_ctx,
+            n_threads=config.threads,
+            spinning=spinning,
+            force_spinning_stop=config.wait == "shared-stop",
+        )
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    return LlamaCppRuntime(config.model, n_ctx=config.n_ctx, n_threads=config.threads)
+
+
+def serve_worker(config: Config) -> None:
+    """Print "ready" once warm; then for each line on stdin decode and print one JSON line."""
+    from edgespec.chat import chat_tokens
+    from edgespec.controller import FixedPolicy
+    from edgespec.engine import SpeculativeDecoder
+
+    target = open_target(config)
+    decoder = SpeculativeDecoder(target, [], FixedPolicy(None, 0))
+    tokens = chat_tokens(target, [{"role": "user", "content": PROMPT}])
+    decoder.generate(tokens, max_tokens=min(8, config.tokens))  # warm-up: pages, pools
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        result = decoder.generate(tokens, max_tokens=config.tokens)
+        stats = result.stats
+        print(json.dumps({"tokens": stats.n_generated, "seconds": stats.t_decode}), flush=True)
+
+
+# --- the parent ------------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, config: Config):
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", json.dumps(asdict(config))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=worker_env(config),
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            self.close()
+            raise SystemExit(f"worker for {config} did not start (said {line!r})")
+
+    def decode(self) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def start_job(job: str, seconds: float) -> list[subprocess.Popen]:
+    return [subprocess.Popen(cmd, env=job_env(job)) for cmd in job_command(job, seconds)]
+
+
+def stop_job(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def schedule(jobs: list[str]) -> list[str]:
+    """quiet, job, quiet, job, ..., quiet: every loaded run has a quiet one beside it."""
+    out = ["quiet"]
+    for job in jobs:
+        out += [job, "quiet"]
+    return out
+
+
+def measure(config: Config, jobs: list[str], load_seconds: float, ramp: float) -> dict:
+    worker = Worker(config)
+    runs = []
+    try:
+        for job in schedule(jobs):
+            procs = [] if job == "quiet" else start_job(job, load_seconds)
+            try:
+                time.sleep(ramp if procs else 0.0)
+                got = worker.decode()
+            finally:
+                stop_job(procs)
+            runs.append({"job": job, **got})
+    finally:
+        worker.close()
+    return summarize(config, runs)
+
+
+def summarize(config: Config, runs: list[dict]) -> dict:
+    def rate(rs: list[dict]) -> float:
+        t = sum(r["seconds"] for r in rs)
+        return sum(r["tokens"] for r in rs) / t if t > 0 else 0.0
+
+    quiet_runs = [r for r in runs if r["job"] == "quiet"]
+    quiet = rate(quiet_runs)
+    rates = [rate([r]) for r in quiet_runs]
+    loaded = {
+        r["job"]: {"tok_s": round(rate([r]), 3), "of_quiet": round(rate([r]) / quiet, 4)}
+        for r in runs
+        if r["job"] != "quiet" and quiet > 0
+    }
+    return {
+        **asdict(config),
+        "quiet_tok_s": round(quiet, 3),
+        "quiet_spread": round((max(rates) - min(rates)) / quiet, 4) if quiet else None,
+        "loaded": loaded,
+        "runs": runs,
+    }
+
+
+def table(rows: list[dict], jobs: list[str]) -> list[str]:
+    head = f"{'back-end':<8} {'thr':>3} {'wait':<12} {'quiet':>7} {'drift':>6}" + "".join(
+        f" {j:>15}" for j in jobs
+    )
+    lines = [head]
+    for r in rows:
+        cells = "".join(
+            f" {r['loaded'][j]['tok_s']:>7.1f} {r['loaded'][j]['of_quiet']:>6.0%}"
+            if j in r["loaded"]
+            else f" {'-':>15}"
+            for j in jobs
+        )
+        lines.append(
+            f"{r['backend']:<8} {r['threads']:>3} {r['wait']:<12} {r['quiet_tok_s']:>7.1f} "
+            f"{r['quiet_spread'] or 0:>6.1%}{cells}"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--target", help="GGUF target for llama.cpp (or demo-target)")
+    p.add_argument("--onnx-target", help="exported ONNX target folder for ONNX Runtime")
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--llama-wait", default="default,passive,spin-10000")
+    p.add_argument("--onnx-wait", default=",".join(ONNX_WAITS))
+    p.add_argument("--jobs", default=",".join(JOBS))
+    p.add_argument("--tokens", type=int, default=48)
+    p.add_argument("--load-seconds", type=float, default=120.0, help="each job's own limit")
+    p.add_argument("--ramp", type=float, default=1.0, help="seconds a job runs before decoding")
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    if args.worker:
+        serve_worker(Config(**json.loads(args.worker)))
+        return 0
+
+    from edgespec.app.bench import machine_info, machine_line
+    from edgespec.app.models import resolve_model
+
+    jobs = [j for j in args.jobs.split(",") if j]
+    for job in jobs:
+        job_command(job, 0)  # unknown names fail before anything starts
+    configs = []
+    for threads in (int(t) for t in args.threads.split(",")):
+        if args.target:
+            target = str(resolve_model(args.target))
+            configs += [Config("llama", target, threads, w, args.tokens)
+                        for w in args.llama_wait.split(",")]  # fmt: skip
+        if args.onnx_target:
+            configs += [Config("onnx", args.onnx_target, threads, w, args.tokens)
+                        for w in args.onnx_wait.split(",")]  # fmt: skip
+    if not configs:
+        raise SystemExit("give --target (GGUF) and/or --onnx-target (ONNX folder)")
+    machine = machine_info()
+    print(machine_line(machine))
+    rows = []
+    for config in configs:
+        rows.append(measure(config, jobs, args.load_seconds, args.ramp))
+        print(f"  done: {config.backend} threads={config.threads} wait={config.wait}", flush=True)
+    print("\n".join(table(rows, jobs)))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

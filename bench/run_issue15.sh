@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 15's figures: interleaved benchmarks with confidence intervals on edit, chat, open and
+# code for llama.cpp and ONNX Runtime, the peers each against its own plain decoding, and
+# speed under load. Run it on a quiet machine (nothing else running, load average < 0.2).
+#
+#   STAGES="llama onnx peers server load" REPEAT=2 bench/run_issue15.sh
+#
+# Minutes on a 2-core AVX2 CPU (plain ~8 tok/s on llama.cpp, ~10 on ONNX Runtime; prefill
+# ~50 tok/s), REPEAT=1; REPEAT=2 doubles each stage but load:
+#   llama  ~105 (edit 29, chat 14, open 40, code 22)   onnx   ~80 (+ ~10: the export, once)
+#   peers  ~110 (edit 40, open 70; 4 runs a prompt)    server ~115 (edit 39, open 77; 4 modes)
+#                                                        + ~15 to build llama-server, once
+#   load   ~25-40 (14 configurations x 11 decodes of 48 tokens; collapses take longer)
+# Results: $OUT/i15-*.json (tables on stdout).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-docs/results}
+REPEAT=${REPEAT:-1}
+THREADS=${THREADS:-$(nproc)}
+BUNDLE=${BUNDLE:-${EDGESPEC_HOME:-$HOME/.cache/edgespec}/demo-onnx}  # the one `edgespec demo` makes
+ES=".venv/bin/edgespec"
+PY=".venv/bin/python"
+TARGET=$($ES models path demo-target)
+DRAFT=$($ES models path demo-draft)
+mkdir -p "$OUT"
+COMMON="--n-ctx 4096 --repeat $REPEAT --threads $THREADS --by-category"
+
+suites() {  # $1: name, rest: --target ... ; edit at 256 tokens, the others at 128
+  local name=$1
+  shift
+  $ES bench "$@" $COMMON --suite edit --max-tokens 256 --json "$OUT/i15-$name-edit.json"
+  $ES bench "$@" $COMMON --suite chat --max-tokens 128 --json "$OUT/i15-$name-chat.json"
+  $ES bench "$@" $COMMON --suite open --max-tokens 128 --json "$OUT/i15-$name-open.json"
+  $ES bench "$@" $COMMON --suite code --limit 40 --max-tokens 128 \
+    --json "$OUT/i15-$name-code.json"
+}
+
+for stage in ${STAGES:-llama onnx peers server load}; do
+  echo "== $stage ($(date -u +%H:%M), load $(cut -d' ' -f1 /proc/loadavg))"
+  case $stage in
+    llama)
+      suites llama --target "$TARGET" --draft "$DRAFT" --methods plain,auto ;;
+    onnx)
+      if [ ! -f "$BUNDLE/bundle.json" ]; then
+        $ES export --format onnx --target "$TARGET" --draft "$DRAFT" --out "$BUNDLE"
+      fi
+      suites onnx --target "$BUNDLE" --methods plain,auto ;;
+    peers)  # llama-cpp-python's prompt lookup (its README's num_pred_tokens 2 and 10)
+      for suite in edit open; do
+        $ES bench --target "$TARGET" --draft "$DRAFT" $COMMON --suite $suite --max-tokens 128 \
+          --methods plain,llama-cpp-python-pld --peer-k "${PEER_K:-2,10}" \
+          --json "$OUT/i15-peer-lcp-$suite.json"
+      done ;;
+    server)  # llama.cpp's own modes through llama-server, at the vendored commit
+      SERVER=$(NICE=${NICE:-0} bash bench/peers/llama_server.sh | tail -1)
+      $PY bench/peers/llama_server.py --server "$SERVER" --target "$TARGET" --draft "$DRAFT" \
+        --mode "ngram-mod-dense=--spec-type ngram-mod --spec-ngram-mod-n-min 4 --spec-ngram-mod-n-max 16" \
+        --suite edit --suite open --max-tokens 128 --repeat "$REPEAT" --threads "$THREADS" \
+        --by-category --json "$OUT/i15-peer-server.json" ;;
+    load)
+      $PY bench/load.py --target "$TARGET" --onnx-target "$BUNDLE/target.int4" --threads 1,2 \
+        --load-seconds 300 --json "$OUT/i15-load.json" ;;
+    *) echo "unknown stage $stage (llama onnx peers server load)" >&2; exit 2 ;;
+  esac
+done

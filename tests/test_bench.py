@@ -1,0 +1,174 @@
+"""`edgespec bench`: methods in turn per prompt, speedups with intervals, categories, machine.
+
+Real llama.cpp on the tiny float32 pair (no timing is asserted: only order, counts, maths)."""
+
+import json
+import math
+
+import pytest
+
+from edgespec.app.bench import PEER, PEER_PLAIN, Run, paired_speedup, t_quantile_975
+from edgespec.app.bench_cli import by_category, run_bench
+from edgespec.app.cli import main
+from edgespec.app.suites import Prompt, load_suite
+from edgespec.runtimes import RuntimeOptions
+
+
+def prompt(pid: str, text: str) -> Prompt:
+    return Prompt(pid, ({"role": "user", "content": text},), None)
+
+
+def test_methods_take_turns_per_prompt_and_repeats_run_backwards(tiny_pair):
+    pytest.importorskip("llama_cpp")
+    target, draft = tiny_pair
+    prompts = [prompt("math-01", "the the the"), prompt("math-02", "def f(x): return x")]
+    report = run_bench(
+        target, draft, prompts, ["auto", "ngram", PEER], [2], 6,
+        RuntimeOptions(n_ctx=256, n_threads=1), repeat=2, peer_ks=[3],
+    )  # fmt: skip
+    labels = ["plain", "auto", "ngram k=2", PEER_PLAIN, f"{PEER} k=3"]
+    expected = [f"0:{p.id}:{m}" for p in prompts for m in labels]
+    expected += [f"1:{p.id}:{m}" for p in prompts for m in reversed(labels)]
+    assert report["order"] == expected
+    rows = {(r["method"], r["k"]): r for r in report["rows"]}
+    assert [r["prompts"] for r in report["rows"]] == [4] * 5  # 2 prompts x 2 repeats each
+    # float32 toy models: every method gives plain's tokens, the peer's included
+    assert all(r["identical"] == 4 for r in report["rows"]), report["rows"]
+    assert rows[(PEER, 3)]["baseline"] == PEER_PLAIN
+    assert rows[(PEER_PLAIN, "-")]["baseline"] == "plain"
+    assert rows[("auto", "auto")]["baseline"] == "plain"
+    assert rows[("plain", "-")]["speedup"] is None
+    assert len(rows[("auto", "auto")]["speedup_ci95"]) == 2  # two prompts: an interval
+    assert [run["repeat"] for run in rows[("auto", "auto")]["runs"]] == [0, 0, 1, 1]
+    assert report["categories"] == {"math-01": "math", "math-02": "math"}
+    machine = report["machine"]
+    assert machine["cpu"] and machine["cores"] >= 1
+    assert "flags" in machine and isinstance(machine["flags"], list)
+    assert report["speedup_method"].startswith("geometric mean of per-prompt paired speedups")
+
+
+def run(pid: str, tokens: int, seconds: float, repeat: int = 0, **stats) -> Run:
+    return Run(pid, tokens, seconds, True, repeat, stats=stats)
+
+
+def test_paired_speedup_on_known_ratios():
+    base = [run("a", 10, 2.0), run("b", 10, 2.0), run("c", 10, 2.0)]  # 5 tok/s each
+    mine = [run("a", 20, 2.0), run("b", 10, 2.0), run("c", 40, 2.0)]  # ratios 2, 1, 4
+    s = paired_speedup(mine, base)
+    assert s is not None
+    # logs ln2, 0, 2 ln2: mean ln2, sample sd ln2; t(0.975, 2 df) = 4.3027
+    half = 4.3027 * math.log(2) / math.sqrt(3)
+    assert s.gmean == pytest.approx(2.0, abs=1e-4)
+    assert s.lo == pytest.approx(2 * math.exp(-half), abs=1e-4)
+    assert s.hi == pytest.approx(2 * math.exp(half), abs=1e-4)
+    assert (s.n, s.pooled) == (3, pytest.approx(70 / 30, abs=1e-4))
+
+
+def test_repeats_pool_per_prompt_and_one_prompt_has_no_interval():
+    base = [run("a", 10, 1.0, 0), run("a", 10, 3.0, 1)]  # 20 tokens in 4 s: 5 tok/s
+    mine = [run("a", 15, 1.0, 0), run("a", 15, 2.0, 1)]  # 30 in 3 s: 10 tok/s
+    s = paired_speedup(mine, base)
+    assert s is not None
+    assert (s.gmean, s.lo, s.hi, s.n) == (2.0, None, None, 1)
+    assert paired_speedup([run("a", 0, 1.0)], base) is None  # nothing generated: no ratio
+
+
+def test_identical_ratios_give_a_zero_width_interval():
+    base = [run(p, 10, 1.0) for p in "abcd"]
+    mine = [run(p, 15, 1.0) for p in "abcd"]
+    s = paired_speedup(mine, base)
+    assert s is not None and s.gmean == s.lo == s.hi == 1.5
+
+
+@pytest.mark.parametrize(
+    "df, t", [(1, 12.7062), (5, 2.5706), (30, 2.0423), (31, 2.0395), (60, 2.0003), (120, 1.9799)]
+)
+def test_t_quantiles(df, t):
+    assert t_quantile_975(df) == pytest.approx(t, abs=2e-4)
+
+
+def report_row(method, k, baseline, runs):
+    return {"method": method, "k": k, "baseline": baseline, "runs": [r.__dict__ for r in runs]}
+
+
+def test_by_category_groups_prompts_by_id_prefix():
+    ids = ["math-01", "math-02", "rag-01", "rag-02", "loose"]
+    plain = [run(p, 10, 1.0) for p in ids]
+    auto = [
+        run("math-01", 20, 1.0, n_steps=5, n_plain_steps=1, n_draft_tokens=8, n_accepted=6),
+        run("math-02", 20, 1.0, n_steps=5, n_plain_steps=3, n_draft_tokens=4, n_accepted=4),
+        run("rag-01", 10, 1.0, n_steps=10, n_plain_steps=10),
+        run("rag-02", 5, 1.0, n_steps=5, n_plain_steps=5),
+        run("loose", 10, 1.0),
+    ]
+    report = {
+        "categories": {p: prompt(p, "x").category for p in ids},
+        "rows": [report_row("plain", "-", None, plain), report_row("auto", "auto", "plain", auto)],
+    }
+    assert report["categories"]["loose"] is None
+    groups = by_category(report)
+    assert list(groups) == ["math", "rag"]  # "loose" has no category
+    (math_row,) = groups["math"]
+    assert (math_row["prompts"], math_row["speedup"], math_row["speedup_ci95"]) == (
+        2,
+        2.0,
+        [2.0, 2.0],
+    )
+    assert (math_row["acceptance_rate"], math_row["n_drafts"]) == (round(10 / 12, 4), 6)
+    (rag_row,) = groups["rag"]
+    assert rag_row["speedup"] == pytest.approx(math.sqrt(0.5), abs=1e-4)
+    assert (rag_row["acceptance_rate"], rag_row["n_drafts"]) == (None, 0)
+
+
+def test_open_suite_has_its_categories():
+    suite = load_suite("open")
+    categories = {p.category for p in suite}
+    assert len(suite) >= 60 and len({p.id for p in suite}) == len(suite)
+    assert categories == {
+        "factual", "reasoning", "math", "translate", "summarize", "extract", "rag", "writing",
+        "roleplay", "code-explain", "advice",
+    }  # fmt: skip
+    assert all(sum(p.category == c for p in suite) >= 5 for c in categories)
+    assert all(p.max_tokens == 256 and len(p.messages) == 1 for p in suite)
+
+
+def test_bench_command_prints_machine_and_categories(capsys, tiny_pair, tmp_path):
+    pytest.importorskip("llama_cpp")
+    target, draft = tiny_pair
+    suite = tmp_path / "mine.jsonl"
+    lines = [
+        {"id": f"{c}-{i}", "messages": [{"role": "user", "content": f"{c} {i} the the"}]}
+        for c in ("alpha", "beta")
+        for i in (1, 2)
+    ]
+    suite.write_text("\n".join(json.dumps(x) for x in lines))
+    out_json = tmp_path / "bench.json"
+    code = main(
+        ["bench", "--target", str(target), "--draft", str(draft), "--suite", str(suite),
+         "--methods", "plain,auto", "--max-tokens", "5", "--threads", "1", "--n-ctx", "256",
+         "--by-category", "--json", str(out_json)]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "machine: " in out and "speedup: geometric mean of per-prompt paired" in out
+    table = out[out.index("category ") :].splitlines()
+    assert [line.split()[:2] for line in table[1:3]] == [["alpha", "auto"], ["beta", "auto"]]
+    report = json.loads(out_json.read_text())["suites"][str(suite)]
+    assert set(report["by_category"]) == {"alpha", "beta"}
+    assert report["machine"]["flags"] == report["machine"]["flags"]  # recorded, a list
+    assert len(report["order"]) == 8
+
+
+def test_the_peer_needs_a_gguf_target(tmp_path):
+    from edgespec.errors import EdgespecError
+    from edgespec.export.onnx_export import export_onnx
+    from tests.tiny_hf import make_tiny_hf
+
+    pytest.importorskip("onnx")
+    folder = export_onnx(make_tiny_hf(tmp_path / "hf", arch="qwen2", seed=3), tmp_path / "onnx")
+    with pytest.raises(EdgespecError) as e:
+        run_bench(folder, None, [prompt("a-1", "x")], [PEER], [2], 4, RuntimeOptions(n_ctx=64))
+    assert str(e.value) == (
+        f"method {PEER} runs llama-cpp-python on a GGUF target, not {folder}; "
+        "drop it from --methods"
+    )

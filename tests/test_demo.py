@@ -1,0 +1,47 @@
+"""`edgespec demo --backend auto`: the choice from given cost curves, and the sentence."""
+
+from pathlib import Path
+
+import pytest
+
+from edgespec.app.demo import choose_backend, demo_onnx_bundle, modelled_rate
+from edgespec.controller import CostCurve
+from edgespec.errors import EdgespecError
+
+LINEAR = CostCurve([0.1 * n for n in range(1, 10)])  # a verify of n tokens costs n tokens
+FLAT = CostCurve([0.125] * 9)  # a verify of up to 9 tokens costs one token
+
+
+def test_modelled_rate_takes_the_best_k():
+    assert modelled_rate(LINEAR, 0.5, 8) == pytest.approx(10.0)  # plain: speculation never pays
+    # k = 8: (1 + 0.5 + ... + 0.5**8) tokens in 0.125 s
+    assert modelled_rate(FLAT, 0.5, 8) == pytest.approx((2 - 0.5**8) / 0.125)
+    assert modelled_rate(FLAT, 0.5, 1) == pytest.approx(1.5 / 0.125)
+
+
+def test_the_flat_verify_curve_wins_though_its_token_is_slower():
+    choice = choose_backend({"llama": LINEAR, "onnx": FLAT}, alpha=0.5, k_max=8)
+    assert choice.name == "onnx"
+    assert choice.reason == (
+        "back-end: ONNX Runtime, the cheapest to verify on this machine by the cost model: one "
+        "token 125 ms, 5 tokens 1.00x that; 16.0 tok/s modelled at 50% acceptance, against "
+        "llama.cpp 10.0 (one token 100 ms, 5 tokens 5.00x that). --backend llama runs the other"
+    )
+
+
+def test_without_speculation_the_faster_token_wins():
+    choice = choose_backend({"llama": CostCurve([0.1, 0.2]), "onnx": CostCurve([0.12, 0.24])})
+    assert choice.name == "llama"
+    assert choice.rates == pytest.approx({"llama": 10.0, "onnx": 1 / 0.12})
+    assert choice.reason.endswith("--backend onnx runs the other")
+
+
+def test_a_folder_without_its_bundle_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    (tmp_path / "demo-onnx").mkdir()
+    (tmp_path / "demo-onnx" / "model.onnx").write_bytes(b"half")
+    with pytest.raises(EdgespecError) as e:
+        demo_onnx_bundle(Path("t.gguf"), Path("d.gguf"))
+    assert str(e.value) == (
+        f"{tmp_path / 'demo-onnx'} holds no bundle.json; remove the folder and run again"
+    )
