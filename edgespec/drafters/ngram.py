@@ -16,12 +16,15 @@ import numpy as np
 
 from edgespec.acceptance import ByMatchLength
 from edgespec.drafters.base import Draft, Offer
-from edgespec.sampling import SamplingParams
+from edgespec.sampling import SamplingParams, uses_gumbel
 
 
 class NgramDrafter:
     name = "ngram"
     token_s = 0.0  # a dictionary lookup: free next to any target pass
+    # a point mass is accepted with probability p(x) by either sampler; Gumbel also emits
+    # plain decoding's own tokens (docs/exactness.md)
+    sampler = "gumbel"
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1) -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -45,7 +48,8 @@ class NgramDrafter:
         if not self.match_len:
             return Draft.empty()
         self.source = (len(self.indexed), start)
-        return Draft(np.asarray(self.indexed[start : start + k], dtype=np.int32), None)
+        tokens = np.asarray(self.indexed[start : start + k], dtype=np.int32)
+        return Draft(tokens, None, gumbel=uses_gumbel(sp, self.sampler))
 
     def offer(self, context: Sequence[int]) -> Offer:
         """The tokens after the match (none without one), keyed by the match length."""
