@@ -22,7 +22,7 @@ from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.runtimes.base import Runtime
 from edgespec.sampling import SamplingParams, request_params, row_dists
 from edgespec.textstream import TextStream
-from edgespec.verify import Verdict, verify_gumbel, verify_greedy, verify_stochastic
+from edgespec.verify import Verdict, verify_greedy, verify_gumbel, verify_stochastic
 
 log = logging.getLogger(__name__)
 

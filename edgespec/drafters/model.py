@@ -55,7 +55,8 @@ class ModelDrafter:
         # more than that is catching up after idle steps, not the price of drafting
         t_catch_up = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0
         gumbel = not sp.greedy and uses_gumbel(sp, self.sampler)
-        if gumbel and sp.seed is None:
+        seed = sp.seed if sp.seed is not None else -1
+        if gumbel and seed < 0:
             raise ValueError("Gumbel drafting needs the request's seed (request_params sets it)")
         tokens = np.empty(k, dtype=np.int32)
         q = None if sp.greedy or gumbel else np.empty((k, len(logits)), dtype=np.float32)
@@ -63,7 +64,7 @@ class ModelDrafter:
             if sp.greedy:
                 tokens[i] = int(np.argmax(logits))
             elif q is None:  # argmax(log q + g) with the noise the target uses at this position
-                tokens[i] = token_dist(logits, sp).gumbel_max(sp.seed, len(context) + i)
+                tokens[i] = token_dist(logits, sp).gumbel_max(seed, len(context) + i)
             else:
                 dist = token_dist(logits, sp)
                 q[i] = dist.dense(len(logits))
