@@ -20,7 +20,7 @@ from edgespec.sampling import SamplingParams, token_dist, uses_gumbel
 
 class ModelDrafter:
     name = "model"
-    sampler = "rejection"  # with sampler "auto" and no seed (docs/exactness.md: why)
+    sampler = "gumbel"  # with sampler "auto" and no seed (docs/exactness.md: why)
 
     def __init__(
         self, runtime: Runtime, *, token_s: float | None = None, seed: int | None = None
