@@ -395,7 +395,7 @@ def test_a_model_drafter_reports_the_distribution_it_sampled_from():
 
     draft_rt = FakeRuntime(n_vocab=6, n_ctx=64, seed=3, scale=1.5)
     oracle = FakeRuntime(n_vocab=6, n_ctx=64, seed=3, scale=1.5)
-    sp = SamplingParams(temperature=1.0, top_p=0.7)
+    sp = SamplingParams(temperature=1.0, top_p=0.7, sampler="rejection")
     drafter = ModelDrafter(draft_rt, seed=0)
     context = [1, 2, 1, 2]
     q0 = logits_to_probs(oracle.logits_after(context), sp)
