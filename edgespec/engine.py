@@ -21,9 +21,9 @@ from edgespec.drafters.base import Draft, Drafter
 from edgespec.drafters.model import common_prefix_len
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.runtimes.base import Runtime
-from edgespec.sampling import SamplingParams, row_dists
+from edgespec.sampling import SamplingParams, request_params, row_dists
 from edgespec.textstream import TextStream
-from edgespec.verify import Verdict, verify_greedy, verify_stochastic
+from edgespec.verify import Verdict, verify_greedy, verify_gumbel, verify_stochastic
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,8 @@ class SpeculativeDecoder:
             raise EdgespecError(f"max_tokens must be >= 1, got {max_tokens}")
         tokens = self.prompt_tokens(prompt)
         stats = Stats(n_prompt=len(tokens))
-        rng = stream_rng(sp.seed, 0)
+        sp = request_params(sp)  # a seed always: the randomness is keyed to it and to positions
+        rng = stream_rng(sp.seed, 0)  # the rejection sampler's own stream
         text = TextStream(stop)
         t_start = time.perf_counter()
         stats.n_cached = self.begin(tokens, sp)
@@ -289,6 +290,9 @@ class SpeculativeDecoder:
         t2 = time.perf_counter()
         if sp.greedy:
             verdict = verify_greedy(draft.tokens, logits)
+        elif draft.gumbel or not len(draft.tokens):  # a plain step: its position's Gumbel-max
+            assert sp.seed is not None  # request_params
+            verdict = verify_gumbel(draft.tokens, row_dists(logits, sp), sp.seed, len(tokens))
         else:
             verdict = verify_stochastic(draft.tokens, draft.q, row_dists(logits, sp), rng)
         self.target.rollback(n0 + 1 + verdict.n_accepted)

@@ -6,7 +6,7 @@ whose models are verified and whose stored tune data comes along.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgespec.bundle import is_bundle, read_bundle
@@ -31,7 +31,7 @@ class ModelPair:
         o = self.options
         return (
             f"{self.backend_names()} device={o.device} threads={o.n_threads} "
-            f"gpu_layers={o.gpu_layers()}"
+            f"gpu_layers={o.gpu_layers()}" + (" exact" if o.exact else "")
         )
 
 
@@ -61,7 +61,8 @@ def open_pair(
     target_rt = open_runtime(target_path, options)
     if draft_path is None or not open_draft:
         return ModelPair(target_rt, None, target_path, None, options, tune)
-    draft_rt = open_runtime(draft_path, options)
+    # batch-invariant kernels matter for the target alone: the draft keeps the fast ones
+    draft_rt = open_runtime(draft_path, replace(options, exact=False))
     check_compatible(
         target_rt.vocab_info(), draft_rt.vocab_info(), str(target_path), str(draft_path)
     )

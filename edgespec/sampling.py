@@ -10,8 +10,10 @@ The work after one or two passes over the vocabulary runs on the tokens that can
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -25,9 +27,19 @@ class SamplingParams:
     top_p: float = 1.0  # 1 = off
     min_p: float = 0.0  # 0 = off
     seed: int | None = None
+    # how a drafted token is judged (docs/exactness.md): "gumbel" keys the randomness to the
+    # token's position, so the output equals plain decoding's with the same seed; "rejection"
+    # is Leviathan et al.'s rejection sampling; "auto": gumbel when a seed is given, else each
+    # drafter's default (the one that accepts more of its tokens)
+    sampler: str = "auto"
 
     def __post_init__(self) -> None:
         check_range("temperature", self.temperature, 0.0, math.inf, "use 0 for greedy decoding")
+        check_float32_temperature(self.temperature)
+        if self.sampler not in SAMPLERS:
+            raise SamplingParamsError(
+                f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}"
+            )
         check_range("top_p", self.top_p, 0.0, 1.0, "use 1.0 to turn it off", open_low=True)
         check_range("min_p", self.min_p, 0.0, 1.0, "use 0.0 to turn it off", open_high=True)
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
@@ -40,6 +52,33 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+SAMPLERS = ("auto", "gumbel", "rejection")
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # smallest normal float32, about 1.18e-38
+
+
+def check_float32_temperature(temperature: float) -> None:
+    """Logits are divided by float32(temperature): it must be a normal float32 (0 is greedy)."""
+    if temperature == 0.0 or not math.isfinite(temperature):
+        return
+    t32 = float(np.float32(temperature))
+    if not FLOAT32_TINY <= t32 < math.inf:
+        raise SamplingParamsError(
+            f"temperature {temperature!r} is {'0' if t32 < FLOAT32_TINY else 'infinite'} "
+            f"in float32, which the logits are divided by; use 0 for greedy decoding or a "
+            f"temperature between {FLOAT32_TINY:.3g} and {float(np.finfo(np.float32).max):.3g}"
+        )
+
+
+def check_scaled(z_max: float, sp: SamplingParams) -> None:
+    """logits / temperature must stay finite: a tiny temperature turns them into inf and the
+    probabilities into NaN (which always drew the last token)."""
+    if not math.isfinite(z_max):
+        raise SamplingParamsError(
+            f"temperature {sp.temperature!r} overflows float32 on these logits (logit / "
+            f"temperature = {z_max}); use 0 for greedy decoding or a larger temperature"
+        )
 
 
 def check_range(
@@ -94,6 +133,94 @@ class TokenDist:
         j = sample(self.probs, rng)
         return j if self.ids is None else int(self.ids[j])
 
+    def gumbel_max(self, seed: int, position: int) -> int:
+        """The token at `position` of the request with this seed: argmax(log p + g) with g
+        the position's Gumbel noise (gumbel_noise), as argmin(E / p) over the support with
+        E = exp(-g) ~ Exp(1): one uniform per token that can be drawn, and the token follows
+        p exactly. A drafter that takes argmax(log q + g) with the same g proposes the
+        target's own token whenever the two agree (the coupling verify_gumbel relies on)."""
+        ids = self.ids if self.ids is not None else all_ids(len(self.probs))
+        with np.errstate(divide="ignore"):  # p = 0 (an exp underflow): E / 0 = inf, never drawn
+            j = int(np.argmin(exponential_noise(seed, position, ids) / self.probs))
+        return j if self.ids is None else int(self.ids[j])
+
+
+# --- position-keyed randomness: the token at position i depends on (seed, i) alone ----------
+
+GOLDEN = 0x9E3779B97F4A7C15  # splitmix64's increment
+MASK64 = (1 << 64) - 1
+MIX1, MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def mix64_int(x: int) -> int:
+    """splitmix64's finalizer on one Python int (mod 2**64)."""
+    x &= MASK64
+    x = ((x ^ (x >> 30)) * int(MIX1)) & MASK64
+    x = ((x ^ (x >> 27)) * int(MIX2)) & MASK64
+    return x ^ (x >> 31)
+
+
+def position_key(seed: int, position: int) -> int:
+    """One 64-bit key per (seed, position); seeds wider than 64 bits are folded in."""
+    key = 0
+    while True:
+        key = mix64_int(key + (seed & MASK64) + GOLDEN)
+        seed >>= 64
+        if not seed:
+            break
+    return mix64_int(key + (position + 1) * GOLDEN)
+
+
+@lru_cache(maxsize=4)
+def all_ids(n: int) -> np.ndarray:
+    """[n] int64 0..n-1: the dense support, made once per vocabulary size."""
+    ids = np.arange(n, dtype=np.int64)
+    ids.flags.writeable = False
+    return ids
+
+
+def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
+    """[m] float64 Exp(1) noise for tokens `ids` at `position`: splitmix64 counters keyed by
+    (seed, position, token), so the same token at the same position always gets the same
+    number, whichever step, drafter or support asks; 53-bit uniforms in (0, 1)."""
+    x = ids.astype(np.uint64)
+    x += np.uint64(1)
+    x *= np.uint64(GOLDEN)  # wraps mod 2**64, as splitmix64's state does
+    x += np.uint64(position_key(seed, position))
+    x ^= x >> np.uint64(30)
+    x *= MIX1
+    x ^= x >> np.uint64(27)
+    x *= MIX2
+    x ^= x >> np.uint64(31)
+    u = (x >> np.uint64(11)).astype(np.float64)
+    u += 0.5
+    u *= 2.0**-53
+    np.log(u, out=u)
+    np.negative(u, out=u)
+    return u
+
+
+def gumbel_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
+    """[m] float64 Gumbel(0, 1) noise g = -log E: argmax(log p + g) = argmin(E / p)."""
+    return -np.log(exponential_noise(seed, position, ids))
+
+
+def request_params(sp: SamplingParams) -> SamplingParams:
+    """A request's sampling parameters as the loop uses them: a seed always (a fresh random
+    one when none is given: the randomness is keyed to it), and "auto" settled to "gumbel"
+    when the caller gave the seed (asking for a repeatable answer, the one plain decoding
+    gives)."""
+    if sp.greedy:
+        return sp
+    sampler = "gumbel" if sp.sampler == "auto" and sp.seed is not None else sp.sampler
+    seed = secrets.randbits(63) if sp.seed is None else sp.seed
+    return replace(sp, seed=seed, sampler=sampler)
+
+
+def uses_gumbel(sp: SamplingParams, drafter_default: str) -> bool:
+    """Whether a drafter with this default sampler drafts (and is verified) by Gumbel-max."""
+    return (drafter_default if sp.sampler == "auto" else sp.sampler) == "gumbel"
+
 
 def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
     """[V] float logits -> the distribution a token is drawn from: the transform that target
@@ -110,9 +237,10 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
     ids: np.ndarray | None = None
     if 0 < sp.top_k < len(row):
         ids, z = top_k(row, sp.top_k, temperature)
+        check_scaled(float(z.max()), sp)
         probs = softmax(z)
     else:
-        probs = dense_softmax(row, temperature)
+        probs = dense_softmax(row, temperature, sp)
         if sp.top_p < 1.0:
             ids = top_p_candidates(probs, sp.top_p)
             probs = probs[ids]
@@ -150,10 +278,12 @@ def softmax(z: np.ndarray) -> np.ndarray:
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
-def dense_softmax(row: np.ndarray, temperature: np.float32) -> np.ndarray:
+def dense_softmax(row: np.ndarray, temperature: np.float32, sp: SamplingParams) -> np.ndarray:
     """softmax(row / temperature) over the whole vocabulary in one buffer: [V] float32."""
     z = np.divide(row, temperature)
-    np.subtract(z, z.max(), out=z)
+    z_max = z.max()
+    check_scaled(float(z_max), sp)
+    np.subtract(z, z_max, out=z)
     np.exp(z, out=z)
     np.divide(z, z.sum(), out=z)
     return z

@@ -2,8 +2,10 @@
 
 p is the target's distribution, q the draft's. Greedy and random paths are kept apart
 (vLLM's rejection sampler does the same): greedy compares draft tokens with the target's
-argmax; random is the rejection sampling of Leviathan et al. 2023 / Chen et al. 2023, which
-emits tokens distributed exactly as the target's.
+argmax; random is either the Gumbel-max coupling (every emitted token is the target's own
+Gumbel-max sample at its position, so the output is plain decoding's, seed for seed) or the
+rejection sampling of Leviathan et al. 2023 / Chen et al. 2023. Both emit tokens distributed
+exactly as the target's.
 """
 
 from __future__ import annotations
@@ -32,6 +34,29 @@ def verify_greedy(draft: np.ndarray, target_logits: np.ndarray) -> Verdict:
     mismatch = np.flatnonzero(argmax[:k] != draft)
     n_accepted = int(mismatch[0]) if mismatch.size else k
     return Verdict(n_accepted, argmax[: n_accepted + 1])
+
+
+def verify_gumbel(
+    draft: np.ndarray,  # [k] int32, drafted as argmax(log q + g) (or copied: prompt lookup)
+    p: Callable[[int], TokenDist],  # row i -> the target's p at draft position i (k+1 rows)
+    seed: int,
+    position: int,  # where row 0's token goes in the whole sequence (prompt included)
+) -> Verdict:
+    """Emit the target's Gumbel-max token y_i = argmax(log p_i + g_i), g_i the noise of
+    (seed, position + i): draft[i] is accepted exactly when it equals y_i, the first mismatch
+    emits y_i (recovered), and if all k pass, y_k is the bonus.
+
+    Every emitted token is a function of its prefix and its position's noise alone, so the
+    output follows p exactly and equals plain decoding's (k = 0) whatever the steps were. A
+    point-mass draft x is accepted with probability p(x), as rejection sampling accepts it;
+    a model draft with P(argmax(log p + g) = argmax(log q + g)) <= 1 - TV(p, q).
+    """
+    k = len(draft)
+    for i in range(k + 1):
+        y = p(i).gumbel_max(seed, position + i)
+        if i == k or y != int(draft[i]):
+            return Verdict(i, np.append(draft[:i], y).astype(np.int32))
+    raise AssertionError("unreachable: row k always returns")
 
 
 def verify_stochastic(

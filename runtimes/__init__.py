@@ -22,6 +22,10 @@ class RuntimeOptions:
     device: str = "cpu"  # cpu | cuda: where the model runs (ONNX Runtime: the CUDA provider)
     # llama.cpp only, partial offload: layers on the GPU (None: all on cuda, none on cpu)
     n_gpu_layers: int | None = None
+    # batch-invariant kernels: a token's logits are the same bits in a one-token pass and at
+    # every position of a verify pass, so speculative output equals plain decoding's, greedy
+    # and seeded (docs/exactness.md); llama.cpp on the CPU only, at some cost in speed
+    exact: bool = False
 
     def __post_init__(self) -> None:
         from edgespec.errors import EdgespecError
@@ -72,6 +76,14 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+# llama.cpp's CPU kernels that give a token the same logits at every pass width (measured
+# with bench/batch_invariance.py, docs/exactness.md): weights not repacked (the repacked GEMM
+# takes over from 4 rows), ggml's tiled K-quant matmul off (from 8 rows), flash attention on
+# (its one-chunk kernel serves 2..63 rows), and one-token passes padded to two (alone, from
+# 512 cached tokens on, a token takes flash attention's split-KV kernel)
+EXACT_LLAMA: dict = {"repack": False, "tiled": False, "flash_attn": True, "min_width": 2}
+
+
 def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> Runtime:
     from edgespec.errors import ModelFileError
 
@@ -84,6 +96,11 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
                 f"{path} is an ONNX model: --n-gpu-layers is for GGUF models (llama.cpp); "
                 "run it on the GPU with --device cuda"
             )
+        if opts.exact:
+            raise ModelFileError(
+                f"{path} is an ONNX model: --exact has no batch-invariant configuration for "
+                "ONNX Runtime yet (docs/exactness.md); drop --exact or use a GGUF model"
+            )
         if read_model_json(path).get("flavour") == "standard":  # a TensorRT bundle's model
             from edgespec.runtimes.tensorrt import open_standard
 
@@ -94,7 +111,11 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
         from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
         return LlamaCppRuntime(
-            path, n_ctx=opts.n_ctx, n_threads=opts.n_threads, n_gpu_layers=opts.gpu_layers()
+            path,
+            n_ctx=opts.n_ctx,
+            n_threads=opts.n_threads,
+            n_gpu_layers=opts.gpu_layers(),
+            **(EXACT_LLAMA if opts.exact else {}),
         )
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}; check the path")

@@ -105,9 +105,22 @@ class LlamaCppRuntime:
         n_gpu_layers: int = 0,
         n_batch: int = 512,
         vocab_only: bool = False,
+        repack: bool = True,
+        flash_attn: bool | None = None,
+        pad_to: int = 1,
+        min_width: int = 1,
+        tiled: bool | None = None,
     ) -> None:
         """vocab_only=True reads the tokenizer and metadata only (no weights, no context):
-        enough for vocab_info, tokenize, metadata; forward is then unavailable."""
+        enough for vocab_info, tokenize, metadata; forward is then unavailable.
+        The rest choose kernels (docs/exactness.md): repack lets llama.cpp repack weights for
+        its CPU GEMM kernels (its "extra buffer types"); flash_attn None is llama.cpp's
+        choice; a pass that returns all its rows is padded with dummy rows (dropped after
+        it) to a multiple of pad_to tokens and to at least min_width; tiled False turns off
+        ggml's tiled K-quant matmul (taken from 8 rows up) through GGML_CPU_TILED_MM, which
+        ggml reads once per process: it must be set before the process's first pass."""
+        if tiled is not None:
+            os.environ["GGML_CPU_TILED_MM"] = "1" if tiled else "0"
         self.path = Path(path)
         check_gguf_file(self.path)
         if not vocab_only:  # a vocab-only load reads no hyperparameters
@@ -115,6 +128,8 @@ class LlamaCppRuntime:
         init_backend()
         self.llama = import_llama_cpp()
         self.ctx = None
+        self.repack, self.flash_attn = repack, flash_attn
+        self.pad_to, self.min_width = max(1, pad_to), max(1, min_width)
         self.model = self.load_model(n_gpu_layers, vocab_only)
         self.vocab = self.llama.llama_model_get_vocab(self.model)
         self.n_vocab = int(self.llama.llama_vocab_n_tokens(self.vocab))
@@ -137,6 +152,7 @@ class LlamaCppRuntime:
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
         params.progress_callback = progress = load_progress(self.llama)
+        params.use_extra_bufts = self.repack
         _recent_llama_log.clear()
         with interrupts.native_call():  # Ctrl-C stops the load (progress) and is raised here
             model = self.llama.llama_model_load_from_file(str(self.path).encode(), params)
@@ -160,13 +176,19 @@ class LlamaCppRuntime:
 
     def new_context(self):
         params = self.llama.llama_context_default_params()
-        params.n_ctx = self.n_ctx
+        params.n_ctx = self.n_ctx + max(self.pad_to, self.min_width) - 1  # room for padding
         params.n_batch = self.n_batch
         params.n_ubatch = self.n_batch
         params.n_seq_max = 1
         params.n_threads = self.n_threads
         params.n_threads_batch = self.n_threads
         params.no_perf = True
+        if self.flash_attn is not None:
+            on, off = (
+                self.llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+                self.llama.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+            )
+            params.flash_attn_type = on if self.flash_attn else off
         with interrupts.native_call():
             ctx = self.llama.llama_init_from_model(self.model, params)
         if not ctx:
@@ -198,10 +220,22 @@ class LlamaCppRuntime:
 
     def run(self, tokens: Sequence[int], rows: int) -> np.ndarray:
         """Decode tokens at n_past; logits of the last `rows` of them: [rows, V]."""
-        self.decode(tokens, all_rows=rows == len(tokens), last_row=rows > 0)
+        n = len(tokens)
+        pad = max(self.min_width, n + -n % self.pad_to) - n if rows == n else 0
+        if pad and n + pad <= self.n_batch:
+            # the same kernels for every width: dummy rows after the real ones (causal
+            # attention keeps them out of the real rows), then dropped from the cache
+            self.decode([*tokens, *[tokens[-1]] * pad], all_rows=False, last_row=False, real=n)
+            self.n_past -= pad
+            self.llama.llama_memory_seq_rm(self.memory, 0, self.n_past, -1)
+            return self.read_logits(rows)
+        self.decode(tokens, all_rows=rows == n, last_row=rows > 0)
         return self.read_logits(rows)
 
-    def decode(self, tokens: Sequence[int], *, all_rows: bool, last_row: bool) -> None:
+    def decode(
+        self, tokens: Sequence[int], *, all_rows: bool, last_row: bool, real: int = 0
+    ) -> None:
+        """real > 0: only the first `real` tokens' logits are wanted (the rest are padding)."""
         b = self.batch
         n = len(tokens)
         for i, token in enumerate(tokens):
@@ -209,7 +243,7 @@ class LlamaCppRuntime:
             b.pos[i] = self.n_past + i
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = 0
-            b.logits[i] = all_rows or (last_row and i == n - 1)
+            b.logits[i] = all_rows or (last_row and i == n - 1) or i < real
         b.n_tokens = n
         with interrupts.native_call():
             status = self.llama.llama_decode(self.ctx, b)

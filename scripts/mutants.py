@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TIME_LIMIT_S = 300  # per mutant; a mutant that hangs the tests counts as killed
 PYTEST = ["-q", "-p", "no:cacheprovider", "-rf", "-m", "not real and not gpu and not slow"]
 ENGINE, VERIFY = "tests/test_engine.py", "tests/test_verify.py"
+SAMPLING = "tests/test_sampling.py"
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,69 @@ MUTANTS = (
         "edgespec/textstream.py",
         "return min(hits) if hits else None",
         "return min(hits) + 1 if hits else None",
+        (ENGINE,),
+    ),
+    Mutant(  # positions >= 1 only: the first token's law cannot see it
+        "residual-without-q-after-first",
+        "edgespec/verify.py",
+        "recovered = residual_dist(p_i, None if q is None else q[i], x)",
+        "recovered = residual_dist(p_i, None if q is None else q[i] * (i == 0), x)",
+        (VERIFY, ENGINE),
+    ),
+    Mutant(
+        "q-row-shifted",
+        "edgespec/verify.py",
+        "qx = 1.0 if q is None else float(q[i, x])",
+        "qx = 1.0 if q is None else float(q[max(i - 1, 0), x])",
+        (VERIFY, ENGINE),
+    ),
+    Mutant(
+        "drafter-shares-verifier-stream",
+        "edgespec/engine.py",
+        "drafter.reset(stream_rng(sp.seed, 1 + i))",
+        "drafter.reset(stream_rng(sp.seed, 0))",
+        (ENGINE,),
+    ),
+    Mutant(
+        "gumbel-same-noise-at-every-row",
+        "edgespec/verify.py",
+        "y = p(i).gumbel_max(seed, position + i)",
+        "y = p(i).gumbel_max(seed, position)",
+        (VERIFY, ENGINE),
+    ),
+    Mutant(
+        "gumbel-emits-draft-at-mismatch",
+        "edgespec/verify.py",
+        "return Verdict(i, np.append(draft[:i], y).astype(np.int32))",
+        "return Verdict(i, np.append(draft[:i], y if i == k else draft[i]).astype(np.int32))",
+        (VERIFY, ENGINE),
+    ),
+    Mutant(  # the output stays exact; only acceptance falls, which a test must see
+        "gumbel-drafter-noise-off-by-one",
+        "edgespec/drafters/model.py",
+        "gumbel_max(seed, len(context) + i)",
+        "gumbel_max(seed, len(context) + i + 1)",
+        (ENGINE,),
+    ),
+    Mutant(
+        "plain-step-not-position-keyed",
+        "edgespec/engine.py",
+        "elif draft.gumbel or not len(draft.tokens):",
+        "elif draft.gumbel:",
+        (ENGINE,),
+    ),
+    Mutant(
+        "noise-same-for-every-token",
+        "edgespec/sampling.py",
+        "x *= np.uint64(GOLDEN)  # wraps",
+        "x *= np.uint64(0)  # wraps",
+        (SAMPLING, ENGINE),
+    ),
+    Mutant(
+        "runtime-rollback-keeps-kv",
+        "runtimes/llamacpp.py",
+        "self.llama.llama_memory_seq_rm(self.memory, 0, n_past, -1)",
+        "None",
         (ENGINE,),
     ),
     Mutant(

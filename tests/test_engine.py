@@ -1,17 +1,19 @@
 """The loop's logic on a deterministic fake runtime. Real-model tests are in test_llamacpp.py."""
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from edgespec.controller import FixedPolicy
-from edgespec.drafters import NgramDrafter
+from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.sampling import SamplingParams, logits_to_probs
 from edgespec.textstream import TextStream
 from tests.fakes import FakeRuntime, ScriptedDrafter
+from tests.stats import assert_law
 
 PROMPT = [3, 1, 4, 1, 5]
 
@@ -99,18 +101,75 @@ def test_empty_prompt_is_refused():
         plain(FakeRuntime(), prompt=[])
 
 
-def test_rollback_leaves_the_cache_holding_the_context_but_the_last_token():
-    """After every step the target's cache is exactly prompt + emitted minus the last token
-    (the invariant): a rejected draft token never stays, an accepted one never goes."""
-    rt = FakeRuntime(n_ctx=128)
-    rt.eog = 999
-    drafter = ScriptedDrafter(FakeRuntime(), wrong_at=1)  # 1 accepted, then a rejection
-    dec = SpeculativeDecoder(rt, [drafter], FixedPolicy("scripted", 4))
-    context = list(PROMPT)
-    for event in dec.stream(PROMPT, max_tokens=9):
+@pytest.mark.parametrize("backend", ["fake", "llama.cpp"])
+def test_after_every_step_the_target_computes_what_a_fresh_one_fed_the_context_does(
+    backend, request
+):
+    """The invariant, seen through what the cache computes: after every step, the target's
+    logits for the next token equal those of a fresh runtime fed prompt + emitted tokens, so
+    a rejected draft token never stays in the cache and an accepted one never goes (an
+    engine rollback off by one, or a runtime whose rollback keeps the KV entries, fails).
+    llama.cpp: the tiny float32 GGUF, bound 1e-4 (a stale entry moves logits by far more)."""
+    if backend == "fake":
+        rt, fresh = FakeRuntime(n_ctx=128), FakeRuntime(n_ctx=128)
+        rt.eog, prompt = 999, list(PROMPT)
+        oracle = FakeRuntime()
+    else:
+        from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+        target_path = request.getfixturevalue("tiny_pair")[0]
+        rt, fresh = LlamaCppRuntime(target_path, n_ctx=256), LlamaCppRuntime(target_path, n_ctx=256)
+        prompt = rt.tokenize("the cat sat on", special=False)
+        oracle = None
+    drafter = ScriptedDrafter(oracle, wrong_at=1) if oracle else WrongAtDrafter(rt, 1)
+    dec = SpeculativeDecoder(rt, [drafter], FixedPolicy(drafter.name, 4))
+    context = list(prompt)
+    steps = 0
+    for event in dec.stream(prompt, max_tokens=12):
         context += event.tokens
-        assert rt.cache == context[:-1]
-    assert context[len(PROMPT) :] == plain(rt, max_tokens=9).tokens
+        if event.finish_reason:
+            break
+        steps += 1
+        assert rt.n_past == len(context) - 1
+        probe = rt.forward([context[-1]])[-1]  # what the next verify pass would see first
+        rt.rollback(len(context) - 1)
+        fresh.reset()
+        want = fresh.forward(context)[-1]
+        np.testing.assert_allclose(probe, want, atol=1e-4, err_msg=f"after step {steps}")
+    assert steps >= 3
+
+
+class WrongAtDrafter:
+    """Proposes the target's own greedy continuation (read from a second context), wrong at
+    draft position wrong_at: one accepted, then a rejection, every step."""
+
+    name = "wrong-at"
+    token_s = 0.0
+
+    def __init__(self, target, wrong_at):
+        from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+        self.oracle = LlamaCppRuntime(target.path, n_ctx=target.n_ctx)
+        self.wrong_at = wrong_at
+
+    def propose(self, context, k, sp):
+        from edgespec.drafters import Draft
+
+        self.oracle.reset()
+        logits = self.oracle.forward(list(context), last_only=True)[-1]
+        out = []
+        for i in range(k):
+            best = int(np.argmax(logits))
+            token = (best + 1) % len(logits) if i == self.wrong_at else best
+            out.append(token)
+            logits = self.oracle.forward([token])[-1]
+        return Draft(np.asarray(out, dtype=np.int32), None)
+
+    def accept(self, n):
+        pass
+
+    def reset(self, rng):
+        pass
 
 
 def test_sampling_is_seeded_and_deterministic():
@@ -121,64 +180,165 @@ def test_sampling_is_seeded_and_deterministic():
     assert dec.generate(PROMPT, max_tokens=30, sp=sp).tokens == a
 
 
-class SampledFakeDrafter:
-    """Draws from a distribution far from the target's and reports it as q."""
+JOINT_PROMPT = [1, 2, 3, 1, 2, 3, 1, 2]  # prompt lookup finds 3 tokens to draft: 3, 1, 2
 
-    name = "far"
 
-    def __init__(self, n_vocab, seed=0):
-        self.rng = np.random.default_rng(seed)
-        self.q = np.random.default_rng(99).dirichlet(np.ones(n_vocab) * 0.2).astype(np.float32)
+def exact_joint(rt, prompt, sp, n_tokens=3):
+    """[V] * n_tokens: the target's exact law of its first n_tokens tokens."""
+    law = np.ones(())
+    for _ in range(n_tokens):
+        rows = [logits_to_probs(rt.logits_after([*prompt, *np.unravel_index(c, law.shape)]), sp)
+                for c in range(law.size)] if law.ndim else [logits_to_probs(
+                rt.logits_after(prompt), sp)]  # fmt: skip
+        law = np.stack(rows).reshape(*law.shape, -1) * law[..., None]
+    return law
 
-    def propose(self, context, k, sp):
-        from edgespec.drafters import Draft
 
-        tokens = self.rng.choice(len(self.q), size=k, p=self.q / self.q.sum()).astype(np.int32)
-        return Draft(tokens, np.tile(self.q, (k, 1)))
-
-    def accept(self, n):
-        pass
-
-    def reset(self, rng):
-        pass
+JOINT_CASES = [  # (sampler, drafter, sampling params): every sampler, drafter and filter
+    ("rejection", "model", SamplingParams(1.0)),
+    ("rejection", "model", SamplingParams(0.7, top_k=3)),
+    ("rejection", "model", SamplingParams(1.3, top_p=0.8)),
+    ("rejection", "ngram", SamplingParams(1.0)),
+    ("gumbel", "model", SamplingParams(1.0)),
+    ("gumbel", "model", SamplingParams(1.3, top_p=0.8)),
+    ("gumbel", "ngram", SamplingParams(0.7, top_k=3)),
+]
 
 
 @pytest.mark.parametrize(
-    "sp",
-    [
-        SamplingParams(temperature=1.0),
-        SamplingParams(temperature=0.7, top_k=3),
-        SamplingParams(temperature=1.3, top_p=0.8),
-    ],
-    ids=["t1", "t0.7-topk3", "t1.3-topp0.8"],
-)
-@pytest.mark.parametrize("drafter", ["far", "ngram"])
-def test_speculative_sampling_matches_target_joint_distribution(sp, drafter):
-    """The joint law of the first two emitted tokens equals the target's exact one.
-
-    Bound: each of the V*V cells within 5 standard errors of its exact probability; with
-    N = 6000 draws a cell's false-failure probability is < 6e-7."""
-    n_vocab, n = 5, 6000
+    "sampler, drafter, sp", JOINT_CASES, ids=[f"{a}-{b}-{c}" for a, b, c in [
+        (a, b, f"T{sp.temperature}-k{sp.top_k}-p{sp.top_p}") for a, b, sp in JOINT_CASES]]
+)  # fmt: skip
+def test_first_three_tokens_follow_the_target_joint_law(sampler, drafter, sp):
+    """The joint law of the first three emitted tokens equals the target's exact one, with
+    k = 3 (max_tokens 4), so all three come from draft positions 0, 1 and 2 whenever they are
+    accepted. The model drafter is a real ModelDrafter on a far-off model: it draws each draft
+    token from its own q at that position, with the random stream the engine gives it. A
+    residual without q or q read from the wrong row at any position, or a drafter drawing
+    from the verifier's stream, fails here. Bound: assert_law; N = 5,000 requests."""
+    n_vocab, n = 5, 5000
     rt = FakeRuntime(n_vocab=n_vocab, n_ctx=64, seed=7, scale=1.5)
     rt.eog = 999
-    prompt = [1, 2, 1, 2, 1]
-    p1 = logits_to_probs(rt.logits_after(prompt), sp)
-    exact = np.array(
-        [p1[a] * logits_to_probs(rt.logits_after([*prompt, a]), sp) for a in range(n_vocab)]
-    )
-    d = SampledFakeDrafter(n_vocab) if drafter == "far" else NgramDrafter(2)
+    if drafter == "model":
+        d = ModelDrafter(FakeRuntime(n_vocab=n_vocab, n_ctx=64, seed=8, scale=1.5))
+    else:
+        d = NgramDrafter(2)
     dec = SpeculativeDecoder(rt, [d], FixedPolicy(d.name, 3))
-    counts = np.zeros((n_vocab, n_vocab))
+    counts = np.zeros((n_vocab,) * 3)
+    drafted = np.zeros(3)
     for seed in range(n):
-        tokens = dec.generate(
-            prompt,
-            max_tokens=2,
-            sp=SamplingParams(sp.temperature, sp.top_k, sp.top_p, sp.min_p, seed),
-        ).tokens
-        counts[tokens[0], tokens[1]] += 1
-    freq = counts / n
-    se = np.sqrt(exact * (1 - exact) / n)
-    assert np.all(np.abs(freq - exact) <= 5 * se + 1e-12), np.abs(freq - exact).max()
+        sp_seeded = replace(sp, seed=seed, sampler=sampler)
+        out = dec.generate(JOINT_PROMPT, max_tokens=4, sp=sp_seeded)
+        counts[tuple(out.tokens[:3])] += 1
+        drafted += out.stats.drafted_by_pos[:3]
+    assert drafted[2] >= n  # position 2 was drafted in every request's first step
+    assert_law(counts, exact_joint(rt, JOINT_PROMPT, replace(sp, seed=0)))
+
+
+SEEDED = [
+    SamplingParams(1.0, seed=3),
+    SamplingParams(0.7, top_p=0.9, seed=4),
+    SamplingParams(1.3, top_k=4, min_p=0.05, seed=5),
+]
+
+
+class RandomSplitPolicy:
+    """Picks a drafter and k at random every step (its own random stream, not the
+    request's): whatever the split of the tokens into steps, the output must not change."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.ks = []
+
+    def begin(self, drafters):
+        self.drafters = list(drafters)
+
+    def plan(self, context, sp):
+        k = int(self.rng.integers(0, 7))
+        self.ks.append(k)
+        return self.drafters[int(self.rng.integers(len(self.drafters)))], k
+
+    def observe(self, drafter, k, n_accepted, t_draft, t_verify):
+        pass
+
+
+def far_pair(n_vocab=8):
+    rt = FakeRuntime(n_vocab=n_vocab, n_ctx=256, seed=7, scale=1.5)
+    rt.eog = 999
+    return rt, ModelDrafter(FakeRuntime(n_vocab=n_vocab, n_ctx=256, seed=8, scale=1.5))
+
+
+@pytest.mark.parametrize("sp", SEEDED, ids=["T1", "T0.7-topp0.9", "T1.3-topk4-minp0.05"])
+def test_seeded_speculative_equals_seeded_plain_whatever_the_steps(sp):
+    """A seeded request gives plain decoding's output token for token, whatever drafter and k
+    each step takes (k = 0 included): the randomness of the token at position i is keyed to
+    (seed, i), and every emitted token is the target's own Gumbel-max sample there."""
+    rt, model = far_pair()
+    ref = plain(rt, max_tokens=60, sp=sp).tokens
+    splits = set()
+    for run in range(6):
+        policy = RandomSplitPolicy(run)
+        dec = SpeculativeDecoder(rt, [model, NgramDrafter(2)], policy)
+        out = dec.generate(PROMPT, max_tokens=60, sp=sp)
+        assert out.tokens == ref, run
+        assert out.stats.n_accepted > 0
+        splits.add(tuple(policy.ks))
+    assert len(splits) == 6  # six different splits gave the one output
+
+
+def test_a_seeded_request_repeats_exactly_in_auto_mode():
+    """Ten identical seeded requests under the adaptive policy (k and drafter chosen per step
+    from measured time) give one output, and it is plain decoding's."""
+    from edgespec.controller import AdaptivePolicy, CostCurve
+
+    rt, model = far_pair()
+    curve = CostCurve([1.0 + 0.1 * n for n in range(9)], draft_s=0.02)
+    sp = SamplingParams(0.8, top_p=0.9, seed=11)
+    ref = plain(rt, max_tokens=60, sp=sp).tokens
+    outputs = set()
+    for _ in range(10):
+        dec = SpeculativeDecoder(rt, [model, NgramDrafter(2)], AdaptivePolicy(curve, k_max=8))
+        out = dec.generate(PROMPT, max_tokens=60, sp=sp)
+        assert out.stats.n_draft_tokens > 0
+        outputs.add(tuple(out.tokens))
+    assert outputs == {tuple(ref)}
+
+
+def test_unseeded_requests_differ_and_a_seed_fixes_them():
+    rt, model = far_pair()
+    dec = SpeculativeDecoder(rt, [model], FixedPolicy("model", 3))
+    free = {tuple(dec.generate(PROMPT, max_tokens=20, sp=SamplingParams(1.0)).tokens)
+            for _ in range(5)}  # fmt: skip
+    assert len(free) > 1
+    sp = SamplingParams(1.0, seed=5)
+    assert (
+        dec.generate(PROMPT, max_tokens=20, sp=sp).tokens == plain(rt, max_tokens=20, sp=sp).tokens
+    )
+
+
+@pytest.mark.parametrize("sp", SEEDED, ids=["T1", "T0.7-topp0.9", "T1.3-topk4-minp0.05"])
+def test_a_model_drafter_that_is_the_target_is_always_accepted_under_gumbel(sp):
+    """Draft and target take the argmax of the same numbers at the same position, so every
+    draft token is accepted: a drafter keyed to the wrong position would be rejected often."""
+    rt = FakeRuntime(n_vocab=8, n_ctx=256, seed=7, scale=1.5)
+    rt.eog = 999
+    twin = ModelDrafter(FakeRuntime(n_vocab=8, n_ctx=256, seed=7, scale=1.5))
+    out = SpeculativeDecoder(rt, [twin], FixedPolicy("model", 4)).generate(
+        PROMPT, max_tokens=40, sp=sp
+    )
+    assert out.stats.n_draft_tokens >= 30
+    assert out.stats.acceptance_rate == 1.0
+
+
+def test_the_rejection_sampler_stays_selectable_and_seeded():
+    """--sampler rejection: the model drafter draws from q and reports it (Leviathan et al.);
+    with a fixed k a seeded request repeats."""
+    rt, model = far_pair()
+    dec = SpeculativeDecoder(rt, [model], FixedPolicy("model", 3))
+    sp = SamplingParams(1.0, seed=9, sampler="rejection")
+    a = dec.generate(PROMPT, max_tokens=30, sp=sp)
+    assert dec.generate(PROMPT, max_tokens=30, sp=sp).tokens == a.tokens
+    assert 0 < a.stats.acceptance_rate < 1
 
 
 def test_text_stream_never_splits_utf8_and_holds_back_stop_prefixes():
@@ -235,7 +395,7 @@ def test_a_model_drafter_reports_the_distribution_it_sampled_from():
 
     draft_rt = FakeRuntime(n_vocab=6, n_ctx=64, seed=3, scale=1.5)
     oracle = FakeRuntime(n_vocab=6, n_ctx=64, seed=3, scale=1.5)
-    sp = SamplingParams(temperature=1.0, top_p=0.7)
+    sp = SamplingParams(temperature=1.0, top_p=0.7, sampler="rejection")
     drafter = ModelDrafter(draft_rt, seed=0)
     context = [1, 2, 1, 2]
     q0 = logits_to_probs(oracle.logits_after(context), sp)

@@ -4,6 +4,8 @@ On float32 models llama.cpp's batched and single-token logits agree to rounding,
 speculative output must equal plain output token for token.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ModelFileError, VocabularyMismatchError
 from edgespec.loader import SpecOptions, load_decoder
 from edgespec.sampling import SamplingParams, logits_to_probs
+from tests.stats import assert_law
 
 PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
 
@@ -95,32 +98,76 @@ def test_rollback_gives_the_logits_of_a_fresh_context(tiny_runtimes, reference):
     np.testing.assert_allclose(after, fresh, atol=1e-4)
 
 
-def test_sampling_on_llamacpp_matches_the_target_distribution(tiny_runtimes):
-    """First two tokens' joint law under speculative sampling with the model drafter equals
-    the target's exact one, each cell within 5 standard errors over N = 1500 draws."""
+@pytest.mark.parametrize("sampler", ["gumbel", "rejection"])
+def test_sampling_on_llamacpp_matches_the_target_distribution(tiny_runtimes, sampler):
+    """The first three tokens' joint law under speculative sampling with the model drafter at
+    k = 3 (every one of them from a draft position when accepted) equals the target's exact
+    one. Bound: tests.stats.assert_law (chi-square, false failure 1e-6), N = 500."""
     target, draft = tiny_runtimes
-    sp = SamplingParams(temperature=1.5, top_k=3)
+    sp = SamplingParams(temperature=1.5, top_k=3, sampler=sampler)
     prompt = target.tokenize("the cat", special=False)
-    target.reset()
-    p1 = logits_to_probs(target.forward(prompt)[-1], sp)
-    exact = {}
-    for a in np.flatnonzero(p1):
-        target.reset()
-        p2 = logits_to_probs(target.forward([*prompt, int(a)])[-1], sp)
-        for b in np.flatnonzero(p2):
-            exact[(int(a), int(b))] = float(p1[a] * p2[b])
+    law: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(3):
+        longer = {}
+        for prefix, mass in law.items():
+            target.reset()
+            p = logits_to_probs(target.forward([*prompt, *prefix])[-1], sp)
+            for t in np.flatnonzero(p):
+                longer[(*prefix, int(t))] = mass * float(p[t])
+        law = longer
     target.reset()
     dec = SpeculativeDecoder(target, [ModelDrafter(draft)], FixedPolicy("model", 3))
-    n = 1500
-    counts: dict[tuple[int, int], int] = {}
+    n = 500
+    counts: dict[tuple[int, ...], int] = {}
     for seed in range(n):
-        out = dec.generate(prompt, max_tokens=2, sp=SamplingParams(1.5, top_k=3, seed=seed))
-        key = (out.tokens[0], out.tokens[1])
+        out = dec.generate(prompt, max_tokens=4, sp=replace(sp, seed=seed))
+        assert out.stats.drafted_by_pos[2] >= 1  # the first step drafted 3
+        key = tuple(out.tokens[:3])
         counts[key] = counts.get(key, 0) + 1
-    assert set(counts) <= set(exact)
-    for key, p in exact.items():
-        freq = counts.get(key, 0) / n
-        assert abs(freq - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-9, (key, freq, p)
+    assert set(counts) <= set(law)
+    cells = sorted(law)
+    assert_law(np.array([counts.get(c, 0) for c in cells]), np.array([law[c] for c in cells]))
+
+
+SEEDED = [SamplingParams(1.0, seed=1), SamplingParams(0.7, top_p=0.9, seed=2)]
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+@pytest.mark.parametrize("kind", ["model", "ngram"])
+def test_seeded_speculative_equals_seeded_plain(tiny_runtimes, reference, kind, k):
+    """Seeded sampling through real llama.cpp contexts: token for token the output of plain
+    decoding with the same seed (Gumbel-max keyed to positions; float32 logits are the same
+    at every pass width on this model)."""
+    target, draft = tiny_runtimes
+    tokens, _ = reference
+    for sp in SEEDED:
+        ref = SpeculativeDecoder(target).generate(tokens, max_tokens=40, sp=sp, speculative=False)
+        drafter = ModelDrafter(draft) if kind == "model" else NgramDrafter()
+        out = SpeculativeDecoder(target, [drafter], FixedPolicy(kind, k)).generate(
+            tokens, max_tokens=40, sp=sp
+        )
+        assert out.tokens == ref.tokens, sp
+        assert out.stats.n_draft_tokens > 0
+
+
+def test_a_seeded_request_repeats_in_auto_mode_on_llamacpp(tiny_runtimes, reference):
+    """Ten seeded requests with k and the drafter chosen per step by the adaptive policy
+    (from measured time, so the steps differ run to run): one output, plain decoding's."""
+    from edgespec.controller import AdaptivePolicy, CostCurve
+
+    target, draft = tiny_runtimes
+    tokens, _ = reference
+    sp = SamplingParams(0.8, top_p=0.9, seed=21)
+    ref = SpeculativeDecoder(target).generate(tokens, max_tokens=40, sp=sp, speculative=False)
+    curve = CostCurve([1.0 + 0.05 * n for n in range(9)], draft_s=0.01)
+    outputs = set()
+    for _ in range(10):
+        drafters = [ModelDrafter(draft), NgramDrafter()]
+        dec = SpeculativeDecoder(target, drafters, AdaptivePolicy(curve, k_max=8))
+        out = dec.generate(tokens, max_tokens=40, sp=sp)
+        assert out.stats.n_draft_tokens > 0
+        outputs.add(tuple(out.tokens))
+    assert outputs == {tuple(ref.tokens)}
 
 
 def test_draft_with_another_vocabulary_is_refused(tmp_path, tiny_pair, monkeypatch):

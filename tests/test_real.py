@@ -15,6 +15,7 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.runtimes import check_compatible
+from edgespec.sampling import SamplingParams
 
 pytestmark = pytest.mark.real
 
@@ -135,3 +136,32 @@ def test_the_demo_draft_exported_to_onnx_drafts_for_the_gguf_target(demo_draft_o
     at = first_departure(plain.tokens, spec.tokens)
     if at is not None:
         assert top2_gap(target, tokens + plain.tokens[:at]) < NEAR_TIE
+
+
+@pytest.fixture(scope="module")
+def exact_target(demo_target_path):
+    """The demo target with batch-invariant kernels (--exact); the draft keeps the fast ones."""
+    from edgespec.runtimes import RuntimeOptions, open_runtime
+
+    return open_runtime(demo_target_path, RuntimeOptions(n_ctx=1024, exact=True))
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+@pytest.mark.parametrize(
+    "sp",
+    [SamplingParams(), SamplingParams(0.7, top_p=0.9, seed=3)],
+    ids=["greedy", "T0.7-topp0.9-seeded"],
+)
+def test_exact_speculative_output_is_plain_decodings(exact_target, demo_runtimes, drafter, sp):
+    """With --exact, a token's logits are the same bits at every pass width, so greedy and
+    seeded speculative output equal plain decoding's token for token: no near-tie allowance."""
+    _, draft = demo_runtimes
+    d = ModelDrafter(draft) if drafter == "model" else NgramDrafter()
+    spec = SpeculativeDecoder(exact_target, [d], FixedPolicy(drafter, 4))
+    plain = SpeculativeDecoder(exact_target)
+    for text in PROMPTS:
+        tokens = user_tokens(exact_target, text)
+        ref = plain.generate(tokens, max_tokens=48, sp=sp, speculative=False)
+        out = spec.generate(tokens, max_tokens=48, sp=sp)
+        assert out.tokens == ref.tokens, text[:30]
+        assert out.stats.n_draft_tokens > 0

@@ -2,7 +2,14 @@ import numpy as np
 import pytest
 
 from edgespec.errors import SamplingParamsError
-from edgespec.sampling import SamplingParams, logits_to_probs, sample
+from edgespec.sampling import (
+    SamplingParams,
+    TokenDist,
+    exponential_noise,
+    logits_to_probs,
+    request_params,
+    sample,
+)
 
 
 def test_temperature_softmax():
@@ -50,3 +57,66 @@ def test_invalid_values_are_refused(kwargs, message):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(**kwargs)
     assert str(e.value).startswith(message)
+
+
+@pytest.mark.parametrize("temperature", [1e-39, 1e-45, 4e38])
+def test_temperatures_float32_cannot_hold_are_refused(temperature):
+    """Logits are divided by float32(temperature): below ~1.18e-38 it is subnormal or 0 (the
+    division gave NaN and always the last token), above ~3.4e38 infinite."""
+    with pytest.raises(SamplingParamsError) as e:
+        SamplingParams(temperature=temperature)
+    assert str(e.value).startswith(f"temperature {temperature!r} is ")
+    assert "in float32, which the logits are divided by; use 0 for greedy decoding" in str(e.value)
+
+
+def test_a_temperature_that_overflows_the_logits_is_refused_not_sampled():
+    sp = SamplingParams(temperature=1e-37)  # a normal float32, but 100 / 1e-37 is inf
+    logits = np.array([100.0, 90.0, -3.0], np.float32)
+    for params in (sp, SamplingParams(temperature=1e-37, top_k=2)):
+        with pytest.raises(SamplingParamsError, match="overflows float32 on these logits"):
+            logits_to_probs(logits, params)
+
+
+def test_unknown_sampler_is_refused():
+    with pytest.raises(SamplingParamsError) as e:
+        SamplingParams(1.0, sampler="metropolis")
+    assert str(e.value) == "unknown sampler 'metropolis'; choose one of auto, gumbel, rejection"
+
+
+def test_position_keyed_noise_depends_on_seed_position_and_token_only():
+    ids = np.array([3, 17, 151_935])
+    a = exponential_noise(7, 120, ids)
+    assert a.tolist() == exponential_noise(7, 120, ids[::-1])[::-1].tolist()
+    assert exponential_noise(7, 120, ids[1:]).tolist() == a[1:].tolist()  # any support
+    assert not np.any(exponential_noise(7, 121, ids) == a)
+    assert not np.any(exponential_noise(8, 120, ids) == a)
+    assert not np.any(exponential_noise(7 + 2**64, 120, ids) == a)  # wide seeds fold in
+
+
+def test_position_keyed_noise_is_exponential():
+    """Exp(1) noise: the mean and the tail within 5 standard errors over 200,000 draws."""
+    e = exponential_noise(1, 5, np.arange(200_000))
+    assert abs(e.mean() - 1.0) <= 5 * 1.0 / np.sqrt(len(e))
+    tail = (e > 3.0).mean()
+    assert abs(tail - np.exp(-3.0)) <= 5 * np.sqrt(np.exp(-3.0) / len(e))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_gumbel_max_follows_p(sparse):
+    """Across positions (independent noise) the Gumbel-max token follows p: every cell
+    within 5 standard errors over 20,000 positions; a token of probability 0 never wins."""
+    p = np.array([0.5, 0.0, 0.3, 0.15, 0.05], np.float32)
+    dist = TokenDist(np.array([0, 2, 3, 4]), p[[0, 2, 3, 4]]) if sparse else TokenDist(None, p)
+    n = 20_000
+    counts = np.bincount([dist.gumbel_max(9, i) for i in range(n)], minlength=len(p))
+    assert counts[1] == 0
+    assert np.all(np.abs(counts / n - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-12)
+
+
+def test_request_params_fill_a_seed_and_settle_auto():
+    seeded = request_params(SamplingParams(1.0, seed=4))
+    assert (seeded.seed, seeded.sampler) == (4, "gumbel")
+    free = [request_params(SamplingParams(1.0)) for _ in range(3)]
+    assert all(f.seed is not None and f.sampler == "auto" for f in free)
+    assert len({f.seed for f in free}) == 3
+    assert request_params(SamplingParams(1.0, seed=4, sampler="rejection")).sampler == "rejection"

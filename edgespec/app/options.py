@@ -11,7 +11,7 @@ import argparse
 from edgespec.errors import EdgespecError
 from edgespec.loader import DRAFTER_CHOICES, SpecOptions
 from edgespec.runtimes import DEVICES, RuntimeOptions
-from edgespec.sampling import SamplingParams
+from edgespec.sampling import SAMPLERS, SamplingParams
 
 TARGET_HELP = "target model: a .gguf file, a bundle folder (edgespec export) or an ONNX folder"
 DRAFT_HELP = "draft model of the target's family: .gguf file or ONNX folder (a bundle has one)"
@@ -29,6 +29,12 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
         help="GGUF (llama.cpp) partial offload: layers on the GPU (--device cuda: all)",
     )
     p.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens")
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="batch-invariant kernels (llama.cpp CPU): speculative output equals plain "
+        "decoding's, greedy and seeded, at some cost in speed (docs/exactness.md)",
+    )
 
 
 def add_spec_args(p: argparse.ArgumentParser) -> None:
@@ -48,11 +54,22 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--sampler",
+        choices=SAMPLERS,
+        default="auto",
+        help="how drafts are judged when sampling: gumbel (same output as plain decoding with "
+        "the seed), rejection, or auto (gumbel with --seed, else each drafter's default)",
+    )
 
 
 def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
     return RuntimeOptions(
-        n_ctx=args.n_ctx, n_threads=args.threads, device=args.device, n_gpu_layers=args.n_gpu_layers
+        n_ctx=args.n_ctx,
+        n_threads=args.threads,
+        device=args.device,
+        n_gpu_layers=args.n_gpu_layers,
+        exact=args.exact,
     )
 
 
@@ -68,4 +85,6 @@ def spec_options(args: argparse.Namespace) -> SpecOptions:
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
-    return SamplingParams(args.temperature, args.top_k, args.top_p, args.min_p, args.seed)
+    return SamplingParams(
+        args.temperature, args.top_k, args.top_p, args.min_p, args.seed, args.sampler
+    )

@@ -25,6 +25,9 @@ class Draft:
     # the one token every step re-forwards): a one-off when a drafter resumes after idle
     # steps, so the policy leaves it out of the per-token draft cost
     t_catch_up: float = 0.0
+    # drafted under the Gumbel-max coupling (the request's position-keyed noise; q unused):
+    # verified by equality with the target's own Gumbel-max token (verify.verify_gumbel)
+    gumbel: bool = False
 
     @staticmethod
     def empty() -> Draft:

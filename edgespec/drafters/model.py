@@ -15,11 +15,12 @@ import numpy as np
 from edgespec.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
 from edgespec.runtimes.base import Runtime
-from edgespec.sampling import SamplingParams, token_dist
+from edgespec.sampling import SamplingParams, token_dist, uses_gumbel
 
 
 class ModelDrafter:
     name = "model"
+    sampler = "gumbel"  # with sampler "auto" and no seed (docs/exactness.md: why)
 
     def __init__(
         self,
@@ -68,11 +69,17 @@ class ModelDrafter:
         # a step after a drafted step re-forwards the bonus token (and the draft's last one):
         # more than that is catching up after idle steps, not the price of drafting
         t_catch_up = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0
+        gumbel = not sp.greedy and uses_gumbel(sp, self.sampler)
+        seed = sp.seed if sp.seed is not None else -1
+        if gumbel and seed < 0:
+            raise ValueError("Gumbel drafting needs the request's seed (request_params sets it)")
         tokens = np.empty(k, dtype=np.int32)
-        q = None if sp.greedy else np.empty((k, len(logits)), dtype=np.float32)
+        q = None if sp.greedy or gumbel else np.empty((k, len(logits)), dtype=np.float32)
         for i in range(k):
-            if q is None:
+            if sp.greedy:
                 tokens[i] = int(np.argmax(logits))
+            elif q is None:  # argmax(log q + g) with the noise the target uses at this position
+                tokens[i] = token_dist(logits, sp).gumbel_max(seed, len(context) + i)
             else:
                 dist = token_dist(logits, sp)
                 q[i] = dist.dense(len(logits))
@@ -80,7 +87,7 @@ class ModelDrafter:
             if i + 1 < k:
                 logits = self.runtime.forward([int(tokens[i])])[-1]
         self.cached.extend(int(t) for t in tokens[:-1])
-        return Draft(tokens, q, t_catch_up)
+        return Draft(tokens, q, t_catch_up, gumbel)
 
     def accept(self, n_accepted: int) -> None:
         pass

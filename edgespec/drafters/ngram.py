@@ -22,12 +22,15 @@ import numpy as np
 
 from edgespec.acceptance import ByMatchLength
 from edgespec.drafters.base import Draft, Offer
-from edgespec.sampling import SamplingParams
+from edgespec.sampling import SamplingParams, uses_gumbel
 
 
 class NgramDrafter:
     name = "ngram"
     token_s = 0.0  # a dictionary lookup: free next to any target pass
+    # a point mass is accepted with probability p(x) by either sampler; Gumbel also emits
+    # plain decoding's own tokens (docs/exactness.md)
+    sampler = "gumbel"
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1, history: int = 0) -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -73,7 +76,8 @@ class NgramDrafter:
             return Draft.empty()
         if seq is self.indexed:
             self.source = (len(self.indexed), start)
-        return Draft(np.asarray(seq[start : start + k], dtype=np.int32), None)
+        tokens = np.asarray(seq[start : start + k], dtype=np.int32)
+        return Draft(tokens, None, gumbel=uses_gumbel(sp, self.sampler))
 
     def offer(self, context: Sequence[int]) -> Offer:
         """The tokens after the match (none without one), keyed by the match length."""
