@@ -81,6 +81,23 @@ def check_scaled(z_max: float, sp: SamplingParams) -> None:
         )
 
 
+def span_text(low: float, high: float, *, open_low: bool = False, open_high: bool = False) -> str:
+    """An interval as a message writes it: [0, 2], (0, 1]."""
+    return f"{'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+
+
+def in_range(
+    value: object, low: float, high: float, *, open_low: bool = False, open_high: bool = False
+) -> bool:
+    """A finite number (bool excluded) inside the interval; the one rule the CLI, the Python
+    API and the server check sampling values by."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    above = value > low if open_low else value >= low
+    below = value < high if open_high else value <= high
+    return above and below
+
+
 def check_range(
     name: str,
     value: float,
@@ -91,14 +108,9 @@ def check_range(
     open_low: bool = False,
     open_high: bool = False,
 ) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = (value > low if open_low else value >= low) and (
-            value < high if open_high else value <= high
-        )
-    if not ok:
-        lo, hi = ("(" if open_low else "["), (")" if open_high else "]")
-        raise SamplingParamsError(f"{name} must be in {lo}{low}, {high}{hi}, got {value!r}; {fix}")
+    if not in_range(value, low, high, open_low=open_low, open_high=open_high):
+        span = span_text(low, high, open_low=open_low, open_high=open_high)
+        raise SamplingParamsError(f"{name} must be in {span}, got {value!r}; {fix}")
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,21 @@ import pytest
 REQUIRE_REAL = os.environ.get("EDGESPEC_REQUIRE_REAL") == "1"
 
 
+def pytest_configure(config) -> None:
+    """The tests get a home of their own, sharing only the fetched models: a curve the tests
+    calibrate on a busy machine must never land in the user's tune store, where every later
+    `edgespec run` and benchmark would trust it."""
+    import tempfile
+
+    from edgespec.paths import edgespec_home
+
+    models = edgespec_home() / "models"
+    home = Path(tempfile.mkdtemp(prefix="edgespec-test-home-"))
+    if models.is_dir():
+        (home / "models").symlink_to(models.resolve(), target_is_directory=True)
+    os.environ["EDGESPEC_HOME"] = str(home)
+
+
 def real_model(name: str) -> Path:
     """Path of a fetched demo model; skip (or fail under EDGESPEC_REQUIRE_REAL=1) if absent."""
     from edgespec.app.models import model_path

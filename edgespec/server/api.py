@@ -7,7 +7,6 @@ OpenAI error JSON shape. Nothing here decodes: the engine does (SpeculativeDecod
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgespec.engine import Event, Stats
-from edgespec.sampling import SamplingParams
+from edgespec.sampling import SamplingParams, in_range, span_text
 
 MAX_STOP = 16  # stop strings per request
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -151,14 +150,8 @@ def number(
     value = data.get(name)
     if value is None:
         return default
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = (value > low if open_low else value >= low) and (
-            value < high if open_high else value <= high
-        )
-    if not ok:
-        lo, hi = ("(" if open_low else "["), (")" if open_high else "]")
-        span = f"{lo}{low}, {high}{hi}"
+    if not in_range(value, low, high, open_low=open_low, open_high=open_high):
+        span = span_text(low, high, open_low=open_low, open_high=open_high)
         raise ApiError(400, f"{name} must be a number in {span}, got {value!r}", name)
     return float(value)
 
