@@ -65,6 +65,7 @@ fi
 
 # --- the GPU machine ---------------------------------------------------------------------------
 PY=${PYTHON:-python3}
+command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH  # CUDA images often omit it
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 
 check_uploads() {  # $1 = all | up1: which uploads the next steps need
@@ -194,6 +195,8 @@ install_onnxruntime_gpu() {
 measure_all() {  # demo pair first; the 7B when its bundles are ready in time
   local pairs=(demo)
   [ $WITH_7B = 1 ] && pairs+=(7b)
+  # timings taken beside a build or an export on every core would be the CPU's, not the GPU's
+  wait_for background || say "measuring beside background steps still running: timings suspect"
   for pair in "${pairs[@]}"; do
     for backend in gguf onnx; do
       wait_for "bundle-$pair-$backend" || continue
@@ -209,17 +212,19 @@ measure_all() {  # demo pair first; the 7B when its bundles are ready in time
 
 run_measure() {  # run_measure PAIR BACKEND GRAPHS GRID BUNDLE: a process each (clean CUDA state)
   local name=$1-$2-graphs-$3
+  [ -s "$OUT/$name.json" ] && return  # measured in an earlier call: a run resumes
   say "measure $name"
   "$PY" bench/gpu/measure.py --device cuda --backend "$2" --graphs "$3" --grid "$4" \
     --bundle "$5" --label "$1" --json "$OUT/$name.json" > "$KIT/logs/measure-$name.log" 2>&1 \
     || say "measure $name failed: $(tail -3 "$KIT/logs/measure-$name.log")"
 }
 
-gpu_tests() {
+gpu_tests() {  # every test marked gpu (TensorRT's skip here; trt.sh runs them with TensorRT)
+  is_done gpu-tests && return
   say "tests marked gpu"
-  "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/test_onnx.py tests/test_gpu_kit.py 2>&1 \
-    | tee "$OUT/gpu-tests.txt" | tail -15 \
-    || true
+  "$PY" -m pytest -v -p no:cacheprovider -m gpu tests/test_onnx.py tests/test_gpu_kit.py \
+    tests/test_tensorrt.py 2>&1 | tee "$OUT/gpu-tests.txt" | tail -15 || true
+  done_mark gpu-tests
 }
 
 check_uploads up1
