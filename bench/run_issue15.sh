@@ -4,7 +4,12 @@
 # speed under load. Run it on a quiet machine (nothing else running, load average < 0.2).
 #
 #   STAGES="llama onnx peers server load" REPEAT=2 bench/run_issue15.sh
+#   SUITES="edit open-sample" STAGES="llama server" bench/run_issue15.sh   # a shorter pass
 #
+# SUITES (default "edit chat open code") picks the suites; open-sample is bench/data's
+# open-sample.jsonl: the first two prompts of each of open's eleven kinds (22). The server
+# stage takes PEER_SUITES (default "edit open"), PEER_MODES (plain,ngram-mod,draft) and
+# PEER_LIMIT (first N prompts of each suite).
 # Minutes on a 2-core AVX2 CPU (plain ~8 tok/s on llama.cpp, ~10 on ONNX Runtime; prefill
 # ~50 tok/s), REPEAT=1; REPEAT=2 doubles each stage but load:
 #   llama  ~105 (edit 29, chat 14, open 40, code 22)   onnx   ~80 (+ ~10: the export, once)
@@ -25,14 +30,24 @@ DRAFT=$($ES models path demo-draft)
 mkdir -p "$OUT"
 COMMON="--n-ctx 4096 --repeat $REPEAT --threads $THREADS --by-category"
 
-suites() {  # $1: name, rest: --target ... ; edit at 256 tokens, the others at 128
-  local name=$1
+SUITES=${SUITES:-edit chat open code}
+
+suite_args() {  # the bench arguments of one suite: edit at 256 tokens, the others at 128
+  case $1 in
+    edit) echo "--suite edit --max-tokens 256" ;;
+    code) echo "--suite code --limit 40 --max-tokens 128" ;;
+    open-sample) echo "--suite bench/data/open-sample.jsonl --max-tokens 128" ;;
+    *) echo "--suite $1 --max-tokens 128" ;;
+  esac
+}
+
+suites() {  # $1: name, rest: --target ...
+  local name=$1 suite
   shift
-  $ES bench "$@" $COMMON --suite edit --max-tokens 256 --json "$OUT/i15-$name-edit.json"
-  $ES bench "$@" $COMMON --suite chat --max-tokens 128 --json "$OUT/i15-$name-chat.json"
-  $ES bench "$@" $COMMON --suite open --max-tokens 128 --json "$OUT/i15-$name-open.json"
-  $ES bench "$@" $COMMON --suite code --limit 40 --max-tokens 128 \
-    --json "$OUT/i15-$name-code.json"
+  for suite in $SUITES; do
+    # shellcheck disable=SC2046  # suite_args is words by design
+    $ES bench "$@" $COMMON $(suite_args "$suite") --json "$OUT/i15-$name-$suite.json"
+  done
 }
 
 for stage in ${STAGES:-llama onnx peers server load}; do
@@ -47,16 +62,19 @@ for stage in ${STAGES:-llama onnx peers server load}; do
       suites onnx --target "$BUNDLE" --methods plain,auto ;;
     peers)  # llama-cpp-python's prompt lookup (its README's num_pred_tokens 2 and 10)
       for suite in edit open; do
-        $ES bench --target "$TARGET" --draft "$DRAFT" $COMMON --suite $suite --max-tokens 128 \
+        $ES bench --target "$TARGET" --draft "$DRAFT" $COMMON $(suite_args $suite) \
           --methods plain,llama-cpp-python-pld --peer-k "${PEER_K:-2,10}" \
           --json "$OUT/i15-peer-lcp-$suite.json"
       done ;;
     server)  # llama.cpp's own modes through llama-server, at the vendored commit
       SERVER=$(NICE=${NICE:-0} bash bench/peers/llama_server.sh | tail -1)
-      $PY bench/peers/llama_server.py --server "$SERVER" --target "$TARGET" --draft "$DRAFT" \
-        --mode "ngram-mod-dense=--spec-type ngram-mod --spec-ngram-mod-n-min 4 --spec-ngram-mod-n-max 16" \
-        --suite edit --suite open --max-tokens 128 --repeat "$REPEAT" --threads "$THREADS" \
-        --by-category --json "$OUT/i15-peer-server.json" ;;
+      for suite in ${PEER_SUITES:-edit open}; do
+        # shellcheck disable=SC2046  # suite_args is words by design
+        $PY bench/peers/llama_server.py --server "$SERVER" --target "$TARGET" --draft "$DRAFT" \
+          --modes "${PEER_MODES:-plain,ngram-mod,draft}" $(suite_args "$suite") \
+          ${PEER_LIMIT:+--limit $PEER_LIMIT} --repeat "$REPEAT" --threads "$THREADS" \
+          --by-category --json "$OUT/i15-peer-server-$suite.json"
+      done ;;
     load)
       $PY bench/load.py --target "$TARGET" --onnx-target "$BUNDLE/target.int4" --threads 1,2 \
         --load-seconds 300 --json "$OUT/i15-load.json" ;;
