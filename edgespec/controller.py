@@ -236,7 +236,8 @@ class AdaptivePolicy:
         """Priced drafters worth catching up now, in one batched pass: more than a step's
         re-forward behind, and either beating the last plan's choice were they in step (they
         lost by their catch-up alone: a new prompt, or steps prompt lookup or plain decoding
-        took) or due a probe (on a plain step, where probes happen). A drafter left behind otherwise costs nothing until it pays."""
+        took) or due a probe (on a plain step, where probes happen). A drafter left behind
+        otherwise costs nothing until it pays."""
         due = []
         for e in self.estimates:
             if not self.can_win(e):
