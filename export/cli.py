@@ -73,7 +73,8 @@ def add_export_parser(sub) -> None:
         "tensorrt: fp8 | int4 | fp16 (default: the device's)",
     )
     p.add_argument(
-        "--draft-quant", help="gguf: q8_0 | f16 | ...; onnx: int8 | int4 | ...; tensorrt: fp16 | fp8"
+        "--draft-quant",
+        help="gguf: q8_0 | f16 | ...; onnx: int8 | int4 | ...; tensorrt: fp16 | fp8",
     )
     p.add_argument(
         "--verify-widths", metavar="1..K+1",
