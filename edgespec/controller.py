@@ -240,7 +240,7 @@ class AdaptivePolicy:
         otherwise costs nothing until it pays."""
         due = []
         for e in self.estimates:
-            if not self.can_win(e):
+            if e.free or not self.can_win(e):
                 continue
             offer = e.drafter.offer(context)
             if offer.behind <= 2 or offer.available == 0:
