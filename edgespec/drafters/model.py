@@ -100,6 +100,7 @@ class ModelDrafter:
         if keep == len(context) - 1 and keep == len(self.cached):
             return
         self.runtime.rollback(keep)
+        self.cached = self.cached[:keep]  # true whatever happens to the forward below
         if len(context) - 1 > keep:
             self.runtime.forward(context[keep:-1], last_only=True)
         self.cached = list(context[:-1])
