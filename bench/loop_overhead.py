@@ -67,6 +67,9 @@ class ConstantDrafter:
     def accept(self, n):
         pass
 
+    def sync(self, context):
+        pass
+
     def reset(self, rng):
         pass
 

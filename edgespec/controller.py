@@ -25,6 +25,11 @@ class Policy(Protocol):
         """The drafter to use and the number of tokens to draft (0 = plain step)."""
         ...
 
+    def to_sync(self, context: Sequence[int]) -> list[Drafter]:
+        """Drafters to bring up to date with context now, each in one batched pass (asked
+        when a request begins and before each step's plan)."""
+        ...
+
     def observe(
         self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
     ) -> None:
@@ -41,8 +46,10 @@ class FixedPolicy:
         self.drafter_name = drafter
         self.k = k if drafter else 0
         self.drafter: Drafter | None = None
+        self.prefill = False  # whether the drafter still has the prompt to catch up on
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
+        self.prefill = True
         if self.drafter_name is None:
             return
         named = [d for d in drafters if d.name == self.drafter_name]
@@ -53,6 +60,12 @@ class FixedPolicy:
 
     def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
         return self.drafter, self.k
+
+    def to_sync(self, context: Sequence[int]) -> list[Drafter]:
+        """Its drafter, once per request: the prompt, prefilled as the target's is (it drafts
+        every step after that, so it never falls behind)."""
+        due, self.prefill = self.prefill, False
+        return [self.drafter] if due and self.drafter is not None and self.k else []
 
     def observe(
         self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
@@ -178,12 +191,16 @@ class AdaptivePolicy:
         self.prices: dict[int, tuple[float, bool]] = {}  # id(drafter) -> learned price
         self.estimates: list[Estimate] = []
         self.probing: Drafter | None = None
+        self.chosen_rate = 0.0  # expected tokens/s of the last plan's best choice
+        self.chose_plain = True  # whether that choice was a plain step (when probes happen)
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
         for e in self.estimates:  # prices outlive a request; acceptance does not
             self.prices[id(e.drafter)] = (e.token_s, e.learns_cost)
         self.estimates = [self.new_estimate(d) for d in drafters]
         self.probing = None
+        self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
+        self.chose_plain = True
 
     def new_estimate(self, drafter: Drafter) -> Estimate:
         token_s, learns = self.prices.get(
@@ -204,6 +221,7 @@ class AdaptivePolicy:
             if e.offer.available > 0:
                 options.append(self.option(e, e.offer.available))
         choice = best_choice(self.curve, options, self.k_max)
+        self.chosen_rate, self.chose_plain = choice.tokens_per_second, choice.k == 0
         self.probing = None
         if choice.k == 0:
             choice = self.probe()
@@ -213,6 +231,26 @@ class AdaptivePolicy:
         n = min(available, self.k_max)
         alphas = e.acceptance.alphas(e.offer.key, n)
         return Option(e.drafter, alphas, e.token_s, self.catch_up_cost(e.token_s, e.offer.behind))
+
+    def to_sync(self, context: Sequence[int]) -> list[Drafter]:
+        """Priced drafters worth catching up now, in one batched pass: more than a step's
+        re-forward behind, and either beating the last plan's choice were they in step (they
+        lost by their catch-up alone: a new prompt, or steps prompt lookup or plain decoding
+        took) or due a probe (on a plain step, where probes happen). A drafter left behind
+        otherwise costs nothing until it pays."""
+        due = []
+        for e in self.estimates:
+            if e.free or not self.can_win(e):
+                continue
+            offer = e.drafter.offer(context)
+            if offer.behind <= 2 or offer.available == 0:
+                continue
+            n = min(offer.available, self.k_max)
+            in_step = Option(e.drafter, e.acceptance.alphas(offer.key, n), e.token_s)
+            rate = best_choice(self.curve, [in_step], self.k_max).tokens_per_second
+            if rate > self.chosen_rate or (self.chose_plain and e.idle >= e.interval):
+                due.append(e.drafter)
+        return due
 
     def catch_up_cost(self, token_s: float, behind: int) -> float:
         """Seconds for a drafter to forward the tokens it has not seen. Every drafted step

@@ -40,6 +40,8 @@ class Stats:
     drafted_by_pos: list[int] = field(default_factory=list)
     accepted_by_pos: list[int] = field(default_factory=list)
     steps_by_drafter: dict[str, int] = field(default_factory=dict)
+    drafted_by_drafter: dict[str, int] = field(default_factory=dict)  # draft tokens proposed
+    accepted_by_drafter: dict[str, int] = field(default_factory=dict)  # ... and kept
     t_prefill: float = 0.0
     t_draft: float = 0.0
     t_verify: float = 0.0  # target forward passes after the prefill
@@ -83,6 +85,8 @@ class Stats:
             return
         assert drafter is not None
         self.steps_by_drafter[drafter] = self.steps_by_drafter.get(drafter, 0) + 1
+        self.drafted_by_drafter[drafter] = self.drafted_by_drafter.get(drafter, 0) + k
+        self.accepted_by_drafter[drafter] = self.accepted_by_drafter.get(drafter, 0) + n_accepted
         self.n_draft_tokens += k
         self.n_accepted += n_accepted
         grow = k - len(self.drafted_by_pos)
@@ -102,6 +106,8 @@ class Stats:
             "n_drafts": self.n_drafts,
             "n_plain_steps": self.n_plain_steps,
             "steps_by_drafter": dict(self.steps_by_drafter),
+            "drafted_by_drafter": dict(self.drafted_by_drafter),
+            "accepted_by_drafter": dict(self.accepted_by_drafter),
             "n_draft_tokens": self.n_draft_tokens,
             "n_accepted": self.n_accepted,
             "acceptance_rate": round(self.acceptance_rate, 4),
@@ -226,7 +232,7 @@ class SpeculativeDecoder:
         rng = stream_rng(sp.seed, 0)  # the rejection sampler's own stream
         text = TextStream(stop)
         t_start = time.perf_counter()
-        stats.n_cached = self.begin(tokens, sp)
+        stats.n_cached = self.begin(tokens, sp, speculative)
         stats.t_prefill = time.perf_counter() - t_start
         finish: str | None = None
         while finish is None:
@@ -246,9 +252,10 @@ class SpeculativeDecoder:
             elif out.tokens:
                 yield out.event("", None, None, n_drafted)
 
-    def begin(self, tokens: list[int], sp: SamplingParams) -> int:
+    def begin(self, tokens: list[int], sp: SamplingParams, speculative: bool = True) -> int:
         """Reset per-request state and make the target's cache hold all but the last prompt
-        token; return how many of them it kept from the previous request (reuse_cache)."""
+        token (and a draft model's, where the policy will want it in step); return how many
+        of them the target kept from the previous request (reuse_cache)."""
         keep = self.reusable(tokens) if self.reuse_cache else 0
         if keep:
             self.target.rollback(keep)
@@ -260,7 +267,15 @@ class SpeculativeDecoder:
         self.policy.begin(list(self.drafters.values()))
         if len(tokens) - 1 > keep:
             self.target.forward(tokens[keep:-1], last_only=True)
+        if speculative:
+            self.sync_drafters(tokens)
         return keep
+
+    def sync_drafters(self, tokens: list[int]) -> None:
+        """Let the drafters the policy names catch up on tokens, one batched pass each: the
+        prompt when a request begins, what idle steps emitted before a step."""
+        for drafter in self.policy.to_sync(tokens):
+            drafter.sync(tokens)
 
     def reusable(self, tokens: list[int]) -> int:
         """Prompt tokens the target's cache already holds: the common prefix of tokens[:-1]
@@ -281,6 +296,9 @@ class SpeculativeDecoder:
     ) -> Verdict:
         """One draft-verify step; room bounds 1 + k by max_tokens and the context."""
         n0 = self.target.n_past
+        t_sync = time.perf_counter()
+        if speculative:  # catching up is drafting time, but no drafter's per-token price
+            self.sync_drafters(tokens)
         t0 = time.perf_counter()
         drafter, k = self.policy.plan(tokens, sp) if speculative else (None, 0)
         k = min(k, room - 1)
@@ -302,7 +320,7 @@ class SpeculativeDecoder:
             drafted.accept(verdict.n_accepted)
         self.policy.observe(drafted, k, verdict.n_accepted, t1 - t0 - draft.t_catch_up, t2 - t1)
         stats.record(drafted.name if drafted else None, k, verdict.n_accepted)
-        stats.t_draft += t1 - t0
+        stats.t_draft += t1 - t_sync
         stats.t_verify += t2 - t1
         return verdict
 

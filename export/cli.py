@@ -69,10 +69,13 @@ def add_export_parser(sub) -> None:
     p.add_argument("--format", default="gguf", choices=["gguf", "onnx", "tensorrt"])
     p.add_argument(
         "--target-quant",
-        help="gguf: q4_0 | q4_k_m | q5_k_m | q8_0 | f16; onnx: int4 | fp8 | fp16 | fp32; "
+        help="gguf: q4_0 | q4_k_m | q5_k_m | q8_0 | f16; onnx: int4 | int8 | fp8 | fp16 | fp32; "
         "tensorrt: fp8 | int4 | fp16 (default: the device's)",
     )
-    p.add_argument("--draft-quant", help="gguf: q8_0 | f16 | ...; tensorrt: fp16 | fp8")
+    p.add_argument(
+        "--draft-quant",
+        help="gguf: q8_0 | f16 | ...; onnx: int8 | int4 | ...; tensorrt: fp16 | fp8",
+    )
     p.add_argument(
         "--verify-widths", metavar="1..K+1",
         help="--format tensorrt: the verify widths that get an engine profile and a CUDA graph "

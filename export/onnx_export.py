@@ -45,7 +45,8 @@ from edgespec.quant.reference import ErrorSum, TensorError, error_summary
 log = logging.getLogger(__name__)
 
 OPSET = 21  # float8e4m3fn DequantizeLinear with a per-channel axis needs 19+
-QUANTS = ("fp32", "fp16", "int4", "fp8")
+QUANTS = ("fp32", "fp16", "int4", "int8", "fp8")
+NBITS = {"int4": 4, "int8": 8}  # MatMulNBits block formats: bits per weight
 COMPUTES = {"fp32": np.float32, "fp16": np.float16}
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"  # weights beside the graph: protobuf stops at 2 GiB
@@ -70,8 +71,8 @@ class ModelInfo:
     context_length: int
     quant: str
     compute: str  # activations and KV cache: fp32 (CPU EP) or fp16 (CUDA EP)
-    block_size: int | None  # int4 only
-    accuracy_level: int | None  # int4 only: MatMulNBits compute type
+    block_size: int | None  # int4/int8 only
+    accuracy_level: int | None  # int4/int8 only: MatMulNBits compute type
     bos_id: int | None
     eos_id: int | None
     sliding_window: int | None  # the runtime caps n_ctx here: the graph attends to everything
@@ -94,7 +95,7 @@ def export_onnx(
     """Write out_dir/{model.onnx, model.onnx.data, model.json, tokenizer files}; return out_dir.
 
     source: an HF checkpoint folder, a .gguf file, or a Checkpoint already read.
-    int4 only: block_size 32 or 128 weights per scale; accuracy_level is MatMulNBits' compute
+    int4/int8 only: block_size 32 or 128 weights per scale; accuracy_level is MatMulNBits' compute
     type (4 = int8 activations: on CPU the fast kernel for every width; 0 = float32, whose
     multi-row path dequantizes the whole weight per call and runs ~2.5x slower at n >= 2).
     builder: the graph's flavour: GraphBuilder (None; ONNX Runtime's contrib operators) or
@@ -175,8 +176,8 @@ def model_info(
         context_length=config.get("max_position_embeddings", 4096),
         quant=quant,
         compute=compute,
-        block_size=block_size if quant == "int4" else None,
-        accuracy_level=accuracy_level if quant == "int4" else None,
+        block_size=block_size if quant in NBITS else None,
+        accuracy_level=accuracy_level if quant in NBITS else None,
         bos_id=bos,
         eos_id=eos,
         sliding_window=window,
@@ -253,7 +254,7 @@ class GraphBuilder:
         read a block of output rows at a time; a block is a block of the stored columns."""
         from onnx import TensorProto
 
-        if self.quant == "int4":
+        if self.quant in NBITS:
             return self.matmul_nbits(x, w, name)
         n_out, n_in = w.shape
         errors = ErrorSum()
@@ -295,7 +296,7 @@ class GraphBuilder:
         b = packed.close()
         s = self.const(name + ".scales", scales.astype(self.dtype))
         return self.op(
-            "MatMulNBits", x, b, s, K=k, N=n, bits=4, block_size=self.block_size,
+            "MatMulNBits", x, b, s, K=k, N=n, bits=NBITS[self.quant], block_size=self.block_size,
             accuracy_level=self.accuracy_level,
         )  # fmt: skip
 
@@ -305,13 +306,14 @@ class GraphBuilder:
         and scales [N, K/block] float32; the error of what is stored is recorded."""
         n, k = w.shape
         n_blocks = -(-k // self.block_size)
-        shape = (
-            (n, n_blocks * self.block_size // 2) if flat else (n, n_blocks, self.block_size // 2)
-        )
-        packed = self.stream(name + ".q4", shape, np.uint8)
+        bits = NBITS[self.quant]  # int8: the same blocks, a byte a weight
+        block_bytes = self.block_size * bits // 8
+        shape = (n, n_blocks * block_bytes) if flat else (n, n_blocks, block_bytes)
+        packed = self.stream(name + f".q{bits}", shape, np.uint8)
         scales, errors = [], ErrorSum()
+        quantize = self.int8_blocks if bits == 8 else self.int4_blocks
         for wt in self.blocks(w):
-            block_packed, block_scales = self.int4_blocks(wt, errors)
+            block_packed, block_scales = quantize(wt, errors)
             packed.write(block_packed.reshape(len(block_packed), *shape[1:]))
             scales.append(block_scales)
         self.record_error(name, w, errors)
@@ -333,6 +335,24 @@ class GraphBuilder:
         quantize_matmul_4bits(packed, padded, scales, zero_points, self.block_size, n, k, True)
         codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(n, n_blocks, -1)
         stored = (codes.astype(np.float32) - 8) * scales[..., None]  # symmetric: zero point 8
+        errors.add(wt, stored.reshape(n, -1)[:, :k].T)
+        return packed, scales
+
+    def int8_blocks(self, wt: np.ndarray, errors: ErrorSum) -> tuple[np.ndarray, np.ndarray]:
+        """int4_blocks at 8 bits (MatMulNBits bits=8, for a drafter kept above the target's
+        INT4): packed [N, K/block, block] uint8 codes with zero point 128, by ONNX Runtime's
+        own 8-bit quantizer."""
+        from onnxruntime.capi._pybind_state import quantize_matmul_8bits
+
+        k, n = wt.shape
+        n_blocks = -(-k // self.block_size)
+        padded = np.zeros((n_blocks * self.block_size, n), np.float32)
+        padded[:k] = wt
+        packed = np.zeros((n, n_blocks, self.block_size), np.uint8)
+        scales = np.zeros((n, n_blocks), np.float32)
+        zero_points = np.zeros((n, n_blocks), np.uint8)  # unused: symmetric
+        quantize_matmul_8bits(packed, padded, scales, zero_points, self.block_size, n, k, True)
+        stored = (packed.astype(np.float32) - 128) * scales[..., None]  # zero point 128
         errors.add(wt, stored.reshape(n, -1)[:, :k].T)
         return packed, scales
 

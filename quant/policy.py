@@ -22,7 +22,7 @@ from edgespec.errors import EdgespecError
 BITS_PER_WEIGHT = {
     "f32": 32.0, "fp32": 32.0, "f16": 16.0, "fp16": 16.0, "bf16": 16.0,
     "q8_0": 8.5, "fp8": 8.0, "q6_k": 6.56, "q5_k_m": 5.7, "q5_0": 5.5,
-    "q4_k_m": 4.85, "q4_0": 4.5, "int4": 4.25,
+    "q4_k_m": 4.85, "q4_0": 4.5, "int4": 4.25, "int8": 8.25,
 }  # fmt: skip
 LARGE_VOCAB = 64_000  # above this the output projection is worth quantizing separately
 
@@ -53,7 +53,7 @@ def default_precision(device: str, n_vocab: int) -> PrecisionChoice:
     )
 
 
-ONNX_QUANTS = ("int4", "fp8", "fp16", "fp32")
+ONNX_QUANTS = ("int4", "int8", "fp8", "fp16", "fp32")
 
 
 def default_onnx_precision(device: str) -> PrecisionChoice:

@@ -100,6 +100,7 @@ class ScriptedDrafter:
         self.behind = behind
         self.name = name or type(self).name
         self.proposals: list[int] = []  # k of each proposal, for tests
+        self.syncs: list[int] = []  # context length at each sync, for tests
 
     def offer(self, context: Sequence[int]) -> Offer:
         return Offer(available=1 << 20, behind=self.behind)
@@ -120,6 +121,10 @@ class ScriptedDrafter:
 
     def accept(self, n_accepted: int) -> None:
         pass
+
+    def sync(self, context: Sequence[int]) -> None:
+        self.syncs.append(len(context))
+        self.behind = 0
 
     def reset(self, rng: np.random.Generator) -> None:
         pass

@@ -172,3 +172,25 @@ def test_the_peer_needs_a_gguf_target(tmp_path):
         f"method {PEER} runs llama-cpp-python on a GGUF target, not {folder}; "
         "drop it from --methods"
     )
+
+
+def test_fixed_k_model_drafts_run_beside_auto_on_the_same_prompts(tiny_pair):
+    """`--methods plain,model,auto --k 1,2`: the model drafter at k = 1 and 2, each step
+    exactly k tokens (room allowing), against auto and plain, prompt by prompt."""
+    pytest.importorskip("llama_cpp")
+    target, draft = tiny_pair
+    prompts = [prompt("open-01", "the theme of the week")]
+    report = run_bench(
+        target, draft, prompts, ["plain", "model", "auto"], [1, 2], 8,
+        RuntimeOptions(n_ctx=256, n_threads=1),
+    )  # fmt: skip
+    assert report["order"] == [
+        f"0:open-01:{m}" for m in ("plain", "model k=1", "model k=2", "auto")
+    ]
+    rows = {(r["method"], r["k"]): r for r in report["rows"]}
+    for k in (1, 2):
+        stats = rows[("model", k)]["runs"][0]["stats"]
+        assert stats["steps_by_drafter"] == {"model": stats["n_drafts"]} and stats["n_drafts"] > 0
+        assert stats["drafted_by_drafter"]["model"] <= k * stats["n_drafts"]
+        assert stats["drafted_by_drafter"]["model"] > (k - 1) * stats["n_drafts"]
+        assert rows[("model", k)]["identical"] == 1

@@ -193,3 +193,58 @@ def test_fixed_policy_picks_its_drafter_by_name_and_refuses_a_missing_one():
         assert str(e) == "no drafter named 'model'; have ['oracle']"
     else:
         raise AssertionError("FixedPolicy accepted a drafter that is not there")
+
+
+# --- keeping a draft model in step (to_sync) -------------------------------------------------
+
+ONNX_CPU = CostCurve([1.0, 1.04, 1.1, 1.16, 1.22, 1.28, 1.34, 1.4, 1.46])
+
+
+def test_a_drafter_that_loses_by_its_catch_up_alone_is_synced():
+    """40 tokens behind (a new prompt, or steps others took), a 0.45x draft model at its
+    prior acceptance loses to plain by its catch-up; in step it wins: catch it up."""
+    policy = AdaptivePolicy(ONNX_CPU, k_max=8)
+    m = model(0.45, behind=40)
+    policy.begin([m])
+    assert policy.to_sync(list(range(50))) == [m]
+    m.sync(list(range(50)))
+    assert policy.to_sync(list(range(50))) == []  # in step now: nothing to catch up
+    assert policy.plan(list(range(50)), SP)[0] is m
+
+
+def test_a_drafter_left_behind_is_not_synced_when_it_would_not_win_in_step():
+    policy = AdaptivePolicy(ONNX_CPU, k_max=8)
+    weak, cheap_but_near = model(0.45, behind=40), model(0.45, behind=2)
+    policy.begin([weak, cheap_but_near])
+    policy.estimate(weak).acceptance = ByPosition(prior=0.2)  # plain beats it even in step
+    assert policy.to_sync(list(range(50))) == []  # 2 behind: the next proposal's re-forward
+    free = NgramDrafter()
+    policy.begin([free])
+    assert policy.to_sync([1, 2, 3, 1, 2]) == []  # a free drafter indexes as it goes
+
+
+def test_a_drafter_beaten_by_prompt_lookup_is_left_behind_until_a_probe_is_due():
+    policy = AdaptivePolicy(ONNX_CPU, k_max=8, probe_every=4)
+    m = model(0.45, behind=40)
+    policy.begin([m])
+    policy.chosen_rate, policy.chose_plain = 3.0, False  # a long lookup draft won the step
+    assert policy.to_sync(list(range(50))) == []
+    policy.estimate(m).acceptance = ByPosition(prior=0.3)  # below plain, even in step
+    policy.chosen_rate, policy.chose_plain = 1.0, True
+    assert policy.to_sync(list(range(50))) == []
+    for _ in range(4):
+        policy.observe(None, 0, 0, 0.0, 1.0)  # idle steps: its probe is due
+    assert policy.to_sync(list(range(50))) == [m]
+
+
+def test_a_fixed_policy_prefills_its_drafter_once_per_request():
+    m = model(0.45, behind=40)
+    policy = FixedPolicy("model", 2)
+    policy.begin([m])
+    assert policy.to_sync([1, 2, 3]) == [m]
+    assert policy.to_sync([1, 2, 3, 4]) == []
+    policy.begin([m])
+    assert policy.to_sync([1, 2, 3]) == [m]
+    plain = FixedPolicy(None, 0)
+    plain.begin([m])
+    assert plain.to_sync([1, 2, 3]) == []

@@ -168,6 +168,9 @@ class WrongAtDrafter:
     def accept(self, n):
         pass
 
+    def sync(self, context):
+        pass
+
     def reset(self, rng):
         pass
 
@@ -257,6 +260,9 @@ class RandomSplitPolicy:
         k = int(self.rng.integers(0, 7))
         self.ks.append(k)
         return self.drafters[int(self.rng.integers(len(self.drafters)))], k
+
+    def to_sync(self, context):
+        return []
 
     def observe(self, drafter, k, n_accepted, t_draft, t_verify):
         pass

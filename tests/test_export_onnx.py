@@ -123,6 +123,28 @@ def test_cli_exports_an_onnx_bundle_that_loads_and_decodes(models, tmp_path, cap
     assert decoder.generate(tokens, max_tokens=24).tokens == plain.tokens
 
 
+def test_cli_exports_an_int8_draft_beside_an_int4_target(models, tmp_path):
+    """--draft-quant int8: the drafter kept above the target's INT4 (MatMulNBits bits=8)."""
+    out = tmp_path / "bundle"
+    args = ["export", "--format", "onnx", "--target", str(models["hf"]), "--draft",
+            str(models["draft_hf"]), "--draft-quant", "int8", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    bundle = read_bundle(out)
+    assert [(m.role, m.quant, m.path) for m in bundle.models] == [
+        ("target", "int4", "target.int4"),
+        ("draft", "int8", "draft.int8"),
+    ]
+    errors = bundle.policy["weight_error"]
+    assert errors["draft"]["n_tensors"] == 11
+    assert errors["draft"]["mean"] < errors["target"]["mean"] / 8  # 4 more bits: ~16x finer
+    decoder = load_decoder(out, spec=SpecOptions(drafter="model", k=3))
+    tokens = decoder.target.tokenize(PROMPT, special=True)
+    plain = SpeculativeDecoder(decoder.target).generate(tokens, max_tokens=24, speculative=False)
+    out_tokens = decoder.generate(tokens, max_tokens=24)
+    assert out_tokens.tokens == plain.tokens
+    assert out_tokens.stats.n_draft_tokens > 0
+
+
 def test_a_changed_file_in_an_onnx_folder_is_refused(models, tmp_path):
     out = export_bundle(ExportOptions(models["hf"], tmp_path / "b", format="onnx"))
     read_bundle(out)  # verified once, stamped
@@ -146,7 +168,8 @@ def test_gguf_precisions_are_refused_for_onnx(models, tmp_path):
     with pytest.raises(EdgespecError) as e:
         export_bundle(opts)
     assert str(e.value) == (
-        "precision 'q4_k_m' is not available for --format onnx; choose one of int4, fp8, fp16, fp32"
+        "precision 'q4_k_m' is not available for --format onnx; choose one of int4, int8, fp8, "
+        "fp16, fp32"
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -39,6 +39,9 @@ class OracleDrafter:
     def accept(self, n):
         pass
 
+    def sync(self, context):
+        pass
+
     def reset(self, rng):
         pass
 

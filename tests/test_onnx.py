@@ -151,6 +151,28 @@ def test_int4_graph_computes_with_its_block_weights(checkpoint, tmp_path, block_
     assert rel_rms(logits, numpy_reference.forward(checkpoint, TOKENS)) < 0.4
 
 
+@pytest.mark.parametrize("block_size", [32, 128])
+def test_int8_graph_computes_with_its_block_weights(checkpoint, tmp_path, block_size):
+    """--draft-quant int8: MatMulNBits bits=8 over the same blocks (a drafter kept above the
+    target's INT4). accuracy_level 0 reproduces the 8-bit block weights exactly; the default
+    level 4 adds activation rounding only; the embedding stays half."""
+    fake = with_weights(
+        checkpoint, tmp_path / "fake", lambda _, w: ort_int8_roundtrip(w, block_size)
+    )
+    fake_ref = numpy_reference.forward(fake, TOKENS)
+    exact = export_onnx(
+        checkpoint, tmp_path / "a0", quant="int8", block_size=block_size, accuracy_level=0
+    )
+    assert np.abs(OnnxRuntime(exact, n_ctx=64).forward(TOKENS) - fake_ref).max() < 1e-4
+    fast = export_onnx(checkpoint, tmp_path / "a4", quant="int8", block_size=block_size)
+    logits = OnnxRuntime(fast, n_ctx=64).forward(TOKENS)
+    info = json.loads((fast / "model.json").read_text())
+    assert (info["quant"], info["block_size"]) == ("int8", block_size)
+    assert rel_rms(logits, fake_ref) < 0.03
+    # 8 bits: far closer to the float32 weights than INT4's < 0.4
+    assert rel_rms(logits, numpy_reference.forward(checkpoint, TOKENS)) < 0.05
+
+
 @pytest.mark.parametrize("quant", ["fp16", "int4"])
 def test_fp16_compute_graph_runs_with_a_half_cache(checkpoint, tmp_path, quant):
     """The CUDA-EP export (half activations and KV cache), run here through ORT's CPU casts."""
@@ -180,6 +202,21 @@ def ort_int4_roundtrip(w: np.ndarray, block: int) -> np.ndarray:
     quantize_matmul_4bits(packed, wt, scales, zero_points, block, n, k, True)
     codes = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(n, n_blocks, block)
     values = (codes.astype(np.float32) - 8) * scales[..., None]  # zero point 8: symmetric
+    return values.reshape(n, -1)[:, :k]
+
+
+def ort_int8_roundtrip(w: np.ndarray, block: int) -> np.ndarray:
+    """w [out, in] through ONNX Runtime's symmetric 8-bit block quantizer and back."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_8bits
+
+    wt = np.ascontiguousarray(w.T.astype(np.float32))  # [K, N]: blocks run along K
+    k, n = wt.shape
+    n_blocks = -(-k // block)
+    codes = np.zeros((n, n_blocks, block), np.uint8)
+    scales = np.zeros((n, n_blocks), np.float32)
+    zero_points = np.zeros((n, n_blocks), np.uint8)
+    quantize_matmul_8bits(codes, wt, scales, zero_points, block, n, k, True)
+    values = (codes.astype(np.float32) - 128) * scales[..., None]  # zero point 128: symmetric
     return values.reshape(n, -1)[:, :k]
 
 

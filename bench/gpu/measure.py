@@ -148,6 +148,10 @@ class OracleDrafter:
     def accept(self, n_accepted: int) -> None:
         pass
 
+    def sync(self, context: Sequence[int]) -> None:
+        if self.model is not None:  # the draft model's own catch-up pass
+            self.model.sync(context)
+
     def reset(self, rng: np.random.Generator) -> None:
         if self.model is not None:
             self.model.reset(rng)

@@ -77,6 +77,11 @@ class Drafter(Protocol):
         """Up to k tokens to follow context (prompt + everything emitted so far)."""
         ...
 
+    def sync(self, context: Sequence[int]) -> None:
+        """Catch up on context now, in one batched pass, so the next proposal starts in step
+        (the policy asks this of a priced drafter that idle steps left behind)."""
+        ...
+
     def accept(self, n_accepted: int) -> None:
         """How many of the last proposal the target kept (for drafters that learn from it)."""
         ...

@@ -92,6 +92,19 @@ class ModelDrafter:
     def accept(self, n_accepted: int) -> None:
         pass
 
+    def sync(self, context: Sequence[int]) -> None:
+        """Forward what the cache lacks of context but its last token, in one batched pass
+        (the prompt at a request's start; what steps it did not draft emitted): the next
+        proposal then forwards only the last token, as after a drafted step."""
+        keep = min(common_prefix_len(self.cached, context), len(context) - 1)
+        if keep == len(context) - 1 and keep == len(self.cached):
+            return
+        self.runtime.rollback(keep)
+        self.cached = self.cached[:keep]  # true whatever happens to the forward below
+        if len(context) - 1 > keep:
+            self.runtime.forward(context[keep:-1], last_only=True)
+        self.cached = list(context[:-1])
+
     def behind(self, context: Sequence[int]) -> int:
         """Tokens of context the draft cache lacks: what the next proposal must forward."""
         return len(context) - common_prefix_len(self.cached, context)
