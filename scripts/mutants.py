@@ -30,7 +30,9 @@ except ModuleNotFoundError:  # Python 3.10: pytest depends on tomli there
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-TIME_LIMIT_S = 300  # per mutant; a mutant that hangs the tests counts as killed
+# per mutant (EDGESPEC_MUTANT_TIME_LIMIT_S on a loaded machine); a mutant that hangs the tests
+# counts as killed
+TIME_LIMIT_S = int(os.environ.get("EDGESPEC_MUTANT_TIME_LIMIT_S", "300"))
 PYTEST = ["-q", "-p", "no:cacheprovider", "-rf", "-m", "not real and not gpu and not slow"]
 ENGINE, VERIFY = "tests/test_engine.py", "tests/test_verify.py"
 SAMPLING = "tests/test_sampling.py"

@@ -1,6 +1,6 @@
 """The real demo pair (Qwen2.5-Coder 1.5B target, 0.5B draft, GGUF) through llama.cpp.
 
-llama.cpp on CPU is not batch-invariant: a token's logits differ by up to ~0.47 between a
+llama.cpp on CPU is not batch-invariant: a token's logits differ by up to ~0.71 between a
 batch of several tokens and a batch of one. Greedy speculation may therefore depart from
 plain decoding, but only where plain decoding's top two logits are closer than that noise.
 These tests allow a departure only there (NEAR_TIE) and report it.
