@@ -225,6 +225,20 @@ MUTANTS = (
         "held = self.context",
         ("tests/test_prompt_cache.py",),
     ),
+    Mutant(  # --exact on ONNX without the padded one-token pass: MLAS's one-row kernels
+        "onnx-exact-not-padded",
+        "runtimes/__init__.py",
+        'EXACT_ONNX: dict = {"min_width": 2}',
+        "EXACT_ONNX: dict = {}",
+        ("tests/test_onnx.py",),
+    ),
+    Mutant(  # a near-tie bound of d, not 2d: departures from noise would be called bugs
+        "near-tie-not-doubled",
+        "edgespec/app/bench.py",
+        'return 2 * BATCH_NOISE.get(backend or "", max(BATCH_NOISE.values()))',
+        'return BATCH_NOISE.get(backend or "", max(BATCH_NOISE.values()))',
+        ("tests/test_bench.py",),
+    ),
     Mutant(
         "lookup-history-keeps-prompts",
         "edgespec/drafters/ngram.py",
