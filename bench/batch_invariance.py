@@ -21,7 +21,8 @@ matmul off, on from 8 rows (its default), forced at every width), threads=N, exa
 (ggml reads its switches once per process). --prefix 600 reaches the one-token passes that
 llama.cpp's flash attention splits over the KV cache from 512 cells on.
 ONNX keys: accuracy=0|1|2|3|4 (MatMulNBits accuracy_level, rewritten into a copy of the
-graph that shares the weights file), pad=N (OnnxRuntime pad_to_width), threads=N, exact=1.
+graph that shares the weights file), pad=N (OnnxRuntime pad_to_width), min=N (OnnxRuntime
+min_width: one-token passes padded to N rows), threads=N, exact=1.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def open_model(path: Path, config: dict[str, int], n_ctx: int, scratch: Path):
         folder = path
         if "accuracy" in config:
             folder = with_accuracy_level(path, config["accuracy"], scratch)
-        return OnnxRuntime(folder, n_ctx=n_ctx, n_threads=threads, pad_to_width=config.get("pad"))
+        return OnnxRuntime(folder, n_ctx=n_ctx, n_threads=threads, pad_to_width=config.get("pad"),
+                           min_width=config.get("min", 1))  # fmt: skip
     from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
     fa, tiled = config.get("fa"), config.get("tiled")
@@ -98,7 +100,8 @@ def open_model(path: Path, config: dict[str, int], n_ctx: int, scratch: Path):
 
 def with_accuracy_level(model_dir: Path, level: int, scratch: Path) -> Path:
     """A copy of an exported ONNX folder whose MatMulNBits nodes compute at `level`: the
-    graph is rewritten, every other file (the weights too) is linked."""
+    graph is rewritten, every other file (the weights too) is hard-linked (ONNX Runtime
+    refuses external data reached through a symlink out of the model's folder) or copied."""
     import onnx
 
     out = scratch / f"{model_dir.name}-accuracy{level}"
@@ -109,7 +112,7 @@ def with_accuracy_level(model_dir: Path, level: int, scratch: Path) -> Path:
     graph_file = info.get("model_file", "model.onnx")
     for f in model_dir.iterdir():
         if f.name != graph_file:
-            os.symlink(f.resolve(), out / f.name)
+            link_or_copy(f.resolve(), out / f.name)
     model = onnx.load(str(model_dir / graph_file), load_external_data=False)
     for node in model.graph.node:
         if node.op_type == "MatMulNBits":
@@ -118,6 +121,13 @@ def with_accuracy_level(model_dir: Path, level: int, scratch: Path) -> Path:
                     attr.i = level
     onnx.save(model, str(out / graph_file))
     return out
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copyfile(source, target)
 
 
 def main() -> None:

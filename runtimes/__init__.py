@@ -24,7 +24,7 @@ class RuntimeOptions:
     n_gpu_layers: int | None = None
     # batch-invariant kernels: a token's logits are the same bits in a one-token pass and at
     # every position of a verify pass, so speculative output equals plain decoding's, greedy
-    # and seeded (docs/exactness.md); llama.cpp on the CPU only, at some cost in speed
+    # and seeded (docs/exactness.md); on the CPU (llama.cpp, ONNX Runtime), at some cost in speed
     exact: bool = False
 
     def __post_init__(self) -> None:
@@ -82,6 +82,10 @@ def usable_cores() -> int:
 # (its one-chunk kernel serves 2..63 rows), and one-token passes padded to two (alone, from
 # 512 cached tokens on, a token takes flash attention's split-KV kernel)
 EXACT_LLAMA: dict = {"repack": False, "tiled": False, "flash_attn": True, "min_width": 2}
+# ONNX Runtime's CPU kernels do the same once one-token passes are padded to two rows: MLAS
+# has one-row paths (MatMulNBits' M=1 kernels) that sum in another order than its GEMMs, which
+# serve every width from 2 on (measured 0 at widths 2-9 and 17, docs/exactness.md)
+EXACT_ONNX: dict = {"min_width": 2}
 
 
 def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> Runtime:
@@ -96,17 +100,24 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
                 f"{path} is an ONNX model: --n-gpu-layers is for GGUF models (llama.cpp); "
                 "run it on the GPU with --device cuda"
             )
-        if opts.exact:
+        standard = read_model_json(path).get("flavour") == "standard"
+        if opts.exact and (standard or opts.device != "cpu"):
             raise ModelFileError(
-                f"{path} is an ONNX model: --exact has no batch-invariant configuration for "
-                "ONNX Runtime yet (docs/exactness.md); drop --exact or use a GGUF model"
+                f"{path}: --exact has a batch-invariant configuration for ONNX Runtime's CPU "
+                "provider only (docs/exactness.md); drop --exact or --device cuda"
             )
-        if read_model_json(path).get("flavour") == "standard":  # a TensorRT bundle's model
+        if standard:  # a TensorRT bundle's model
             from edgespec.runtimes.tensorrt import open_standard
 
             return open_standard(path, opts.n_ctx, opts.n_threads, opts.device)
         gpu = ["CUDAExecutionProvider", "CPUExecutionProvider"] if opts.device == "cuda" else None
-        return OnnxRuntime(path, n_ctx=opts.n_ctx, n_threads=opts.n_threads, providers=gpu)
+        return OnnxRuntime(
+            path,
+            n_ctx=opts.n_ctx,
+            n_threads=opts.n_threads,
+            providers=gpu,
+            **(EXACT_ONNX if opts.exact else {}),
+        )
     if path.suffix == ".gguf" or starts_with(path, b"GGUF"):
         from edgespec.runtimes.llamacpp import LlamaCppRuntime
 

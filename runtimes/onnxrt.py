@@ -160,6 +160,7 @@ class OnnxRuntime:
         cuda_graph: bool = True,
         max_graph_width: int = MAX_GRAPH_WIDTH,
         pad_to_width: int | None = None,
+        min_width: int = 1,
         spinning: bool | None = None,
         force_spinning_stop: bool = False,
     ) -> None:
@@ -172,7 +173,10 @@ class OnnxRuntime:
         pad_to_width: pad steps of 2..pad_to_width tokens to that width and pass the whole
         cache as total_sequence_length (one graph for every verify width, at the cost of the
         padded rows); off by default. Both shapes run on the CPU EP too, where tests check
-        them against plain passes."""
+        them against plain passes.
+        min_width: pad narrower steps (one-token decode steps) to this many tokens, so that
+        they take the same kernels as verify passes (MLAS has a one-row path); the cache
+        keeps room for the padding rows."""
         import onnxruntime as ort
 
         self.ort = ort
@@ -180,7 +184,12 @@ class OnnxRuntime:
         self.info = read_model_json(self.path)
         self.model_file = self.path / self.info.get("model_file", "model.onnx")
         self.n_vocab = int(self.info["n_vocab"])
-        self.n_ctx = self.context_size(n_ctx)
+        self.min_width = max(1, min_width)
+        room = self.min_width - 1  # cache rows past n_ctx that only padding rows fill
+        self.n_ctx = self.context_size(n_ctx + room) - room
+        if self.n_ctx < 1:
+            raise EdgespecError(f"min_width {min_width} leaves no context")
+        self.cache_len = self.n_ctx + room
         self.n_batch = max(1, min(n_batch, self.n_ctx))
         self.n_past = 0
         self.max_graph_width = max_graph_width
@@ -201,7 +210,7 @@ class OnnxRuntime:
             self.cuda_graph = False
         self.pad_to_width = pad_to_width or 0
         self.kv_dtype = kv_dtype(self.session)
-        check_declared_sizes(self.path, self.info, self.session, self.n_ctx, self.on_cuda)
+        check_declared_sizes(self.path, self.info, self.session, self.cache_len, self.on_cuda)
         self.kv = self.allocate_cache()  # name -> OrtValue [1, n_kv, n_ctx, hd]
         self.steps: dict[tuple[int, int], Step] = {}  # (width, rows) -> bound step
         self.run_options: dict[int, Any] = {}  # CUDA graph id -> RunOptions
@@ -269,7 +278,7 @@ class OnnxRuntime:
 
     def allocate_cache(self) -> dict[str, Any]:
         """One [1, n_kv, n_ctx, head_dim] buffer per layer and kind, zeroed once."""
-        shape = (1, int(self.info["n_kv_head"]), self.n_ctx, int(self.info["head_dim"]))
+        shape = (1, int(self.info["n_kv_head"]), self.cache_len, int(self.info["head_dim"]))
         kv = {}
         for i in range(int(self.info["n_layer"])):
             for kind in ("key", "value"):
@@ -318,7 +327,7 @@ class OnnxRuntime:
         step.ids[0, n:] = 0
         step.seqlens_k[0] = self.n_past + width - 1
         whole_cache = self.pad_to_width or step.graph_id != NO_GRAPH
-        step.total[...] = self.n_ctx if whole_cache else self.n_past + width
+        step.total[...] = self.cache_len if whole_cache else self.n_past + width
         self.launch(step)
         self.n_past += n
         logits = self.read_logits(step)  # [keep, V]
@@ -328,7 +337,9 @@ class OnnxRuntime:
 
     def padded_width(self, n: int) -> int:
         w = self.pad_to_width
-        return w if 1 < n < w and self.n_past + w <= self.n_ctx else n
+        if 1 < n < w and self.n_past + w <= self.cache_len:
+            return w
+        return max(n, self.min_width)
 
     def rollback(self, n_past: int) -> None:
         if not 0 <= n_past <= self.n_past:

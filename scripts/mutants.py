@@ -30,7 +30,9 @@ except ModuleNotFoundError:  # Python 3.10: pytest depends on tomli there
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
-TIME_LIMIT_S = 300  # per mutant; a mutant that hangs the tests counts as killed
+# per mutant (EDGESPEC_MUTANT_TIME_LIMIT_S on a loaded machine); a mutant that hangs the tests
+# counts as killed
+TIME_LIMIT_S = int(os.environ.get("EDGESPEC_MUTANT_TIME_LIMIT_S", "300"))
 PYTEST = ["-q", "-p", "no:cacheprovider", "-rf", "-m", "not real and not gpu and not slow"]
 ENGINE, VERIFY = "tests/test_engine.py", "tests/test_verify.py"
 SAMPLING = "tests/test_sampling.py"
@@ -222,6 +224,20 @@ MUTANTS = (
         "held = self.context[: self.target.n_past]",
         "held = self.context",
         ("tests/test_prompt_cache.py",),
+    ),
+    Mutant(  # --exact on ONNX without the padded one-token pass: MLAS's one-row kernels
+        "onnx-exact-not-padded",
+        "runtimes/__init__.py",
+        'EXACT_ONNX: dict = {"min_width": 2}',
+        "EXACT_ONNX: dict = {}",
+        ("tests/test_onnx.py",),
+    ),
+    Mutant(  # a near-tie bound of d, not 2d: departures from noise would be called bugs
+        "near-tie-not-doubled",
+        "edgespec/app/bench.py",
+        'return 2 * BATCH_NOISE.get(backend or "", max(BATCH_NOISE.values()))',
+        'return BATCH_NOISE.get(backend or "", max(BATCH_NOISE.values()))',
+        ("tests/test_bench.py",),
     ),
     Mutant(
         "lookup-history-keeps-prompts",

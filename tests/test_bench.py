@@ -7,7 +7,16 @@ import math
 
 import pytest
 
-from edgespec.app.bench import PEER, PEER_PLAIN, Run, paired_speedup, t_quantile_975
+from edgespec.app.bench import (
+    BATCH_NOISE,
+    NEAR_TIE,
+    PEER,
+    PEER_PLAIN,
+    Run,
+    near_tie,
+    paired_speedup,
+    t_quantile_975,
+)
 from edgespec.app.bench_cli import by_category, run_bench
 from edgespec.app.cli import main
 from edgespec.app.suites import Prompt, load_suite
@@ -49,6 +58,27 @@ def test_methods_take_turns_per_prompt_and_repeats_run_backwards(tiny_pair):
 
 def run(pid: str, tokens: int, seconds: float, repeat: int = 0, **stats) -> Run:
     return Run(pid, tokens, seconds, True, repeat, stats=stats)
+
+
+def test_near_tie_is_twice_the_measured_noise_of_the_back_end():
+    """Two logits that each move by up to d between pass widths can swap only where their
+    gap is below 2d: the near-tie bound is 2 x the back-end's measured max |delta|, 0 with
+    --exact, the largest figure for a back-end never measured."""
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    pytest.importorskip("llama_cpp")
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    assert set(BATCH_NOISE) == {LlamaCppRuntime.__name__, OnnxRuntime.__name__}
+    assert near_tie("LlamaCppRuntime") == pytest.approx(1.42)
+    assert near_tie("OnnxRuntime") == pytest.approx(1.26)
+    assert near_tie("LlamaCppRuntime", exact=True) == near_tie("OnnxRuntime", exact=True) == 0
+    assert near_tie("TensorRTRuntime") == NEAR_TIE == pytest.approx(1.42)
+    d = BATCH_NOISE["LlamaCppRuntime"]
+    for gap in (near_tie("LlamaCppRuntime") - 0.01, near_tie("LlamaCppRuntime") + 0.01):
+        top, second = 10.0, 10.0 - gap
+        swapped = second + d > top - d  # each moved by d toward the other
+        assert swapped == (gap < near_tie("LlamaCppRuntime"))
 
 
 def test_paired_speedup_on_known_ratios():

@@ -26,6 +26,7 @@ from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ModelFileError
 from edgespec.runtimes.base import check_compatible
+from edgespec.sampling import SamplingParams
 from tests import numpy_reference
 
 pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (edgespec[onnx])")
@@ -311,6 +312,80 @@ def test_padded_verify_steps_give_the_same_output(exported, draft_runtime, plain
         padded, [ModelDrafter(draft_runtime)], FixedPolicy("model", 3)
     ).generate(tokens, max_tokens=40)
     assert out.tokens == ref.tokens
+
+
+# --- --exact: batch-invariant kernels -------------------------------------------------------
+
+WIDTHS = (*range(2, 10), 17)
+
+
+@pytest.fixture(scope="module")
+def exported_int4(checkpoint, tmp_path_factory) -> Path:
+    """MatMulNBits with int8 activations (accuracy level 4): the export's default for int4."""
+    return export_onnx(checkpoint, tmp_path_factory.mktemp("int4"), quant="int4")
+
+
+def width_deltas(runtime, tokens: list[int]) -> dict[int, float]:
+    """Per width n: max |logits of n tokens in one pass - the same tokens one at a time|."""
+    runtime.reset()
+    runtime.forward(tokens[:8], last_only=True)
+    start, deltas = 8, {}
+    for n in WIDTHS:
+        together = runtime.forward(tokens[start : start + n])
+        runtime.rollback(start)
+        alone = np.stack([runtime.forward([t])[-1] for t in tokens[start : start + n]])
+        deltas[n] = float(np.abs(together - alone).max())
+        start += n
+    runtime.reset()
+    return deltas
+
+
+def test_exact_gives_a_token_the_same_logits_at_every_width(exported_int4):
+    """RuntimeOptions(exact=True) pads one-token passes to two rows, so every pass takes
+    MLAS's GEMM path: the same bits at every width. The default kernels differ (MatMulNBits'
+    one-row path sums in another order; measured ~4e-6 on this model), so the test can fail."""
+    from edgespec.runtimes import RuntimeOptions, open_runtime
+
+    tokens = [int(t) for t in np.random.default_rng(0).integers(3, 250, 100)]
+    exact = open_runtime(exported_int4, RuntimeOptions(n_ctx=256, exact=True))
+    assert width_deltas(exact, tokens) == dict.fromkeys(WIDTHS, 0.0)
+    default = open_runtime(exported_int4, RuntimeOptions(n_ctx=256))
+    assert max(width_deltas(default, tokens).values()) > 0
+
+
+@pytest.mark.parametrize("kind", ["ngram", "model"])
+@pytest.mark.parametrize(
+    "sp", [SamplingParams(), SamplingParams(0.7, top_p=0.9, seed=3)], ids=["greedy", "seeded"]
+)
+def test_exact_speculative_output_is_plain_decodings(exported_int4, draft_runtime, kind, sp):
+    from edgespec.runtimes import RuntimeOptions, open_runtime
+
+    target = open_runtime(exported_int4, RuntimeOptions(n_ctx=256, exact=True))
+    tokens = target.tokenize(PROMPT, special=True)
+    ref = SpeculativeDecoder(target).generate(tokens, max_tokens=40, sp=sp, speculative=False)
+    drafter = ModelDrafter(draft_runtime) if kind == "model" else NgramDrafter()
+    out = SpeculativeDecoder(target, [drafter], FixedPolicy(kind, 4)).generate(
+        tokens, max_tokens=40, sp=sp
+    )
+    assert out.tokens == ref.tokens
+    assert out.stats.n_draft_tokens > 0
+
+
+def test_exact_refuses_the_cuda_provider(exported):
+    from edgespec.runtimes import RuntimeOptions, open_runtime
+
+    with pytest.raises(ModelFileError, match="CPU provider only .*drop --exact or --device cuda"):
+        open_runtime(exported, RuntimeOptions(device="cuda", exact=True))
+
+
+def test_padding_rows_have_room_at_the_end_of_the_context(exported):
+    """min_width keeps cache rows past n_ctx for the padding row: the last token fits."""
+    padded = OnnxRuntime(exported, n_ctx=len(TOKENS), min_width=2)
+    plain_rt = OnnxRuntime(exported, n_ctx=len(TOKENS))
+    assert padded.n_ctx == len(TOKENS)
+    padded.forward(TOKENS[:-1])
+    plain_rt.forward(TOKENS[:-1])
+    assert np.abs(padded.forward(TOKENS[-1:]) - plain_rt.forward(TOKENS[-1:])).max() < 1e-5
 
 
 # --- vocabulary ------------------------------------------------------------------------------

@@ -32,8 +32,8 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--exact",
         action="store_true",
-        help="batch-invariant kernels (llama.cpp CPU): speculative output equals plain "
-        "decoding's, greedy and seeded, at some cost in speed (docs/exactness.md)",
+        help="batch-invariant kernels (llama.cpp, ONNX Runtime; CPU): speculative output equals "
+        "plain decoding's, greedy and seeded, at some cost in speed (docs/exactness.md)",
     )
 
 
