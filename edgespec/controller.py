@@ -192,7 +192,7 @@ class AdaptivePolicy:
         self.estimates: list[Estimate] = []
         self.probing: Drafter | None = None
         self.chosen_rate = 0.0  # expected tokens/s of the last plan's best choice
-        self.chose_plain = True  # whether that choice was a plain step (when probes happen)
+        self.prefill = False  # whether the next to_sync is a request's first
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
         for e in self.estimates:  # prices outlive a request; acceptance does not
@@ -200,7 +200,7 @@ class AdaptivePolicy:
         self.estimates = [self.new_estimate(d) for d in drafters]
         self.probing = None
         self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
-        self.chose_plain = True
+        self.prefill = True  # the next to_sync is the request's first: the prompt
 
     def new_estimate(self, drafter: Drafter) -> Estimate:
         token_s, learns = self.prices.get(
@@ -221,7 +221,7 @@ class AdaptivePolicy:
             if e.offer.available > 0:
                 options.append(self.option(e, e.offer.available))
         choice = best_choice(self.curve, options, self.k_max)
-        self.chosen_rate, self.chose_plain = choice.tokens_per_second, choice.k == 0
+        self.chosen_rate = choice.tokens_per_second
         self.probing = None
         if choice.k == 0:
             choice = self.probe()
@@ -233,11 +233,14 @@ class AdaptivePolicy:
         return Option(e.drafter, alphas, e.token_s, self.catch_up_cost(e.token_s, e.offer.behind))
 
     def to_sync(self, context: Sequence[int]) -> list[Drafter]:
-        """Priced drafters worth catching up now, in one batched pass: more than a step's
-        re-forward behind, and either beating the last plan's choice were they in step (they
-        lost by their catch-up alone: a new prompt, or steps prompt lookup or plain decoding
-        took) or due a probe (on a plain step, where probes happen). A drafter left behind
-        otherwise costs nothing until it pays."""
+        """Priced drafters to bring into step now, each in one batched pass, where in step they
+        would beat the last plan's choice: when a request begins, whatever the prompt costs
+        (prefilled beside the target's); before a step, only if catching up costs at most one
+        target token (a few tokens behind, after a short run of prompt lookup or plain steps).
+        One further behind stays behind, priced with its catch-up, as probe() treats it:
+        measured on ONNX Runtime, catching a draft model up after every run of prompt lookup
+        or for every probe cost more than it drafted (docs/benchmarks.md)."""
+        prefill, self.prefill = self.prefill, False
         due = []
         for e in self.estimates:
             if e.free or not self.can_win(e):
@@ -245,10 +248,11 @@ class AdaptivePolicy:
             offer = e.drafter.offer(context)
             if offer.behind <= 2 or offer.available == 0:
                 continue
+            if not prefill and self.catch_up_cost(e.token_s, offer.behind) > self.curve.target(1):
+                continue
             n = min(offer.available, self.k_max)
             in_step = Option(e.drafter, e.acceptance.alphas(offer.key, n), e.token_s)
-            rate = best_choice(self.curve, [in_step], self.k_max).tokens_per_second
-            if rate > self.chosen_rate or (self.chose_plain and e.idle >= e.interval):
+            if best_choice(self.curve, [in_step], self.k_max).tokens_per_second > self.chosen_rate:
                 due.append(e.drafter)
         return due
 

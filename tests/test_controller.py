@@ -223,18 +223,20 @@ def test_a_drafter_left_behind_is_not_synced_when_it_would_not_win_in_step():
     assert policy.to_sync([1, 2, 3, 1, 2]) == []  # a free drafter indexes as it goes
 
 
-def test_a_drafter_beaten_by_prompt_lookup_is_left_behind_until_a_probe_is_due():
+def test_mid_request_only_a_drafter_a_few_tokens_behind_is_caught_up():
+    """After the prompt, a draft model is caught up only where that costs at most one target
+    token (0.45 x t(3)/t(1) here) and in step it would beat the last choice; 40 tokens behind
+    (0.45 x t(40)/t(1) = 1.49 target tokens) it stays behind, priced with its catch-up."""
     policy = AdaptivePolicy(ONNX_CPU, k_max=8, probe_every=4)
-    m = model(0.45, behind=40)
-    policy.begin([m])
-    policy.chosen_rate, policy.chose_plain = 3.0, False  # a long lookup draft won the step
+    far, near = model(0.45, behind=40), model(0.45, behind=3)
+    policy.begin([far, near])
+    assert policy.to_sync(list(range(50))) == [far, near]  # the prompt: both prefilled
+    assert policy.to_sync(list(range(50))) == [near]  # mid-request now
+    for _ in range(8):
+        policy.observe(None, 0, 0, 0.0, 1.0)  # idle steps: a probe would be due
+    assert policy.to_sync(list(range(50))) == [near]  # probes never pay a long catch-up
+    policy.chosen_rate = 3.0  # a long lookup draft won the last step
     assert policy.to_sync(list(range(50))) == []
-    policy.estimate(m).acceptance = ByPosition(prior=0.3)  # below plain, even in step
-    policy.chosen_rate, policy.chose_plain = 1.0, True
-    assert policy.to_sync(list(range(50))) == []
-    for _ in range(4):
-        policy.observe(None, 0, 0, 0.0, 1.0)  # idle steps: its probe is due
-    assert policy.to_sync(list(range(50))) == [m]
 
 
 def test_a_fixed_policy_prefills_its_drafter_once_per_request():
