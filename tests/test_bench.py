@@ -224,3 +224,46 @@ def test_fixed_k_model_drafts_run_beside_auto_on_the_same_prompts(tiny_pair):
         assert stats["drafted_by_drafter"]["model"] <= k * stats["n_drafts"]
         assert stats["drafted_by_drafter"]["model"] > (k - 1) * stats["n_drafts"]
         assert rows[("model", k)]["identical"] == 1
+
+
+def test_seeded_sampling_runs_every_method_on_one_seed_and_equals_plain(tiny_pair):
+    """`--temperature 0.8 --seed 7`: plain and speculative methods sample with the same
+    position-keyed noise, so (float32 toy models: batch-invariant) every output is plain's;
+    and it is a sample, not the greedy output."""
+    pytest.importorskip("llama_cpp")
+    from edgespec.app.bench import Bench
+    from edgespec.pair import open_pair
+    from edgespec.sampling import SamplingParams
+
+    target, draft = tiny_pair
+    prompts = [prompt("open-01", "the theme of the week"), prompt("open-02", "def f(x):")]
+    opts = RuntimeOptions(n_ctx=256, n_threads=1)
+    seeded = run_bench(
+        target, draft, prompts, ["plain", "model", "ngram", "auto"], [3], 24, opts,
+        sp=SamplingParams(0.8, seed=7),
+    )  # fmt: skip
+    assert [r["identical"] for r in seeded["rows"]] == [2, 2, 2, 2], seeded["rows"]
+    assert seeded["sampling"]["temperature"] == 0.8 and seeded["sampling"]["seed"] == 7
+    pair = open_pair(target, draft, opts)
+    sampled, greedy = Bench(pair, 16, SamplingParams(0.8, seed=7)), Bench(pair, 16)
+    toks = sampled.prompt_tokens(prompts[0])
+    one = sampled.generate("plain", None, prompts[0], toks, 24).tokens
+    assert one == sampled.generate("auto", None, prompts[0], toks, 24).tokens
+    assert one != greedy.generate("plain", None, prompts[0], toks, 24).tokens
+
+
+def test_bench_samples_only_with_a_seed_and_never_the_peer(capsys, tiny_pair):
+    target, draft = tiny_pair
+    base = ["bench", "--target", str(target), "--draft", str(draft), "--max-tokens", "4"]
+    assert main([*base, "--methods", "plain,auto", "--temperature", "0.7"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("bench samples only with a seed: add --seed N to --temperature")
+    )
+    assert main([*base, "--methods", f"plain,{PEER}", "--temperature", "0.7", "--seed", "1"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"method {PEER} is benchmarked greedy only; drop it or --temperature")
+    )

@@ -1,6 +1,7 @@
 """Is it faster on these prompts, and is the answer the same? The benchmark's measuring part.
 
-Every method runs greedy on the same runtimes; plain decoding through the same loop is the
+Every method runs on the same runtimes with the same sampling (greedy, or seeded: one seed
+for all, so outputs compare token for token); plain decoding through the same loop is the
 reference for both speed and output. Methods take turns on each prompt (bench_cli.run_bench),
 so the machine's drift lands inside each pair, and a speedup is the geometric mean of
 per-prompt paired ratios with a 95% Student t-interval (`paired_speedup`). The command
@@ -29,6 +30,7 @@ from edgespec.loader import SpecOptions, build_decoder
 from edgespec.pair import ModelPair
 from edgespec.progress import progress
 from edgespec.runtimes import Runtime
+from edgespec.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -283,8 +285,9 @@ def top2_gap(runtime: Runtime, context: Sequence[int]) -> float:
 class Bench:
     """Every method on one opened pair: the auto decoder's drafters, policy by method."""
 
-    def __init__(self, pair: ModelPair, k_max: int = 16):
+    def __init__(self, pair: ModelPair, k_max: int = 16, sp: SamplingParams = SamplingParams()):
         self.pair = pair
+        self.sp = sp  # every method samples alike: greedy, or seeded (one seed for all)
         self.decoder = build_decoder(pair, SpecOptions("auto", None, k_max))
         self.target = pair.target
         self.near_tie = near_tie(type(pair.target).__name__, pair.options.exact)
@@ -319,7 +322,7 @@ class Bench:
 
     def generate(self, method: str, k: int | None, prompt: Prompt, toks, max_tokens) -> Result:
         decoder = self.decoder_for(method, k)
-        return decoder.generate(toks, max_tokens=token_budget(prompt, max_tokens))
+        return decoder.generate(toks, max_tokens=token_budget(prompt, max_tokens), sp=self.sp)
 
     def run_method(self, method: str, k: int | None, prompts, tokens, max_tokens, reference) -> Row:
         """All prompts under one method (the demo's single request per method)."""

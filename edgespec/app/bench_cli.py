@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -24,7 +25,14 @@ from edgespec.app.bench import (
     token_budget,
 )
 from edgespec.app.models import resolve_model
-from edgespec.app.options import DRAFT_HELP, TARGET_HELP, add_runtime_args, runtime_options
+from edgespec.app.options import (
+    DRAFT_HELP,
+    TARGET_HELP,
+    add_runtime_args,
+    add_sampling_args,
+    runtime_options,
+    sampling_params,
+)
 from edgespec.app.peer import PEER_KS, PeerLlama
 from edgespec.app.suites import SUITES, Prompt, load_suite
 from edgespec.engine import Result, Stats
@@ -32,6 +40,7 @@ from edgespec.errors import EdgespecError
 from edgespec.pair import open_pair
 from edgespec.progress import progress
 from edgespec.runtimes import RuntimeOptions
+from edgespec.sampling import SamplingParams
 
 DEFAULT_METHODS = "plain,auto,ngram,model," + PEER
 
@@ -87,6 +96,7 @@ def run_bench(
     k_max: int = 16,
     repeat: int = 1,
     peer_ks: Sequence[int] = PEER_KS,
+    sp: SamplingParams = SamplingParams(),
 ) -> dict:
     """Each prompt under every variant in turn (plain, auto, ... then the next prompt), the
     whole suite `repeat` times; returns the JSON-ready report."""
@@ -101,7 +111,9 @@ def run_bench(
             f"method {PEER} runs llama-cpp-python on a GGUF target, not {pair.target_path}; "
             "drop it from --methods"
         )
-    bench = Bench(pair, k_max)
+    if wants_peer and not sp.greedy:
+        raise EdgespecError(f"method {PEER} is benchmarked greedy only; drop it or --temperature")
+    bench = Bench(pair, k_max, sp)
     peer = PeerLlama(bench) if wants_peer else None
     tokens = [bench.prompt_tokens(p) for p in prompts]
     runs: dict[Variant, list[Run]] = {v: [] for v in variants}
@@ -128,6 +140,7 @@ def run_bench(
         "draft": str(draft) if draft else None,
         "runtimes": pair.backend_names().split("+"),
         "max_tokens": max_tokens,
+        "sampling": dataclasses.asdict(sp),
         "repeat": repeat,
         "prompts": [p.id for p in prompts],
         "categories": {p.id: p.category for p in prompts},
@@ -300,6 +313,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             k_max=args.k_max,
             repeat=args.repeat,
             peer_ks=peer_ks,
+            sp=bench_sampling(args),
         )
         print(machine_line(report["machine"]))
         print(f"speedup: {CI_METHOD}")
@@ -324,6 +338,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plot(all_rows, Path(args.plot))
         print(f"wrote {args.plot}")
     return 0
+
+
+def bench_sampling(args: argparse.Namespace) -> SamplingParams:
+    """Greedy, or seeded sampling: plain and speculative runs share the seed, so their
+    outputs can be compared token for token (unseeded draws could never be)."""
+    sp = sampling_params(args)
+    if not sp.greedy and sp.seed is None:
+        raise EdgespecError("bench samples only with a seed: add --seed N to --temperature")
+    return sp
 
 
 def add_bench_parser(sub) -> None:
@@ -362,4 +385,5 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--json", help="write every number here")
     p.add_argument("--plot", help="write a PNG: speedup vs k, acceptance by position")
     add_runtime_args(p)
+    add_sampling_args(p)
     p.set_defaults(func=cmd_bench)
