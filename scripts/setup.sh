@@ -14,14 +14,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 
-cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
-cmake_args="-DGGML_NATIVE=OFF"
-for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx512f:AVX512 \
-            avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 \
-            avx_vnni:AVX_VNNI; do
-  [[ $cpu_flags == *" ${pair%%:*} "* ]] && cmake_args+=" -DGGML_${pair#*:}=ON"
-done
-[ -e /proc/cpuinfo ] || cmake_args="-DGGML_NATIVE=ON"  # not Linux: the compiler knows best
+source scripts/llama_cpu_args.sh  # cwd: the repository root (above)
 wheels=${EDGESPEC_WHEELS:-$HOME/.cache/edgespec/wheels}/llama-$LLAMA_VERSION-$(echo "$cmake_args" | sha256sum | cut -c1-12)
 if ! ls "$wheels"/llama_cpp_python-*.whl > /dev/null 2>&1; then
   echo "building llama-cpp-python $LLAMA_VERSION ($cmake_args)" >&2

@@ -10,14 +10,7 @@ set -euo pipefail
 LLAMA_VERSION=${LLAMA_VERSION:-0.3.36}  # must equal scripts/setup.sh's
 CACHE=${EDGESPEC_CACHE:-$HOME/.cache/edgespec}
 
-cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
-cmake_args="-DGGML_NATIVE=OFF"
-for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx512f:AVX512 \
-            avx512vbmi:AVX512_VBMI avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 \
-            avx_vnni:AVX_VNNI; do
-  [[ $cpu_flags == *" ${pair%%:*} "* ]] && cmake_args+=" -DGGML_${pair#*:}=ON"
-done
-[ -e /proc/cpuinfo ] || cmake_args="-DGGML_NATIVE=ON"
+source "$(dirname "$0")/../../scripts/llama_cpu_args.sh"
 out=$CACHE/llama-server/$LLAMA_VERSION-$(echo "$cmake_args" | sha256sum | cut -c1-12)
 if [ -x "$out/llama-server" ]; then
   echo "$out/llama-server"
