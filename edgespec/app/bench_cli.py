@@ -85,6 +85,18 @@ def turn_order(variants: Sequence[Variant], repeat: int) -> list[Variant]:
     return list(variants) if repeat % 2 == 0 else list(reversed(variants))
 
 
+def check_bench_sampling(sp: SamplingParams, variants: Sequence[Variant]) -> None:
+    """Greedy, or seeded sampling: plain and speculative runs share the seed, so their
+    outputs can be compared token for token (unseeded draws could never be); the
+    llama-cpp-python peer is measured greedy only."""
+    if sp.greedy:
+        return
+    if sp.seed is None:
+        raise EdgespecError("bench samples only with a seed: add --seed N to --temperature")
+    if any(v.method == PEER_PLAIN for v in variants):
+        raise EdgespecError(f"method {PEER} is benchmarked greedy only; drop it or --temperature")
+
+
 def run_bench(
     target: str | Path,
     draft: str | Path | None,
@@ -103,6 +115,7 @@ def run_bench(
     if repeat < 1:
         raise EdgespecError(f"--repeat must be >= 1, got {repeat}")
     variants = plan_variants(methods, ks, peer_ks)
+    check_bench_sampling(sp, variants)  # before the models load: minutes on a small CPU
     machine = machine_info()  # the load average before, and (loadavg_end) after the runs
     pair = open_pair(target, draft, opts)
     wants_peer = any(v.method == PEER_PLAIN for v in variants)
@@ -111,8 +124,6 @@ def run_bench(
             f"method {PEER} runs llama-cpp-python on a GGUF target, not {pair.target_path}; "
             "drop it from --methods"
         )
-    if wants_peer and not sp.greedy:
-        raise EdgespecError(f"method {PEER} is benchmarked greedy only; drop it or --temperature")
     bench = Bench(pair, k_max, sp)
     peer = PeerLlama(bench) if wants_peer else None
     tokens = [bench.prompt_tokens(p) for p in prompts]
@@ -313,7 +324,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             k_max=args.k_max,
             repeat=args.repeat,
             peer_ks=peer_ks,
-            sp=bench_sampling(args),
+            sp=sampling_params(args),
         )
         print(machine_line(report["machine"]))
         print(f"speedup: {CI_METHOD}")
@@ -338,15 +349,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plot(all_rows, Path(args.plot))
         print(f"wrote {args.plot}")
     return 0
-
-
-def bench_sampling(args: argparse.Namespace) -> SamplingParams:
-    """Greedy, or seeded sampling: plain and speculative runs share the seed, so their
-    outputs can be compared token for token (unseeded draws could never be)."""
-    sp = sampling_params(args)
-    if not sp.greedy and sp.seed is None:
-        raise EdgespecError("bench samples only with a seed: add --seed N to --temperature")
-    return sp
 
 
 def add_bench_parser(sub) -> None:
