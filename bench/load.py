@@ -1,12 +1,13 @@
 """Speed under load: plain decoding quiet and beside bounded competing work, per back-end,
-thread count and thread-waiting setting.
+thread count, thread-waiting setting and (llama.cpp) thread policy.
 
 Each configuration runs in a worker process of its own (libgomp reads its waiting policy
 once, when llama.cpp loads; ONNX Runtime makes its shared pool once), which loads the model,
-warms up, and decodes on the parent's word. Between decodes the parent starts one competing
-job, waits for it to ramp up, has the worker decode, and stops the job; quiet runs come
-first, between the loads and last, so the quiet figure is their mean and drift shows. Every
-job also stops by itself after --load-seconds.
+warms up, and decodes on the parent's word. All workers start first; then the parent starts
+one competing job, waits for it to ramp up, has every worker decode in turn (the order
+reversed each turn), and stops the job; quiet turns come first, between the loads and last,
+so the quiet figure is their mean, drift shows, and configurations compare under the same
+instance of each job. Every job also stops by itself after --load-seconds.
 
 Jobs: busy (one busy loop), busy-low (one at nice 19), busy-all (one per core),
 bandwidth (numpy streaming copies of 256 MB arrays, one thread), blas (numpy matmuls on a
@@ -16,9 +17,12 @@ Waiting settings: llama.cpp `default` (libgomp's), `passive` (OMP_WAIT_POLICY=PA
 pool, spinning), `shared-stop` (the same, its spinning stopped after each run:
 session.force_spinning_stop), `own` (a session pool, spinning off), `own-spin` (a session
 pool, spinning).
+Thread policies (llama.cpp): `load-aware` (edgespec's default: a thread fewer per core other
+work holds, runtimes/threads.py), `fixed` (--fixed-threads). Each run records how many
+passes ran at each thread count.
 
     python bench/load.py --target demo-target --onnx-target ~/bundles/demo-onnx/target \
-        --threads 1,2 --json docs/results/load.json
+        --threads 1,2 --llama-policy load-aware,fixed --json docs/results/load.json
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ PROMPT = (
     "and why the back of it feels warm."
 )
 ONNX_WAITS = ("shared", "shared-stop", "own", "own-spin")
+LLAMA_POLICIES = ("load-aware", "fixed")
 JOBS = ("busy", "busy-low", "busy-all", "bandwidth", "blas")
 BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end:\n    pass\n"
 BANDWIDTH = (
@@ -59,6 +64,11 @@ class Config:
     wait: str  # llama: default | passive | spin-N; onnx: shared | own | own-spin
     tokens: int
     n_ctx: int = 1024
+    policy: str = "fixed"  # llama: load-aware | fixed; onnx: fixed (its pool is sized once)
+
+    @property
+    def label(self) -> str:
+        return self.wait if self.policy == "fixed" else f"{self.wait}/{self.policy}"
 
 
 def worker_env(config: Config) -> dict[str, str]:
@@ -119,7 +129,14 @@ def open_target(config: Config):
         )
     from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
-    return LlamaCppRuntime(config.model, n_ctx=config.n_ctx, n_threads=config.threads)
+    if config.policy not in LLAMA_POLICIES:
+        raise SystemExit(f"llama.cpp policy {config.policy!r}: {', '.join(LLAMA_POLICIES)}")
+    return LlamaCppRuntime(
+        config.model,
+        n_ctx=config.n_ctx,
+        n_threads=config.threads,
+        load_aware_threads=config.policy == "load-aware",
+    )
 
 
 def serve_worker(config: Config) -> None:
@@ -133,10 +150,15 @@ def serve_worker(config: Config) -> None:
     tokens = chat_tokens(target, [{"role": "user", "content": PROMPT}])
     decoder.generate(tokens, max_tokens=min(8, config.tokens))  # warm-up: pages, pools
     print("ready", flush=True)
+    used = getattr(target, "threads_used", None)  # llama.cpp: passes per thread count
     for _ in sys.stdin:
+        before = dict(used or {})
         result = decoder.generate(tokens, max_tokens=config.tokens)
         stats = result.stats
-        print(json.dumps({"tokens": stats.n_generated, "seconds": stats.t_decode}), flush=True)
+        got = {"tokens": stats.n_generated, "seconds": stats.t_decode}
+        if used is not None:
+            got["passes_by_threads"] = {str(n): c - before.get(n, 0) for n, c in used.items()}
+        print(json.dumps(got), flush=True)
 
 
 # --- the parent ------------------------------------------------------------------------------
@@ -194,21 +216,27 @@ def schedule(jobs: list[str]) -> list[str]:
     return out
 
 
-def measure(config: Config, jobs: list[str], load_seconds: float, ramp: float) -> dict:
-    worker = Worker(config)
-    runs = []
+def measure(configs: list[Config], jobs: list[str], load_seconds: float, ramp: float) -> list:
+    """Every configuration decodes once per turn, under the same instance of the turn's job."""
+    workers: list[Worker] = []
+    runs: list[list[dict]] = [[] for _ in configs]
     try:
-        for job in schedule(jobs):
+        for config in configs:
+            workers.append(Worker(config))
+        for turn, job in enumerate(schedule(jobs)):
             procs = [] if job == "quiet" else start_job(job, load_seconds)
             try:
                 time.sleep(ramp if procs else 0.0)
-                got = worker.decode()
+                order = list(range(len(workers)))
+                for i in order if turn % 2 == 0 else order[::-1]:
+                    runs[i].append({"job": job, **workers[i].decode()})
             finally:
                 stop_job(procs)
-            runs.append({"job": job, **got})
+            print(f"  turn {turn + 1}: {job}", flush=True)
     finally:
-        worker.close()
-    return summarize(config, runs)
+        for worker in workers:
+            worker.close()
+    return [summarize(config, r) for config, r in zip(configs, runs, strict=True)]
 
 
 def summarize(config: Config, runs: list[dict]) -> dict:
@@ -226,6 +254,7 @@ def summarize(config: Config, runs: list[dict]) -> dict:
     }
     return {
         **asdict(config),
+        "label": config.label,
         "quiet_tok_s": round(quiet, 3),
         "quiet_spread": round((max(rates) - min(rates)) / quiet, 4) if quiet else None,
         "loaded": loaded,
@@ -234,7 +263,7 @@ def summarize(config: Config, runs: list[dict]) -> dict:
 
 
 def table(rows: list[dict], jobs: list[str]) -> list[str]:
-    head = f"{'back-end':<8} {'thr':>3} {'wait':<12} {'quiet':>7} {'drift':>6}" + "".join(
+    head = f"{'back-end':<8} {'thr':>3} {'wait':<20} {'quiet':>7} {'drift':>6}" + "".join(
         f" {j:>15}" for j in jobs
     )
     lines = [head]
@@ -246,7 +275,8 @@ def table(rows: list[dict], jobs: list[str]) -> list[str]:
             for j in jobs
         )
         lines.append(
-            f"{r['backend']:<8} {r['threads']:>3} {r['wait']:<12} {r['quiet_tok_s']:>7.1f} "
+            f"{r['backend']:<8} {r['threads']:>3} {r['label']:<20} "
+            f"{r['quiet_tok_s']:>7.1f} "
             f"{r['quiet_spread'] or 0:>6.1%}{cells}"
         )
     return lines
@@ -259,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--onnx-target", help="exported ONNX target folder for ONNX Runtime")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--llama-wait", default="default,passive,spin-10000")
+    p.add_argument("--llama-policy", default="load-aware,fixed", help="thread policies")
     p.add_argument("--onnx-wait", default=",".join(ONNX_WAITS))
     p.add_argument("--jobs", default=",".join(JOBS))
     p.add_argument("--tokens", type=int, default=48)
@@ -280,8 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     for threads in (int(t) for t in args.threads.split(",")):
         if args.target:
             target = str(resolve_model(args.target))
-            configs += [Config("llama", target, threads, w, args.tokens)
-                        for w in args.llama_wait.split(",")]  # fmt: skip
+            configs += [Config("llama", target, threads, w, args.tokens, policy=policy)
+                        for w in args.llama_wait.split(",")
+                        for policy in args.llama_policy.split(",")]  # fmt: skip
         if args.onnx_target:
             configs += [Config("onnx", args.onnx_target, threads, w, args.tokens)
                         for w in args.onnx_wait.split(",")]  # fmt: skip
@@ -289,10 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("give --target (GGUF) and/or --onnx-target (ONNX folder)")
     machine = machine_info()
     print(machine_line(machine))
-    rows = []
-    for config in configs:
-        rows.append(measure(config, jobs, args.load_seconds, args.ramp))
-        print(f"  done: {config.backend} threads={config.threads} wait={config.wait}", flush=True)
+    rows = measure(configs, jobs, args.load_seconds, args.ramp)
     print("\n".join(table(rows, jobs)))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

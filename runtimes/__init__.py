@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.runtimes.base import Runtime, VocabInfo, check_compatible
+from edgespec.runtimes.threads import bounded_threads, usable_cores
 
-__all__ = ["Runtime", "RuntimeOptions", "VocabInfo", "check_compatible", "open_runtime"]
+__all__ = [
+    "Runtime",
+    "RuntimeOptions",
+    "VocabInfo",
+    "bounded_threads",
+    "check_compatible",
+    "open_runtime",
+    "usable_cores",
+]
 
 
 DEVICES = ("cpu", "cuda")
@@ -26,6 +33,10 @@ class RuntimeOptions:
     # every position of a verify pass, so speculative output equals plain decoding's, greedy
     # and seeded (docs/exactness.md); on the CPU (llama.cpp, ONNX Runtime), at some cost in speed
     exact: bool = False
+    # llama.cpp: each pass runs with a thread fewer per core other processes keep busy (one
+    # descheduled thread stalls the rest at every op's barrier); False: n_threads always.
+    # ONNX Runtime sizes its thread pool once, so it keeps n_threads either way.
+    load_aware_threads: bool = True
 
     def __post_init__(self) -> None:
         from edgespec.errors import EdgespecError
@@ -47,33 +58,6 @@ class RuntimeOptions:
         if self.n_gpu_layers is not None:
             return self.n_gpu_layers
         return -1 if self.device == "cuda" else 0
-
-
-def bounded_threads(n_threads: int) -> int:
-    """At least 1, at most the cores this process may run on (more only thrash: 10,000 would
-    start 10,000 threads), with a warning when cut."""
-    from edgespec.errors import EdgespecError
-
-    if n_threads < 1:
-        raise EdgespecError(
-            f"--threads must be >= 1, got {n_threads}; leave it out for one per core (up to 8)"
-        )
-    cores = usable_cores()
-    if n_threads > cores:
-        logging.getLogger("edgespec").warning(
-            "--threads %d is more than the %d CPU cores this process can use; using %d",
-            n_threads, cores, cores,
-        )  # fmt: skip
-        return cores
-    return n_threads
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity, as a container or taskset sets it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 # llama.cpp's CPU kernels that give a token the same logits at every pass width (measured
@@ -126,6 +110,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
             n_ctx=opts.n_ctx,
             n_threads=opts.n_threads,
             n_gpu_layers=opts.gpu_layers(),
+            load_aware_threads=opts.load_aware_threads,
             **(EXACT_LLAMA if opts.exact else {}),
         )
     if not path.exists():

@@ -7,7 +7,6 @@ that the target's cache never holds the last emitted token (see docs/design.md).
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -101,10 +100,6 @@ def token_text_hash(token_text: Callable[[int], bytes], n_vocab: int) -> str:
     for t in range(n_vocab):
         digest.update(token_text(t) + b"\0")
     return digest.hexdigest()
-
-
-def default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def check_compatible(

@@ -18,8 +18,9 @@ import numpy as np
 
 import edgespec.interrupts as interrupts
 from edgespec.errors import ModelFileError
-from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
+from edgespec.runtimes.base import VocabInfo, forward_in_chunks, token_text_hash
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
+from edgespec.runtimes.threads import LoadAwareThreads, default_threads
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ class LlamaCppRuntime:
         pad_to: int = 1,
         min_width: int = 1,
         tiled: bool | None = None,
+        load_aware_threads: bool = True,
     ) -> None:
         """vocab_only=True reads the tokenizer and metadata only (no weights, no context):
         enough for vocab_info, tokenize, metadata; forward is then unavailable.
@@ -118,7 +120,9 @@ class LlamaCppRuntime:
         choice; a pass that returns all its rows is padded with dummy rows (dropped after
         it) to a multiple of pad_to tokens and to at least min_width; tiled False turns off
         ggml's tiled K-quant matmul (taken from 8 rows up) through GGML_CPU_TILED_MM, which
-        ggml reads once per process: it must be set before the process's first pass."""
+        ggml reads once per process: it must be set before the process's first pass.
+        load_aware_threads: each pass runs with a thread fewer per core that other processes
+        keep busy (runtimes/threads.py); False keeps n_threads whatever else runs."""
         if tiled is not None:
             os.environ["GGML_CPU_TILED_MM"] = "1" if tiled else "0"
         self.path = Path(path)
@@ -137,9 +141,12 @@ class LlamaCppRuntime:
         self.n_ctx = min(n_ctx, n_train) if n_train > 0 else n_ctx
         self.n_batch = min(n_batch, self.n_ctx)
         self.n_threads = n_threads or default_threads()
+        self.thread_policy = LoadAwareThreads(self.n_threads) if load_aware_threads else None
+        self.threads_used: collections.Counter[int] = collections.Counter()  # passes per count
         self.n_past = 0
         self._vocab_info: VocabInfo | None = None
         self._pieces: dict[int, bytes] = {}
+        self.threads_now = self.n_threads  # what the context runs with
         if not vocab_only:
             self.ctx = self.new_context()
             self.memory = self.llama.llama_get_memory(self.ctx)
@@ -245,11 +252,21 @@ class LlamaCppRuntime:
             b.seq_id[i][0] = 0
             b.logits[i] = all_rows or (last_row and i == n - 1) or i < real
         b.n_tokens = n
+        self.choose_threads()
         with interrupts.native_call():
             status = self.llama.llama_decode(self.ctx, b)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} at n_past={self.n_past}")
         self.n_past += n
+
+    def choose_threads(self) -> None:
+        """Threads for this pass (the same logits with any count: it only moves speed)."""
+        n = self.thread_policy.now() if self.thread_policy else self.n_threads
+        if n != self.threads_now:
+            self.llama.llama_set_n_threads(self.ctx, n, n)
+            log.debug("%s: %d threads (other work holds cores)", self.path.name, n)
+            self.threads_now = n
+        self.threads_used[n] += 1
 
     def read_logits(self, n_rows: int) -> np.ndarray:
         """The rows llama.cpp just computed, copied out of its buffer: [n_rows, V] float32."""

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import EdgespecError, ModelFileError
-from edgespec.runtimes.base import VocabInfo, default_threads, forward_in_chunks, token_text_hash
+from edgespec.runtimes.base import VocabInfo, forward_in_chunks, token_text_hash
+from edgespec.runtimes.threads import default_threads
 from edgespec.schema import Field, check_fields
 
 log = logging.getLogger(__name__)

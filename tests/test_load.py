@@ -50,9 +50,9 @@ def test_every_job_stops_by_itself(job):
         assert done.returncode == 0
 
 
-def check_report(path: Path, backend: str, waits: list[str]) -> None:
+def check_report(path: Path, backend: str, labels: list[str]) -> None:
     rows = json.loads(path.read_text())["rows"]
-    assert [(r["backend"], r["wait"]) for r in rows] == [(backend, w) for w in waits]
+    assert [(r["backend"], r["label"]) for r in rows] == [(backend, w) for w in labels]
     for r in rows:
         assert [x["job"] for x in r["runs"]] == ["quiet", "busy", "quiet"]
         assert all(x["tokens"] == 6 for x in r["runs"])
@@ -65,10 +65,14 @@ def test_llama_under_a_busy_loop(tiny_pair, tmp_path):
     out = tmp_path / "load.json"
     load.main(
         ["--target", str(tiny_pair[0]), "--threads", "1", "--llama-wait", "default,spin-1000",
-         "--jobs", "busy", "--tokens", "6", "--load-seconds", "5", "--ramp", "0",
-         "--json", str(out)]
+         "--llama-policy", "load-aware,fixed", "--jobs", "busy", "--tokens", "6",
+         "--load-seconds", "5", "--ramp", "0", "--json", str(out)]
     )  # fmt: skip
-    check_report(out, "llama", ["default", "spin-1000"])
+    labels = ["default/load-aware", "default", "spin-1000/load-aware", "spin-1000"]
+    check_report(out, "llama", labels)
+    rows = json.loads(out.read_text())["rows"]
+    for r in rows:  # one thread asked for: every pass runs on one
+        assert all(set(x["passes_by_threads"]) == {"1"} for x in r["runs"])
 
 
 def test_onnx_under_a_busy_loop(tmp_path):

@@ -1,0 +1,159 @@
+"""CPU threads for the back-ends: how many by default, how many a user may ask for, and how many
+to use for the next pass, given the work other processes keep on this process's cores.
+
+Why the last: llama.cpp's threads meet at a barrier after every op, so beside one busy process
+on 2 cores, 2 threads keep only 18-31% of their quiet speed (one is descheduled, the other
+waits for it), while 1 thread keeps 40-61% (docs/benchmarks.md, bench/load.py). So a pass
+runs with a thread fewer for each core other work holds, and with every thread again once the
+cores are free. A token's logits do not depend on the thread count (tests/test_threads.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Collection
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PROC_STAT = Path("/proc/stat")
+# How often other work is re-measured: /proc/stat counts in clock ticks (10 ms), so a shorter
+# window reads mostly rounding; a longer one reacts later to a job that starts or stops.
+WINDOW_SECONDS = 0.25
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity, as a container or taskset sets it)."""
+    return len(usable_cpus()) or os.cpu_count() or 1
+
+
+def usable_cpus() -> frozenset[int]:
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return frozenset()
+
+
+def default_threads() -> int:
+    return max(1, min(usable_cores(), 8))
+
+
+def bounded_threads(n_threads: int) -> int:
+    """At least 1, at most the cores this process may run on (more only thrash: 10,000 would
+    start 10,000 threads), with a warning when cut."""
+    from edgespec.errors import EdgespecError
+
+    if n_threads < 1:
+        raise EdgespecError(
+            f"--threads must be >= 1, got {n_threads}; leave it out for one per core (up to 8)"
+        )
+    cores = usable_cores()
+    if n_threads > cores:
+        log.warning(
+            "--threads %d is more than the %d CPU cores this process can use; using %d",
+            n_threads, cores, cores,
+        )  # fmt: skip
+        return cores
+    return n_threads
+
+
+def busy_seconds(stat_text: str, cpus: Collection[int], count_nice: bool) -> float:
+    """CPU time the given CPUs have spent running anything, from /proc/stat's per-CPU lines.
+
+    Time at nice > 0 counts only when count_nice: a niced process yields its core to an
+    un-niced one, so it takes nothing from us unless we are niced too."""
+    ticks = 0
+    for line in stat_text.splitlines():
+        name, _, fields = line.partition(" ")
+        if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus):
+            continue
+        user, nice, system, _idle, _iowait, irq, softirq = (int(f) for f in fields.split()[:7])
+        ticks += user + system + irq + softirq + (nice if count_nice else 0)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def read_proc_stat() -> str | None:
+    try:
+        return PROC_STAT.read_text()
+    except OSError:  # not Linux, or /proc hidden
+        return None
+
+
+class OtherWork:
+    """Cores other processes keep busy on this process's CPUs over the last window: the
+    CPUs' busy time less this process's own CPU time. Re-measured at most once a window;
+    between measurements the last figure stands, so asking costs a clock read."""
+
+    def __init__(
+        self,
+        cpus: Collection[int] | None = None,
+        *,
+        window: float = WINDOW_SECONDS,
+        read_stat: Callable[[], str | None] = read_proc_stat,
+        own_seconds: Callable[[], float] = time.process_time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cpus = frozenset(cpus) if cpus is not None else usable_cpus()
+        self.window = window
+        self.read_stat, self.own_seconds, self.clock = read_stat, own_seconds, clock
+        self.count_nice = niceness() > 0
+        self.figure = 0.0
+        self.last = self.sample() if self.cpus else None  # (clock, busy, own)
+        self.available = self.last is not None
+
+    def sample(self) -> tuple[float, float, float] | None:
+        text = self.read_stat()
+        if text is None:
+            return None
+        return self.clock(), busy_seconds(text, self.cpus, self.count_nice), self.own_seconds()
+
+    def cores(self) -> float:
+        """Cores held by other processes (0.0 where /proc/stat cannot be read)."""
+        if not self.available:
+            return 0.0
+        assert self.last is not None
+        if self.clock() - self.last[0] < self.window:
+            return self.figure
+        now = self.sample()
+        if now is None:
+            return self.figure
+        (t0, busy0, own0), (t1, busy1, own1) = self.last, now
+        self.figure = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
+        self.last = now
+        return self.figure
+
+
+def niceness() -> int:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    except (AttributeError, OSError):
+        return 0
+
+
+_other_work: OtherWork | None = None
+
+
+def shared_other_work() -> OtherWork:
+    """One measurement for the whole process: a target and its draft take turns on the same
+    cores, so they see the same other work."""
+    global _other_work
+    if _other_work is None:
+        _other_work = OtherWork()
+    return _other_work
+
+
+class LoadAwareThreads:
+    """The threads for the next pass: n_max on a quiet machine, one fewer for each core that
+    other work holds (rounded to the nearest core), never fewer than one."""
+
+    def __init__(self, n_max: int, other_work: OtherWork | None = None) -> None:
+        self.n_max = n_max
+        self.other_work = other_work or shared_other_work()
+        self.cores = len(self.other_work.cpus) or usable_cores()
+
+    def now(self) -> int:
+        free = self.cores - self.other_work.cores()
+        return max(1, min(self.n_max, math.floor(free + 0.5)))

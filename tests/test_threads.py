@@ -1,0 +1,206 @@
+"""Load-aware threads (runtimes/threads.py): what /proc/stat says, how often it is read, the
+thread count it gives, and a real llama.cpp context that drops a thread beside busy processes,
+takes it back when they stop, and computes the same logits at any thread count."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from edgespec.runtimes.threads import LoadAwareThreads, OtherWork, busy_seconds, usable_cpus
+
+TICK = 1 / 100  # SC_CLK_TCK on Linux
+STAT = """cpu  900 90 300 5000 10 1 2 0 0 0
+cpu0 {u0} {n0} 100 2500 5 1 1 0 0 0
+cpu1 200 {n1} 50 2500 5 0 1 0 0 0
+cpu2 7000 0 0 0 0 0 0 0 0 0
+intr 12345
+ctxt 99
+"""
+
+
+def stat(u0=100, n0=0, n1=0) -> str:
+    return STAT.format(u0=u0, n0=n0, n1=n1)
+
+
+def test_busy_time_counts_the_given_cpus_and_nice_only_when_asked(monkeypatch):
+    monkeypatch.setattr("os.sysconf", lambda name: 100)
+    # cpu0: user 100 + system 100 + irq 1 + softirq 1; cpu1: 200 + 50 + 0 + 1; cpu2 not ours
+    assert busy_seconds(stat(), {0, 1}, count_nice=False) == pytest.approx(453 * TICK)
+    assert busy_seconds(stat(n0=30, n1=20), {0, 1}, count_nice=False) == pytest.approx(4.53)
+    assert busy_seconds(stat(n0=30, n1=20), {0, 1}, count_nice=True) == pytest.approx(5.03)
+    assert busy_seconds(stat(), {1}, count_nice=False) == pytest.approx(2.51)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def scripted_other_work(busy_ticks: list[int], own: list[float], clock: Clock) -> OtherWork:
+    """An OtherWork over cpu0 whose /proc/stat and own CPU time follow the scripts."""
+    reads = iter(busy_ticks)
+    owns = iter(own)
+    return OtherWork(
+        {0},
+        window=0.25,
+        read_stat=lambda: f"cpu0 {next(reads)} 0 0 0 0 0 0 0 0 0\n",
+        own_seconds=lambda: next(owns),
+        clock=clock,
+    )
+
+
+def test_other_work_is_busy_time_less_our_own_and_read_once_a_window():
+    clock = Clock()
+    work = scripted_other_work([0, 50, 90], [0.0, 0.2, 0.2], clock)  # first read at start
+    assert work.cores() == 0.0  # nothing measured yet
+    clock.t += 0.5  # 0.5 s: 50 ticks busy, 0.2 s of them ours -> 0.3 s others = 0.6 cores
+    assert work.cores() == pytest.approx(0.6)
+    clock.t += 0.1  # inside the window: the figure stands, nothing is read
+    assert work.cores() == pytest.approx(0.6)
+    clock.t += 0.4  # 40 ticks in 0.5 s, none ours
+    assert work.cores() == pytest.approx(0.8)
+
+
+def test_our_own_time_never_makes_other_work_negative():
+    clock = Clock()
+    work = scripted_other_work([0, 10], [0.0, 0.5], clock)  # ticks lag the process clock
+    clock.t += 0.5
+    assert work.cores() == 0.0
+
+
+def test_without_proc_stat_nothing_is_measured_and_every_thread_stays():
+    work = OtherWork({0, 1}, read_stat=lambda: None)
+    assert not work.available and work.cores() == 0.0
+    assert LoadAwareThreads(2, work).now() == 2
+
+
+class Fixed:
+    def __init__(self, cores: float, cpus: int) -> None:
+        self.figure, self.cpus = cores, frozenset(range(cpus))
+
+    def cores(self) -> float:
+        return self.figure
+
+
+@pytest.mark.parametrize(
+    ("cpus", "n_max", "others", "threads"),
+    [
+        (2, 2, 0.0, 2),
+        (2, 2, 0.49, 2),  # a part-time job is not worth a thread
+        (2, 2, 0.51, 1),
+        (2, 2, 1.0, 1),
+        (2, 2, 2.0, 1),  # never fewer than one
+        (8, 8, 1.2, 7),
+        (8, 8, 2.6, 5),
+        (8, 8, 1.5, 7),  # half a core free counts as a core
+        (8, 4, 1.0, 4),  # free cores beyond --threads change nothing
+        (8, 4, 4.6, 3),
+    ],
+)
+def test_a_thread_fewer_per_core_other_work_holds(cpus, n_max, others, threads):
+    assert LoadAwareThreads(n_max, Fixed(others, cpus)).now() == threads  # type: ignore[arg-type]
+
+
+# --- on the real machine ----------------------------------------------------------------------
+
+BUSY = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    pass\n"
+needs_two_cores = pytest.mark.skipif(len(usable_cpus()) < 2, reason="needs 2 usable cores")
+
+
+def busy_everywhere() -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in usable_cpus()]
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+@needs_two_cores
+def test_busy_processes_count_as_other_work_and_our_own_spinning_does_not():
+    work = OtherWork(window=0.25)
+    end = time.monotonic() + 0.6
+    while time.monotonic() < end:  # this process keeps a core busy: that is not other work
+        work.cores()
+    assert work.cores() < 0.5
+    procs = busy_everywhere()
+    try:
+        time.sleep(0.6)
+        assert work.cores() >= len(work.cpus) - 1  # a loop per core, this process idle
+    finally:
+        stop(procs)
+
+
+def decode_for(runtime, seconds: float, token: int) -> None:
+    """One-token passes for about `seconds` (the cache rolled back to where it began)."""
+    start = runtime.n_past
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        runtime.forward([token])
+        if runtime.n_past >= runtime.n_ctx - 1:
+            runtime.rollback(start)
+    runtime.rollback(start)
+
+
+@needs_two_cores
+def test_llama_cpp_drops_a_thread_beside_busy_cores_and_takes_it_back(tiny_pair):
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    runtime = LlamaCppRuntime(tiny_pair[0], n_ctx=256, n_threads=2)
+    token = runtime.tokenize("hello", special=False)[0]
+    decode_for(runtime, 0.6, token)
+    assert runtime.threads_now == 2 and set(runtime.threads_used) == {2}
+    procs = busy_everywhere()
+    try:
+        time.sleep(0.5)
+        decode_for(runtime, 0.8, token)
+        assert runtime.threads_now == 1
+    finally:
+        stop(procs)
+    time.sleep(0.5)
+    decode_for(runtime, 0.8, token)
+    assert runtime.threads_now == 2
+
+
+@needs_two_cores
+def test_fixed_threads_stay_beside_busy_cores(tiny_pair):
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    runtime = LlamaCppRuntime(tiny_pair[0], n_ctx=256, n_threads=2, load_aware_threads=False)
+    token = runtime.tokenize("hello", special=False)[0]
+    procs = busy_everywhere()
+    try:
+        time.sleep(0.5)
+        decode_for(runtime, 0.8, token)
+    finally:
+        stop(procs)
+    assert set(runtime.threads_used) == {2}
+
+
+@needs_two_cores
+def test_the_demo_target_computes_the_same_logits_on_one_thread_and_two(demo_target_path):
+    """Load-aware threads may change the count between any two passes: only speed may move."""
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    runtime = LlamaCppRuntime(demo_target_path, n_ctx=256, n_threads=2, load_aware_threads=False)
+    tokens = runtime.tokenize("def fib(n):\n    if n < 2:\n        return n\n", special=False)
+    logits = {}
+    for n in (2, 1):
+        runtime.reset()
+        runtime.n_threads = n
+        prefill = runtime.forward(tokens[:12])
+        one = np.concatenate([runtime.forward([t]) for t in tokens[12:15]])
+        verify = runtime.forward(tokens[15:21])  # a verify pass of width 6
+        logits[n] = (prefill, one, verify)
+        assert runtime.threads_now == n
+    for two, one in zip(logits[2], logits[1], strict=True):
+        assert np.array_equal(two, one)
