@@ -17,7 +17,7 @@ from edgespec.app.bench import (
     paired_speedup,
     t_quantile_975,
 )
-from edgespec.app.bench_cli import by_category, run_bench
+from edgespec.app.bench_cli import bench_suites, by_category, run_bench
 from edgespec.app.cli import main
 from edgespec.app.suites import Prompt, load_suite
 from edgespec.runtimes import RuntimeOptions
@@ -54,6 +54,31 @@ def test_methods_take_turns_per_prompt_and_repeats_run_backwards(tiny_pair):
     assert machine["cpu"] and machine["cores"] >= 1
     assert "flags" in machine and isinstance(machine["flags"], list)
     assert report["speedup_method"].startswith("geometric mean of per-prompt paired speedups")
+
+
+def test_several_suites_run_on_one_opened_pair(tiny_pair, monkeypatch):
+    """Loading the pair takes minutes on a small CPU: once per command, not per suite."""
+    pytest.importorskip("llama_cpp")
+    import edgespec.app.bench_cli as bench_cli
+
+    opened = []
+    real_open_pair = bench_cli.open_pair
+    monkeypatch.setattr(
+        bench_cli, "open_pair", lambda *a, **kw: opened.append(a) or real_open_pair(*a, **kw)
+    )
+    suites = {
+        "one": [prompt("a-1", "the the the")],
+        "two": [prompt("b-1", "x = 1"), prompt("b-2", "y")],
+    }
+    reports = dict(
+        bench_suites(*tiny_pair, suites, ["auto"], [2], 4, RuntimeOptions(n_ctx=256, n_threads=1))
+    )
+    assert len(opened) == 1
+    assert {name: r["prompts"] for name, r in reports.items()} == {
+        "one": ["a-1"],
+        "two": ["b-1", "b-2"],
+    }
+    assert reports["two"]["order"] == ["0:b-1:plain", "0:b-1:auto", "0:b-2:plain", "0:b-2:auto"]
 
 
 def run(pid: str, tokens: int, seconds: float, repeat: int = 0, **stats) -> Run:

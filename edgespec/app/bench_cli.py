@@ -7,7 +7,7 @@ import dataclasses
 import json
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,13 +110,34 @@ def run_bench(
     peer_ks: Sequence[int] = PEER_KS,
     sp: SamplingParams = SamplingParams(),
 ) -> dict:
-    """Each prompt under every variant in turn (plain, auto, ... then the next prompt), the
-    whole suite `repeat` times; returns the JSON-ready report."""
+    """One suite's report (bench_suites with one suite)."""
+    suites = bench_suites(
+        target, draft, {"suite": prompts}, methods, ks, max_tokens, opts, k_max, repeat,
+        peer_ks, sp,
+    )  # fmt: skip
+    ((_, report),) = suites
+    return report
+
+
+def bench_suites(
+    target: str | Path,
+    draft: str | Path | None,
+    suites: Mapping[str, Sequence[Prompt]],
+    methods: Sequence[str],
+    ks: Sequence[int],
+    max_tokens: int,
+    opts: RuntimeOptions,
+    k_max: int = 16,
+    repeat: int = 1,
+    peer_ks: Sequence[int] = PEER_KS,
+    sp: SamplingParams = SamplingParams(),
+) -> Iterator[tuple[str, dict]]:
+    """Each suite's JSON-ready report as it ends, all on one opened pair: each prompt under
+    every variant in turn (plain, auto, ... then the next prompt), a suite `repeat` times."""
     if repeat < 1:
         raise EdgespecError(f"--repeat must be >= 1, got {repeat}")
     variants = plan_variants(methods, ks, peer_ks)
     check_bench_sampling(sp, variants)  # before the models load: minutes on a small CPU
-    machine = machine_info()  # the load average before, and (loadavg_end) after the runs
     pair = open_pair(target, draft, opts)
     wants_peer = any(v.method == PEER_PLAIN for v in variants)
     if wants_peer and pair.target_path.suffix != ".gguf":
@@ -126,6 +147,41 @@ def run_bench(
         )
     bench = Bench(pair, k_max, sp)
     peer = PeerLlama(bench) if wants_peer else None
+    try:
+        for name, prompts in suites.items():
+            rows, run_facts = bench_suite(bench, peer, prompts, variants, max_tokens, repeat)
+            yield (
+                name,
+                {
+                    **run_facts,
+                    "target": str(target),
+                    "draft": str(draft) if draft else None,
+                    "runtimes": pair.backend_names().split("+"),
+                    "max_tokens": max_tokens,
+                    "sampling": dataclasses.asdict(sp),
+                    "repeat": repeat,
+                    "prompts": [p.id for p in prompts],
+                    "categories": {p.id: p.category for p in prompts},
+                    "speedup_method": CI_METHOD,
+                    "command": " ".join(shlex.quote(a) for a in sys.argv),
+                    "rows": rows,
+                },
+            )
+    finally:
+        if peer is not None:
+            peer.close()
+
+
+def bench_suite(
+    bench: Bench,
+    peer: PeerLlama | None,
+    prompts: Sequence[Prompt],
+    variants: Sequence[Variant],
+    max_tokens: int,
+    repeat: int,
+) -> tuple[list[dict], dict]:
+    """One suite's rows, and the machine and turn order they ran under."""
+    machine = machine_info()  # the load average before, and (loadavg_end) after the runs
     tokens = [bench.prompt_tokens(p) for p in prompts]
     runs: dict[Variant, list[Run]] = {v: [] for v in variants}
     order: list[str] = []
@@ -140,27 +196,13 @@ def run_bench(
         for v, result in results.items():
             ref = None if v == variants[0] else reference
             runs[v].append(bench.compare(prompt, toks, result, ref, repeat=r))
-    if peer is not None:
-        peer.close()
     rows = [Row(v.method, v.k, runs[v], v.baseline) for v in variants]
     by_label = {row.label: row for row in rows}
     machine["loadavg_end"] = machine_info()["loadavg"]
-    return {
-        "machine": machine,
-        "target": str(target),
-        "draft": str(draft) if draft else None,
-        "runtimes": pair.backend_names().split("+"),
-        "max_tokens": max_tokens,
-        "sampling": dataclasses.asdict(sp),
-        "repeat": repeat,
-        "prompts": [p.id for p in prompts],
-        "categories": {p.id: p.category for p in prompts},
-        "speedup_method": CI_METHOD,
-        "order": order,
-        "command": " ".join(shlex.quote(a) for a in sys.argv),
-        "rows": [row.as_dict(None if i == 0 else by_label[row.baseline]) for i, row in
-                 enumerate(rows)],
-    }  # fmt: skip
+    row_dicts = [
+        row.as_dict(None if i == 0 else by_label[row.baseline]) for i, row in enumerate(rows)
+    ]
+    return row_dicts, {"machine": machine, "order": order}
 
 
 def run_variant(
@@ -306,38 +348,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
         methods.remove(PEER)  # the peer runs GGUF files only (a bundle: name it in --methods)
     ks = parse_ks(args.k)
     peer_ks = parse_ks(args.peer_k)
+    suites = {suite: load_suite(suite, args.limit) for suite in args.suite or ["edit"]}
+    print(
+        f"suites {', '.join(f'{name} ({len(p)} prompts)' for name, p in suites.items())}: "
+        f"x {args.repeat}, max {args.max_tokens} tokens, methods in turn per prompt",
+        flush=True,
+    )
+    reports = bench_suites(
+        target,
+        draft,
+        suites,
+        methods,
+        ks,
+        args.max_tokens,
+        runtime_options(args),
+        k_max=args.k_max,
+        repeat=args.repeat,
+        peer_ks=peer_ks,
+        sp=sampling_params(args),
+    )
     all_rows = {}
-    for suite in args.suite or ["edit"]:
-        prompts = load_suite(suite, args.limit)
-        print(
-            f"suite {suite}: {len(prompts)} prompts x {args.repeat}, max {args.max_tokens} "
-            "tokens, methods in turn per prompt"
-        )
-        report = run_bench(
-            target,
-            draft,
-            prompts,
-            methods,
-            ks,
-            args.max_tokens,
-            runtime_options(args),
-            k_max=args.k_max,
-            repeat=args.repeat,
-            peer_ks=peer_ks,
-            sp=sampling_params(args),
-        )
-        print(machine_line(report["machine"]))
-        print(f"speedup: {CI_METHOD}")
-        print(table_header())
-        for row in report["rows"]:
-            print(table_line(row))
-        if args.by_category:
-            if any(report["categories"].values()):
-                report["by_category"] = by_category(report)
-                print("\n".join(category_table(report)))
-            else:
-                print(f"suite {suite}: its ids carry no category (<category>-<number>)")
-        print(flush=True)
+    for suite, report in reports:
+        print_report(suite, report, args.by_category)
         all_rows[suite] = report
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -349,6 +381,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plot(all_rows, Path(args.plot))
         print(f"wrote {args.plot}")
     return 0
+
+
+def print_report(suite: str, report: dict, with_categories: bool) -> None:
+    print(f"suite {suite}")
+    print(machine_line(report["machine"]))
+    print(f"speedup: {CI_METHOD}")
+    print(table_header())
+    for row in report["rows"]:
+        print(table_line(row))
+    if with_categories:
+        if any(report["categories"].values()):
+            report["by_category"] = by_category(report)
+            print("\n".join(category_table(report)))
+        else:
+            print(f"suite {suite}: its ids carry no category (<category>-<number>)")
+    print(flush=True)
 
 
 def add_bench_parser(sub) -> None:
