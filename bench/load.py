@@ -65,10 +65,12 @@ class Config:
     tokens: int
     n_ctx: int = 1024
     policy: str = "fixed"  # llama: load-aware | fixed; onnx: fixed (its pool is sized once)
+    draft: str | None = None  # given: the speculative loop (`auto`), else plain decoding
 
     @property
     def label(self) -> str:
-        return self.wait if self.policy == "fixed" else f"{self.wait}/{self.policy}"
+        label = self.wait if self.policy == "fixed" else f"{self.wait}/{self.policy}"
+        return label + (" auto" if self.draft else "")
 
 
 def worker_env(config: Config) -> dict[str, str]:
@@ -115,49 +117,65 @@ def job_env(job: str) -> dict[str, str]:
 # --- the worker: one model, plain decoding on request -------------------------------------
 
 
-def open_target(config: Config):
+def open_decoder(config: Config):
+    """The configuration's decoder (plain, or `auto` with the draft) and its runtimes."""
+    from edgespec.controller import FixedPolicy
+    from edgespec.engine import SpeculativeDecoder
+    from edgespec.loader import SpecOptions, build_decoder
+    from edgespec.pair import open_pair
+    from edgespec.runtimes import RuntimeOptions
+
     if config.backend == "onnx":
+        if config.policy != "fixed":
+            raise SystemExit("ONNX Runtime sizes its thread pool once: policy fixed only")
         from edgespec.runtimes.onnxrt import OnnxRuntime
 
         spinning = {"own": False, "own-spin": True}.get(config.wait)
-        return OnnxRuntime(
+        target = OnnxRuntime(
             config.model,
             n_ctx=config.n_ctx,
             n_threads=config.threads,
             spinning=spinning,
             force_spinning_stop=config.wait == "shared-stop",
         )
-    from edgespec.runtimes.llamacpp import LlamaCppRuntime
-
+        if config.draft:
+            raise SystemExit("the speculative loop under load runs on llama.cpp here")
+        return SpeculativeDecoder(target, [], FixedPolicy(None, 0)), [target]
     if config.policy not in LLAMA_POLICIES:
         raise SystemExit(f"llama.cpp policy {config.policy!r}: {', '.join(LLAMA_POLICIES)}")
-    return LlamaCppRuntime(
-        config.model,
-        n_ctx=config.n_ctx,
-        n_threads=config.threads,
-        load_aware_threads=config.policy == "load-aware",
+    opts = RuntimeOptions(
+        n_ctx=config.n_ctx, n_threads=config.threads, load_aware_threads=config.policy != "fixed"
     )
+    pair = open_pair(config.model, config.draft, opts)
+    if config.draft:
+        decoder = build_decoder(pair, SpecOptions("auto", None, 16))
+    else:
+        decoder = SpeculativeDecoder(pair.target, [], FixedPolicy(None, 0))
+    return decoder, [rt for rt in (pair.target, pair.draft) if rt is not None]
 
 
 def serve_worker(config: Config) -> None:
     """Print "ready" once warm; then for each line on stdin decode and print one JSON line."""
-    from edgespec.chat import chat_tokens
-    from edgespec.controller import FixedPolicy
-    from edgespec.engine import SpeculativeDecoder
+    from collections import Counter
 
-    target = open_target(config)
-    decoder = SpeculativeDecoder(target, [], FixedPolicy(None, 0))
-    tokens = chat_tokens(target, [{"role": "user", "content": PROMPT}])
+    from edgespec.chat import chat_tokens
+
+    decoder, runtimes = open_decoder(config)
+    tokens = chat_tokens(runtimes[0], [{"role": "user", "content": PROMPT}])
     decoder.generate(tokens, max_tokens=min(8, config.tokens))  # warm-up: pages, pools
     print("ready", flush=True)
-    used = getattr(target, "threads_used", None)  # llama.cpp: passes per thread count
+
+    def passes_by_threads() -> Counter:  # llama.cpp: passes per thread count, both models
+        return sum((Counter(getattr(rt, "threads_used", {})) for rt in runtimes), Counter())
+
     for _ in sys.stdin:
-        before = dict(used or {})
+        before = passes_by_threads()
         result = decoder.generate(tokens, max_tokens=config.tokens)
         stats = result.stats
-        got = {"tokens": stats.n_generated, "seconds": stats.t_decode}
-        if used is not None:
-            got["passes_by_threads"] = {str(n): c - before.get(n, 0) for n, c in used.items()}
+        got: dict = {"tokens": stats.n_generated, "seconds": stats.t_decode}
+        if config.backend == "llama":
+            used = passes_by_threads() - before
+            got["passes_by_threads"] = {str(n): c for n, c in sorted(used.items())}
         print(json.dumps(got), flush=True)
 
 
@@ -290,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", default="1,2")
     p.add_argument("--llama-wait", default="default,passive,spin-10000")
     p.add_argument("--llama-policy", default="load-aware,fixed", help="thread policies")
+    p.add_argument("--draft", help="GGUF draft (or demo-draft): llama.cpp runs `auto` too")
     p.add_argument("--onnx-wait", default=",".join(ONNX_WAITS))
     p.add_argument("--jobs", default=",".join(JOBS))
     p.add_argument("--tokens", type=int, default=48)
@@ -311,7 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     for threads in (int(t) for t in args.threads.split(",")):
         if args.target:
             target = str(resolve_model(args.target))
-            configs += [Config("llama", target, threads, w, args.tokens, policy=policy)
+            drafts = [None, str(resolve_model(args.draft))] if args.draft else [None]
+            configs += [Config("llama", target, threads, w, args.tokens, policy=policy, draft=d)
+                        for d in drafts
                         for w in args.llama_wait.split(",")
                         for policy in args.llama_policy.split(",")]  # fmt: skip
         if args.onnx_target:

@@ -75,6 +75,22 @@ def test_llama_under_a_busy_loop(tiny_pair, tmp_path):
         assert all(set(x["passes_by_threads"]) == {"1"} for x in r["runs"])
 
 
+def test_llama_speculative_loop_under_a_busy_loop(tiny_pair, tmp_path):
+    pytest.importorskip("llama_cpp")
+    load = load_module()
+    out = tmp_path / "load.json"
+    load.main(
+        ["--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--threads", "1",
+         "--llama-wait", "default", "--llama-policy", "fixed", "--jobs", "busy",
+         "--tokens", "6", "--load-seconds", "5", "--ramp", "0", "--json", str(out)]
+    )  # fmt: skip
+    check_report(out, "llama", ["default", "default auto"])
+    rows = json.loads(out.read_text())["rows"]
+    plain, auto = ([sum(x["passes_by_threads"].values()) for x in r["runs"]] for r in rows)
+    assert all(n >= 6 for n in plain)  # a pass per token (the prompt's too)
+    assert all(n > 6 for n in auto)  # the draft model's passes count as well
+
+
 def test_onnx_under_a_busy_loop(tmp_path):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
