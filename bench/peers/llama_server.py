@@ -31,8 +31,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from edgespec.app.bench import CI_METHOD, Row, Run, machine_info, machine_line, token_budget
-from edgespec.app.bench_cli import by_category, category_table, table_header, table_line
+from edgespec.app.bench import CI_METHOD, Row, Run, machine_info, token_budget
+from edgespec.app.bench_cli import print_report
 from edgespec.app.models import resolve_model
 from edgespec.app.suites import load_suite
 from edgespec.chat import chat_tokens
@@ -251,14 +251,7 @@ def run_suite(suite: str, args, names: list[str], servers: dict, vocab) -> dict:
         "rows": [row.as_dict(None if i == 0 else rows[0]) for i, row in enumerate(rows)],
     }
     print(f"suite {suite}: {len(prompts)} prompts x {args.repeat}, llama-server modes in turn")
-    print(machine_line(report["machine"]))
-    print(f"speedup: {CI_METHOD}")
-    print(table_header())
-    for row in report["rows"]:
-        print(table_line(row))
-    if args.by_category and any(report["categories"].values()):
-        report["by_category"] = by_category(report)
-        print("\n".join(category_table(report)))
+    print_report(report, args.by_category)
     return report
 
 

@@ -97,25 +97,9 @@ def check_bench_sampling(sp: SamplingParams, variants: Sequence[Variant]) -> Non
         raise EdgespecError(f"method {PEER} is benchmarked greedy only; drop it or --temperature")
 
 
-def run_bench(
-    target: str | Path,
-    draft: str | Path | None,
-    prompts: Sequence[Prompt],
-    methods: Sequence[str],
-    ks: Sequence[int],
-    max_tokens: int,
-    opts: RuntimeOptions,
-    k_max: int = 16,
-    repeat: int = 1,
-    peer_ks: Sequence[int] = PEER_KS,
-    sp: SamplingParams = SamplingParams(),
-) -> dict:
-    """One suite's report (bench_suites with one suite)."""
-    suites = bench_suites(
-        target, draft, {"suite": prompts}, methods, ks, max_tokens, opts, k_max, repeat,
-        peer_ks, sp,
-    )  # fmt: skip
-    ((_, report),) = suites
+def run_bench(target: str | Path, draft: str | Path | None, prompts: Sequence[Prompt], *args, **kw):
+    """One suite's report: bench_suites with one suite (the same arguments after prompts)."""
+    ((_, report),) = bench_suites(target, draft, {"suite": prompts}, *args, **kw)
     return report
 
 
@@ -369,7 +353,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     all_rows = {}
     for suite, report in reports:
-        print_report(suite, report, args.by_category)
+        print(f"suite {suite}")
+        print_report(report, args.by_category)
         all_rows[suite] = report
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -383,8 +368,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_report(suite: str, report: dict, with_categories: bool) -> None:
-    print(f"suite {suite}")
+def print_report(report: dict, with_categories: bool) -> None:
+    """A suite's machine, table and (with_categories) category table; adds by_category."""
     print(machine_line(report["machine"]))
     print(f"speedup: {CI_METHOD}")
     print(table_header())
@@ -395,7 +380,7 @@ def print_report(suite: str, report: dict, with_categories: bool) -> None:
             report["by_category"] = by_category(report)
             print("\n".join(category_table(report)))
         else:
-            print(f"suite {suite}: its ids carry no category (<category>-<number>)")
+            print("this suite's ids carry no category (<category>-<number>)")
     print(flush=True)
 
 
