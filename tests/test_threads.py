@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -204,3 +205,22 @@ def test_the_demo_target_computes_the_same_logits_on_one_thread_and_two(demo_tar
         assert runtime.threads_now == n
     for two, one in zip(logits[2], logits[1], strict=True):
         assert np.array_equal(two, one)
+
+
+def test_doctor_says_how_many_threads_llama_cpp_would_run_now(monkeypatch):
+    import re
+
+    from edgespec.app.doctor import cpu_threads_status
+    from edgespec.runtimes.threads import default_threads
+
+    status = cpu_threads_status()
+    pattern = (
+        rf"{len(usable_cpus())} usable cores, \d+\.\d busy with other work now: llama.cpp "
+        rf"would run \d+ of its {default_threads()} threads \(a thread fewer per busy core; "
+        r"--fixed-threads keeps them all\)"
+    )
+    assert re.fullmatch(pattern, status), status
+    monkeypatch.setattr("edgespec.runtimes.threads.PROC_STAT", Path("/nonexistent/stat"))
+    assert cpu_threads_status() == (
+        f"{default_threads()} by default; other work unmeasured here (no /proc/stat)"
+    )

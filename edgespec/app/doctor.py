@@ -23,6 +23,7 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
         ("python", platform.python_version()),
         ("device", device_description()),
         ("edgespec home", str(edgespec_home())),
+        ("CPU threads", cpu_threads_status()),
     ]
     llama = module_version("llama_cpp")
     rows.append(("llama-cpp-python", llama or "missing: pip install 'edgespec[llama]'"))
@@ -39,6 +40,25 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
         rows.append(("onnxruntime providers", ", ".join(onnxruntime.get_available_providers())))
         rows.append(("CUDA graphs", cuda_graph_status(onnxruntime, model)))
     return rows + tensorrt_report()
+
+
+def cpu_threads_status() -> str:
+    """Cores, the work other processes hold on them now, and the threads llama.cpp would use."""
+    import time
+
+    from edgespec.runtimes.threads import LoadAwareThreads, OtherWork, default_threads
+
+    work = OtherWork()
+    if not work.available:
+        return f"{default_threads()} by default; other work unmeasured here (no /proc/stat)"
+    time.sleep(work.window)
+    others = work.cores()
+    now = LoadAwareThreads(default_threads(), work).now()
+    return (
+        f"{len(work.cpus)} usable cores, {others:.1f} busy with other work now: llama.cpp "
+        f"would run {now} of its {default_threads()} threads (a thread fewer per busy core; "
+        "--fixed-threads keeps them all)"
+    )
 
 
 def tensorrt_report() -> list[tuple[str, str]]:
