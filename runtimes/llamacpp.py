@@ -260,7 +260,7 @@ class LlamaCppRuntime:
         self.n_past += n
 
     def choose_threads(self) -> None:
-        """Threads for this pass (the same logits with any count: it only moves speed)."""
+        """Threads for this pass (--exact: the same logits at any count; docs/exactness.md)."""
         n = self.thread_policy.now() if self.thread_policy else self.n_threads
         if n != self.threads_now:
             self.llama.llama_set_n_threads(self.ctx, n, n)
