@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-log = logging.getLogger(__name__)
-
 PROC_STAT = Path("/proc/stat")
 # How often other work is re-measured: /proc/stat counts in clock ticks (10 ms), so a shorter
 # window reads mostly rounding; a longer one reacts later to a job that starts or stops.
@@ -54,7 +52,7 @@ def bounded_threads(n_threads: int) -> int:
         )
     cores = usable_cores()
     if n_threads > cores:
-        log.warning(
+        logging.getLogger("edgespec").warning(
             "--threads %d is more than the %d CPU cores this process can use; using %d",
             n_threads, cores, cores,
         )  # fmt: skip

@@ -126,8 +126,18 @@ def stop(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
+def skip_unless_quiet() -> None:
+    """The quiet halves below need a machine where nothing else runs (CI's): measured while
+    this process sleeps, so a bug in subtracting our own time cannot cause the skip."""
+    work = OtherWork(window=0.25)
+    time.sleep(0.5)
+    if (others := work.cores()) >= 0.5:
+        pytest.skip(f"other processes keep {others:.1f} cores busy: this test needs them idle")
+
+
 @needs_two_cores
 def test_busy_processes_count_as_other_work_and_our_own_spinning_does_not():
+    skip_unless_quiet()
     work = OtherWork(window=0.25)
     end = time.monotonic() + 0.6
     while time.monotonic() < end:  # this process keeps a core busy: that is not other work
@@ -156,6 +166,7 @@ def decode_for(runtime, seconds: float, token: int) -> None:
 def test_llama_cpp_drops_a_thread_beside_busy_cores_and_takes_it_back(tiny_pair):
     from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
+    skip_unless_quiet()
     runtime = LlamaCppRuntime(tiny_pair[0], n_ctx=256, n_threads=2)
     token = runtime.tokenize("hello", special=False)[0]
     decode_for(runtime, 0.6, token)
