@@ -22,7 +22,10 @@ work holds, runtimes/threads.py), `fixed` (--fixed-threads). Each run records ho
 passes ran at each thread count.
 
     python bench/load.py --target demo-target --onnx-target ~/bundles/demo-onnx/target \
-        --threads 1,2 --llama-policy load-aware,fixed --json docs/results/load.json
+        --draft demo-draft --threads 2 --llama-policy load-aware,fixed --json load.json
+
+Every configuration's worker holds its model(s) for the whole run (1-2 GB each for the demo
+pair): name a few configurations per run, not every combination.
 """
 
 from __future__ import annotations
@@ -305,11 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--target", help="GGUF target for llama.cpp (or demo-target)")
     p.add_argument("--onnx-target", help="exported ONNX target folder for ONNX Runtime")
-    p.add_argument("--threads", default="1,2")
-    p.add_argument("--llama-wait", default="default,passive,spin-10000")
+    p.add_argument("--threads", default="2")
+    p.add_argument("--llama-wait", default="default", help="e.g. default,passive,spin-10000")
     p.add_argument("--llama-policy", default="load-aware,fixed", help="thread policies")
     p.add_argument("--draft", help="GGUF draft (or demo-draft): llama.cpp runs `auto` too")
-    p.add_argument("--onnx-wait", default=",".join(ONNX_WAITS))
+    p.add_argument("--onnx-wait", default="shared", help=f"of {','.join(ONNX_WAITS)}")
     p.add_argument("--jobs", default=",".join(JOBS))
     p.add_argument("--tokens", type=int, default=48)
     p.add_argument("--load-seconds", type=float, default=120.0, help="each job's own limit")

@@ -15,7 +15,7 @@
 #   llama  ~105 (edit 29, chat 14, open 40, code 22)   onnx   ~80 (+ ~10: the export, once)
 #   peers  ~110 (edit 40, open 70; 4 runs a prompt)    server ~115 (edit 39, open 77; 4 modes)
 #                                                        + ~15 to build llama-server, once
-#   load   ~25-40 (14 configurations x 11 decodes of 48 tokens; collapses take longer)
+#   load   ~10 (5 configurations x 9 decodes of 48 tokens; collapses take longer)
 # Results: $OUT/i15-*.json (tables on stdout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,8 +76,9 @@ for stage in ${STAGES:-llama onnx peers server load}; do
           --by-category --json "$OUT/i15-peer-server-$suite.json"
       done ;;
     load)
-      $PY bench/load.py --target "$TARGET" --onnx-target "$BUNDLE/target.int4" --threads 1,2 \
-        --load-seconds 300 --json "$OUT/i15-load.json" ;;
+      $PY bench/load.py --target "$TARGET" --draft "$DRAFT" --onnx-target "$BUNDLE/target.int4" \
+        --threads "$THREADS" --llama-policy load-aware,fixed --load-seconds 300 \
+        --json "$OUT/i15-load.json" ;;
     *) echo "unknown stage $stage (llama onnx peers server load)" >&2; exit 2 ;;
   esac
 done
