@@ -5,9 +5,10 @@ Each configuration runs in a worker process of its own (libgomp reads its waitin
 once, when llama.cpp loads; ONNX Runtime makes its shared pool once), which loads the model,
 warms up, and decodes on the parent's word. All workers start first; then the parent starts
 one competing job, waits for it to ramp up, has every worker decode in turn (the order
-reversed each turn), and stops the job; quiet turns come first, between the loads and last,
-so the quiet figure is their mean, drift shows, and configurations compare under the same
-instance of each job. Every job also stops by itself after --load-seconds.
+reversed every other quiet and every other loaded turn), and stops the job; quiet turns
+come first, between the loads and last, so the quiet figure is their mean, drift shows, and
+configurations compare under the same instance of each job. Every job also stops by itself
+after --load-seconds.
 
 Jobs: busy (one busy loop), busy-low (one at nice 19), busy-all (one per core),
 bandwidth (numpy streaming copies of 256 MB arrays, one thread), blas (numpy matmuls on a
@@ -237,6 +238,13 @@ def schedule(jobs: list[str]) -> list[str]:
     return out
 
 
+def turn_order(n: int, turn: int) -> list[int]:
+    """Workers' order in a turn: reversed every other pair of turns, so quiet turns (even) and
+    loaded turns (odd) each alternate, and no configuration always decodes first."""
+    order = list(range(n))
+    return order[::-1] if (turn // 2) % 2 else order
+
+
 def measure(configs: list[Config], jobs: list[str], load_seconds: float, ramp: float) -> list:
     """Every configuration decodes once per turn, under the same instance of the turn's job."""
     workers: list[Worker] = []
@@ -248,8 +256,7 @@ def measure(configs: list[Config], jobs: list[str], load_seconds: float, ramp: f
             procs = [] if job == "quiet" else start_job(job, load_seconds)
             try:
                 time.sleep(ramp if procs else 0.0)
-                order = list(range(len(workers)))
-                for i in order if turn % 2 == 0 else order[::-1]:
+                for i in turn_order(len(workers), turn):
                     runs[i].append({"job": job, **workers[i].decode()})
             finally:
                 stop_job(procs)

@@ -23,6 +23,9 @@ PROC_STAT = Path("/proc/stat")
 # How often other work is re-measured: /proc/stat counts in clock ticks (10 ms), so a shorter
 # window reads mostly rounding; a longer one reacts later to a job that starts or stops.
 WINDOW_SECONDS = 0.25
+# An average over a longer gap (between requests) says little about now: then the processes
+# running at this instant stand in for it (a request's first pass is its prefill).
+STALE_SECONDS = 1.0
 
 
 def usable_cores() -> int:
@@ -75,6 +78,14 @@ def busy_seconds(stat_text: str, cpus: Collection[int], count_nice: bool) -> flo
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def running_now(stat_text: str) -> int:
+    """Tasks running or runnable at this instant, the reader included (/proc/stat)."""
+    for line in stat_text.splitlines():
+        if line.startswith("procs_running "):
+            return int(line.split()[1])
+    return 1
+
+
 def read_proc_stat() -> str | None:
     try:
         return PROC_STAT.read_text()
@@ -85,7 +96,8 @@ def read_proc_stat() -> str | None:
 class OtherWork:
     """Cores other processes keep busy on this process's CPUs over the last window: the
     CPUs' busy time less this process's own CPU time. Re-measured at most once a window;
-    between measurements the last figure stands, so asking costs a clock read."""
+    between measurements the last figure stands, so asking costs a clock read. After a gap
+    of more than STALE_SECONDS, the tasks running now other than the asking thread."""
 
     def __init__(
         self,
@@ -101,14 +113,15 @@ class OtherWork:
         self.read_stat, self.own_seconds, self.clock = read_stat, own_seconds, clock
         self.count_nice = niceness() > 0
         self.figure = 0.0
-        self.last = self.sample() if self.cpus else None  # (clock, busy, own)
+        self.last = self.sample() if self.cpus else None  # (clock, busy, own, running)
         self.available = self.last is not None
 
-    def sample(self) -> tuple[float, float, float] | None:
+    def sample(self) -> tuple[float, float, float, int] | None:
         text = self.read_stat()
         if text is None:
             return None
-        return self.clock(), busy_seconds(text, self.cpus, self.count_nice), self.own_seconds()
+        busy = busy_seconds(text, self.cpus, self.count_nice)
+        return self.clock(), busy, self.own_seconds(), running_now(text)
 
     def cores(self) -> float:
         """Cores held by other processes (0.0 where /proc/stat cannot be read)."""
@@ -120,8 +133,11 @@ class OtherWork:
         now = self.sample()
         if now is None:
             return self.figure
-        (t0, busy0, own0), (t1, busy1, own1) = self.last, now
-        self.figure = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
+        (t0, busy0, own0, _), (t1, busy1, own1, running) = self.last, now
+        if t1 - t0 > STALE_SECONDS:
+            self.figure = float(min(len(self.cpus), max(0, running - 1)))
+        else:
+            self.figure = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
         self.last = now
         return self.figure
 

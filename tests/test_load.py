@@ -28,6 +28,12 @@ def test_quiet_runs_surround_every_job():
     assert load.schedule(["busy", "blas"]) == ["quiet", "busy", "quiet", "blas", "quiet"]
 
 
+def test_no_configuration_always_decodes_first():
+    load = load_module()
+    firsts = [load.turn_order(3, turn)[0] for turn in range(9)]  # quiet turns even, loaded odd
+    assert firsts[0::2] == [0, 2, 0, 2, 0] and firsts[1::2] == [0, 2, 0, 2]
+
+
 def test_worker_environment_sets_only_the_wait_policy(monkeypatch):
     load = load_module()
     monkeypatch.setenv("GOMP_SPINCOUNT", "5")  # the caller's own setting must not leak in

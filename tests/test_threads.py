@@ -45,14 +45,17 @@ class Clock:
         return self.t
 
 
-def scripted_other_work(busy_ticks: list[int], own: list[float], clock: Clock) -> OtherWork:
-    """An OtherWork over cpu0 whose /proc/stat and own CPU time follow the scripts."""
+def scripted_other_work(
+    busy_ticks: list[int], own: list[float], clock: Clock, running: list[int] | None = None
+) -> OtherWork:
+    """An OtherWork over cpu0 and cpu1 whose /proc/stat and own CPU time follow the scripts."""
     reads = iter(busy_ticks)
     owns = iter(own)
+    runs = iter(running or [1] * len(busy_ticks))
     return OtherWork(
-        {0},
+        {0, 1},
         window=0.25,
-        read_stat=lambda: f"cpu0 {next(reads)} 0 0 0 0 0 0 0 0 0\n",
+        read_stat=lambda: f"cpu1 {next(reads)} 0 0 0 0 0 0 0 0 0\nprocs_running {next(runs)}\n",
         own_seconds=lambda: next(owns),
         clock=clock,
     )
@@ -68,6 +71,17 @@ def test_other_work_is_busy_time_less_our_own_and_read_once_a_window():
     assert work.cores() == pytest.approx(0.6)
     clock.t += 0.4  # 40 ticks in 0.5 s, none ours
     assert work.cores() == pytest.approx(0.8)
+
+
+def test_after_a_long_gap_the_tasks_running_now_stand_in_for_the_average():
+    clock = Clock()
+    work = scripted_other_work([0, 300, 400, 400], [0.0] * 4, clock, running=[1, 1, 1, 4])
+    clock.t += 3.0  # between requests: 3 s, a core busy for all of them, but one task now
+    assert work.cores() == 0.0  # the reader alone runs now: nothing else
+    clock.t += 0.5  # within the stale limit: the average again (100 ticks in 0.5 s)
+    assert work.cores() == pytest.approx(2.0)
+    clock.t += 1.5  # stale: four tasks run now, three besides us, on two cores
+    assert work.cores() == 2.0
 
 
 def test_our_own_time_never_makes_other_work_negative():
