@@ -240,6 +240,20 @@ MUTANTS = (
         ("tests/test_bench.py",),
     ),
     Mutant(
+        "threads-count-our-own-time-as-other-work",
+        "runtimes/threads.py",
+        "max(0.0, (busy1 - busy0) - (own1 - own0))",
+        "max(0.0, busy1 - busy0)",
+        ("tests/test_threads.py",),
+    ),
+    Mutant(
+        "threads-trust-a-stale-average",
+        "runtimes/threads.py",
+        "if t1 - t0 > STALE_SECONDS:",
+        "if False:",
+        ("tests/test_threads.py",),
+    ),
+    Mutant(
         "lookup-history-keeps-prompts",
         "edgespec/drafters/ngram.py",
         "completion = tuple(self.indexed[self.prompt_len :])",
