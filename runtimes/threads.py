@@ -114,7 +114,11 @@ class OtherWork:
         self.count_nice = niceness() > 0
         self.figure = 0.0
         self.last = self.sample() if self.cpus else None  # (clock, busy, own, running)
-        self.available = self.last is not None
+
+    @property
+    def available(self) -> bool:
+        """Whether other work can be measured here (a /proc/stat and a CPU affinity)."""
+        return self.last is not None
 
     def sample(self) -> tuple[float, float, float, int] | None:
         text = self.read_stat()
@@ -125,9 +129,8 @@ class OtherWork:
 
     def cores(self) -> float:
         """Cores held by other processes (0.0 where /proc/stat cannot be read)."""
-        if not self.available:
+        if self.last is None:  # not available
             return 0.0
-        assert self.last is not None
         if self.clock() - self.last[0] < self.window:
             return self.figure
         now = self.sample()

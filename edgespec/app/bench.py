@@ -30,6 +30,7 @@ from edgespec.loader import SpecOptions, build_decoder
 from edgespec.pair import ModelPair
 from edgespec.progress import progress
 from edgespec.runtimes import Runtime
+from edgespec.runtimes.threads import usable_cpus
 from edgespec.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -227,7 +228,7 @@ def machine_info() -> dict:
     return {
         "cpu": model,
         "cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "usable_cores": len(usable_cpus()) or None,  # None: no CPU affinity to read
         "flags": flags,
         "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "kernel": f"{platform.system()} {platform.release()}",
