@@ -77,6 +77,15 @@ class Config:
         return label + (" auto" if self.draft else "")
 
 
+def check_config(config: Config) -> None:
+    """Waits, thread policies and drafts each back-end takes, before any worker starts."""
+    worker_env(config)  # refuses an unknown wait
+    if config.backend == "onnx" and (config.policy != "fixed" or config.draft):
+        raise SystemExit("ONNX Runtime here: policy fixed, no draft (its pool is sized once)")
+    if config.policy not in LLAMA_POLICIES:
+        raise SystemExit(f"llama.cpp policy {config.policy!r}: {', '.join(LLAMA_POLICIES)}")
+
+
 def worker_env(config: Config) -> dict[str, str]:
     """The environment a worker starts with: only the waiting policy under test differs."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
@@ -130,8 +139,6 @@ def open_decoder(config: Config):
     from edgespec.runtimes import RuntimeOptions
 
     if config.backend == "onnx":
-        if config.policy != "fixed":
-            raise SystemExit("ONNX Runtime sizes its thread pool once: policy fixed only")
         from edgespec.runtimes.onnxrt import OnnxRuntime
 
         spinning = {"own": False, "own-spin": True}.get(config.wait)
@@ -142,11 +149,7 @@ def open_decoder(config: Config):
             spinning=spinning,
             force_spinning_stop=config.wait == "shared-stop",
         )
-        if config.draft:
-            raise SystemExit("the speculative loop under load runs on llama.cpp here")
         return SpeculativeDecoder(target, [], FixedPolicy(None, 0)), [target]
-    if config.policy not in LLAMA_POLICIES:
-        raise SystemExit(f"llama.cpp policy {config.policy!r}: {', '.join(LLAMA_POLICIES)}")
     opts = RuntimeOptions(
         n_ctx=config.n_ctx, n_threads=config.threads, load_aware_threads=config.policy != "fixed"
     )
@@ -350,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                         for w in args.onnx_wait.split(",")]  # fmt: skip
     if not configs:
         raise SystemExit("give --target (GGUF) and/or --onnx-target (ONNX folder)")
+    for config in configs:
+        check_config(config)
     machine = machine_info()
     print(machine_line(machine))
     rows = measure(configs, jobs, args.load_seconds, args.ramp)

@@ -28,6 +28,17 @@ def test_quiet_runs_surround_every_job():
     assert load.schedule(["busy", "blas"]) == ["quiet", "busy", "quiet", "blas", "quiet"]
 
 
+def test_bad_configurations_are_refused_before_any_worker_starts():
+    load = load_module()
+    load.check_config(load.Config("llama", "m.gguf", 2, "default", 8, policy="load-aware"))
+    with pytest.raises(SystemExit, match="llama.cpp policy 'adaptive': load-aware, fixed"):
+        load.check_config(load.Config("llama", "m.gguf", 2, "default", 8, policy="adaptive"))
+    with pytest.raises(SystemExit, match="ONNX Runtime here: policy fixed, no draft"):
+        load.check_config(load.Config("onnx", "dir", 2, "shared", 8, draft="d.gguf"))
+    with pytest.raises(SystemExit, match="ONNX Runtime wait 'passive'"):
+        load.check_config(load.Config("onnx", "dir", 2, "passive", 8))
+
+
 def test_no_configuration_always_decodes_first():
     load = load_module()
     firsts = [load.turn_order(3, turn)[0] for turn in range(9)]  # quiet turns even, loaded odd
