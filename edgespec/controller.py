@@ -148,6 +148,26 @@ def best_choice(curve: CostCurve, options: Sequence[Option], k_max: int) -> Choi
     return best
 
 
+@dataclass(frozen=True)
+class Shadow:
+    """A draft a drafter would have proposed at context length `at` (its offer's preview),
+    judged by the tokens the target emits there instead of by a verify pass: a drafted token
+    is accepted exactly when it equals the target's own choice (greedy, or Gumbel-max), and
+    with the same probability p(x) under rejection sampling of a point mass."""
+
+    at: int
+    tokens: tuple[int, ...]
+    key: int
+
+    def outcome(self, context: Sequence[int]) -> tuple[int, int] | None:
+        """(k, n_accepted) once the emitted tokens decide it; None while they do not yet."""
+        emitted = context[self.at : self.at + len(self.tokens)]
+        for i, (drafted, chosen) in enumerate(zip(self.tokens, emitted)):
+            if drafted != chosen:
+                return i + 1, i
+        return (len(emitted), len(emitted)) if len(emitted) == len(self.tokens) else None
+
+
 @dataclass
 class Estimate:
     """What the policy knows of one drafter: its price (kept across requests), its acceptance
@@ -158,6 +178,7 @@ class Estimate:
     learns_cost: bool  # False for a free drafter: its microseconds are the loop's
     acceptance: Acceptance
     offer: Offer = Offer(0)  # at the last plan
+    shadow: Shadow | None = None  # a preview awaiting the tokens that judge it
     idle: int = 0  # steps since it last ran
     base_interval: int = 16  # steps idle before a probe
     interval: int = 16  # grows while probes fail to pay
@@ -173,7 +194,10 @@ class AdaptivePolicy:
     Every drafter is priced from its own offer and price, and learned with the acceptance
     estimate it supplies (reset per request). A drafter left unused is probed again after
     probe_every steps (a free one four times as often; doubling after each probe that fails
-    to pay, up to max_probe_every), so a change of text (prose -> code block) is noticed.
+    to pay, up to max_probe_every), so a change of text (prose -> code block) is noticed. A
+    drafter whose offers preview their tokens (prompt lookup) is never probed: each preview
+    is judged by the tokens the target goes on to emit (Shadow), which costs nothing, while a
+    probe costs a wider verify pass (on a 2-core CPU, 2 draft tokens cost 1.5 target tokens).
     """
 
     def __init__(
@@ -217,6 +241,7 @@ class AdaptivePolicy:
     def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
         options = []
         for e in self.estimates:
+            self.judge_shadow(e, context)
             e.offer = e.drafter.offer(context)
             if e.offer.available > 0:
                 options.append(self.option(e, e.offer.available))
@@ -225,7 +250,25 @@ class AdaptivePolicy:
         self.probing = None
         if choice.k == 0:
             choice = self.probe()
+        self.cast_shadows(len(context), choice.drafter)
         return choice.drafter, choice.k
+
+    def judge_shadow(self, e: Estimate, context: Sequence[int]) -> None:
+        """Learn from e's pending shadow draft once the emitted tokens decide it."""
+        outcome = e.shadow.outcome(context) if e.shadow else None
+        if outcome is not None:
+            assert e.shadow is not None
+            e.acceptance.observe(e.shadow.key, *outcome)
+            e.shadow = None
+
+    def cast_shadows(self, at: int, drafting: Drafter | None) -> None:
+        """Every previewing drafter but the one drafting now (its verify pass judges it)
+        leaves its preview to be judged by the tokens emitted from here, one at a time."""
+        for e in self.estimates:
+            if e.drafter is drafting:
+                e.shadow = None  # judged by the verify pass: counting both would count twice
+            elif e.shadow is None and e.offer.preview:
+                e.shadow = Shadow(at, e.offer.preview[: self.k_max], e.offer.key)
 
     def option(self, e: Estimate, available: int) -> Option:
         n = min(available, self.k_max)
@@ -281,7 +324,9 @@ class AdaptivePolicy:
         prompt, or after prompt lookup ran), and measured there, such probes cost more than
         they found (docs/benchmarks.md, ONNX section)."""
         for e in sorted(self.estimates, key=lambda e: e.token_s):
-            if e.idle < e.interval or e.offer.available == 0 or not self.can_win(e):
+            if e.idle < e.interval or e.offer.available == 0 or e.offer.preview:
+                continue  # a previewed offer is judged in shadow, for free
+            if not self.can_win(e):
                 continue
             if self.catch_up_cost(e.token_s, e.offer.behind) > self.curve.target(1):
                 continue

@@ -7,6 +7,7 @@ from edgespec.controller import (
     CostCurve,
     FixedPolicy,
     Option,
+    Shadow,
     best_choice,
     expected_tokens,
 )
@@ -112,6 +113,71 @@ def test_model_drafter_that_cannot_win_is_never_probed():
     right = WrongModel(FakeRuntime(n_vocab=16), wrong_at=None, token_s=0.7)
     out = SpeculativeDecoder(rt, [right], policy).generate([1, 2, 3], max_tokens=200)
     assert out.stats.n_drafts == 0
+
+
+# --- prompt lookup learned in shadow: its previews judged by the emitted tokens -------------
+
+LLAMA_CPU = CostCurve([1.0, 1.55, 2.47, 3.2, 4.2, 5.0, 5.8, 6.6, 7.4])  # measured shape, 2 cores
+
+
+def test_a_shadow_is_decided_by_the_first_wrong_token_or_by_all_of_them_right():
+    shadow = Shadow(at=3, tokens=(7, 8, 9), key=2)
+    assert shadow.outcome([0, 0, 0]) is None  # nothing emitted yet
+    assert shadow.outcome([0, 0, 0, 7, 8]) is None  # right so far, the third still to come
+    assert shadow.outcome([0, 0, 0, 5]) == (1, 0)
+    assert shadow.outcome([0, 0, 0, 7, 8, 5, 1]) == (3, 2)
+    assert shadow.outcome([0, 0, 0, 7, 8, 9, 1]) == (3, 3)
+
+
+def test_a_preview_is_learned_from_the_tokens_the_target_emits_after_it():
+    ngram = NgramDrafter(max_ngram=2)
+    policy = AdaptivePolicy(LLAMA_CPU, k_max=4)
+    policy.begin([ngram])
+    e = policy.estimate(ngram)
+    ctx = [1, 2, 3, 4, 5, 6, 9, 1, 2]  # "1 2" was followed by 3 4 5 6 ...
+    assert policy.plan(ctx, SP) == (None, 0)  # a 2-token match's prior (0.4) loses here
+    assert e.shadow == Shadow(at=9, tokens=(3, 4, 5, 6), key=2)
+    ctx += [3, 4]  # plain steps emit 3 and 4: right so far, undecided
+    policy.plan(ctx, SP)
+    assert e.shadow is not None and e.shadow.at == 9 and 2 not in e.acceptance.values
+    ctx += [5, 9]  # ... then 5, and 9 where 6 was previewed
+    policy.plan(ctx, SP)
+    want = ByMatchLength()
+    want.observe(2, 4, 3)  # what a verify pass of the 4-token draft would have reported
+    assert e.acceptance.values == want.values
+    assert e.shadow is not None and e.shadow.at == len(ctx)  # the next preview is cast
+
+
+def test_a_drafter_drafting_now_leaves_no_shadow_to_count_twice():
+    ngram = NgramDrafter(max_ngram=2)
+    policy = AdaptivePolicy(CostCurve([1.0] * 5), k_max=4)  # flat: any match pays
+    policy.begin([ngram])
+    e = policy.estimate(ngram)
+    e.acceptance.values[2] = 0.0  # a 2-token match is never right: plain, and a shadow
+    ctx = [1, 2, 3, 4, 5, 6, 9, 1, 2]
+    assert policy.plan(ctx, SP) == (None, 0)
+    assert e.shadow == Shadow(at=9, tokens=(3, 4, 5, 6), key=2)
+    e.acceptance.values[2] = 0.9  # ... now it is: it drafts, and its pass will judge it
+    assert policy.plan([*ctx, 3], SP) == (ngram, 4)
+    assert e.shadow is None
+
+
+def test_prompt_lookup_is_never_probed_on_text_it_cannot_predict():
+    """Random text on a CPU-like curve: prompt lookup's previews are all judged in shadow,
+    so no step pays a wider pass to learn that they are wrong (a probe every 4-128 steps did:
+    7 drafts in 400 tokens, none accepted)."""
+    rt = FakeRuntime(n_vocab=16, n_ctx=600, seed=1)
+    rt.eog = 999
+    curve = CostCurve(list(LLAMA_CPU.target_s), smoothing=0.0)  # wall times must not move it
+    policy = AdaptivePolicy(curve, k_max=8)
+    ngram = NgramDrafter()
+    dec = SpeculativeDecoder(rt, [ngram], policy)
+    events = list(dec.stream([1, 2, 3], max_tokens=400))
+    assert [ev.n_drafted for ev in events if ev.n_drafted] == []
+    learned = policy.estimate(ngram).acceptance.values
+    assert set(learned) == {1, 2, 3} and max(learned.values()) < 0.3  # judged, and low
+    tokens = [t for ev in events for t in ev.tokens]
+    assert tokens == SpeculativeDecoder(rt).generate([1, 2, 3], max_tokens=400).tokens
 
 
 # --- a third drafter: chosen, priced and observed like the other two ------------------------

@@ -22,8 +22,18 @@ def test_no_match_gives_an_empty_draft():
 def test_offer_names_what_a_proposal_would_hold_keyed_by_match_length():
     d = NgramDrafter(max_ngram=3)
     ctx = [1, 2, 3, 4, 5, 9, 9, 2, 3]
-    assert d.offer(ctx) == Offer(available=6, key=2, behind=0)  # 4 5 9 9 2 3 after "2 3"
+    # 4 5 9 9 2 3 after "2 3", previewed: what a proposal of any k up to 16 would begin with
+    assert d.offer(ctx) == Offer(available=6, key=2, behind=0, preview=(4, 5, 9, 9, 2, 3))
     assert d.propose(ctx, 3, SP).tokens.tolist() == [4, 5, 9]  # the offer changed nothing
+
+
+def test_a_preview_holds_the_first_16_tokens_of_a_long_continuation():
+    d = NgramDrafter(max_ngram=2)
+    ctx = [1, 2, *range(100, 130), 1, 2]
+    offer = d.offer(ctx)
+    assert (offer.available, offer.key) == (32, 2)
+    assert offer.preview == tuple(range(100, 116))
+    assert d.propose(ctx, 16, SP).tokens.tolist() == list(offer.preview)
 
 
 def test_latest_occurrence_wins_and_proposal_is_capped_by_what_exists():

@@ -41,6 +41,10 @@ class Offer:
     available: int  # the most tokens a proposal can hold (0: nothing to propose)
     key: int = 0  # which acceptance estimate applies (prompt lookup: the match length)
     behind: int = 0  # context tokens to forward before drafting (catching up after idle steps)
+    # the proposal's first tokens, where the drafter knows them without work (prompt lookup):
+    # the policy checks them against what the target emits, learning their acceptance without
+    # a verify pass (a shadow draft); () where finding them costs a forward pass
+    preview: tuple[int, ...] = ()
 
 
 class Acceptance(Protocol):

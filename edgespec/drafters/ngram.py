@@ -25,6 +25,11 @@ from edgespec.drafters.base import Draft, Offer
 from edgespec.sampling import SamplingParams, uses_gumbel
 
 
+# how much of a proposal an offer previews: the longest draft the adaptive controller tries
+# by default (SpecOptions.k_max); a longer draft is still learned from per token
+PREVIEW_TOKENS = 16
+
+
 class NgramDrafter:
     name = "ngram"
     token_s = 0.0  # a dictionary lookup: free next to any target pass
@@ -80,9 +85,13 @@ class NgramDrafter:
         return Draft(tokens, None, gumbel=uses_gumbel(sp, self.sampler))
 
     def offer(self, context: Sequence[int]) -> Offer:
-        """The tokens after the match (none without one), keyed by the match length."""
+        """The tokens after the match (none without one), keyed by the match length, with
+        the first PREVIEW_TOKENS of them."""
         match_len, seq, start = self.find(context)
-        return Offer((len(seq) - start) if match_len else 0, key=match_len)
+        if not match_len:
+            return Offer(0, key=0)
+        preview = tuple(seq[start : start + PREVIEW_TOKENS])
+        return Offer(len(seq) - start, key=match_len, preview=preview)
 
     def acceptance(self) -> ByMatchLength:
         return ByMatchLength()
