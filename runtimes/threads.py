@@ -86,6 +86,24 @@ def running_now(stat_text: str) -> int:
     return 1
 
 
+def own_running_tasks() -> int:
+    """This process's threads running or runnable now, the asking one included (at least 1):
+    right after a pass, llama.cpp's workers still spin at their barrier, and they are ours."""
+    running = 0
+    try:
+        tasks = list(os.scandir("/proc/self/task"))
+    except OSError:
+        return 1
+    for task in tasks:
+        try:
+            stat = Path(task.path, "stat").read_bytes()
+        except OSError:  # the thread ended
+            continue
+        # "pid (name) state ...": the name may hold spaces and parentheses, the state not
+        running += stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"R"
+    return max(1, running)
+
+
 def read_proc_stat() -> str | None:
     try:
         return PROC_STAT.read_text()
@@ -97,7 +115,7 @@ class OtherWork:
     """Cores other processes keep busy on this process's CPUs over the last window: the
     CPUs' busy time less this process's own CPU time. Re-measured at most once a window;
     between measurements the last figure stands, so asking costs a clock read. After a gap
-    of more than STALE_SECONDS, the tasks running now other than the asking thread."""
+    of more than STALE_SECONDS, the tasks running now other than this process's threads."""
 
     def __init__(
         self,
@@ -106,11 +124,13 @@ class OtherWork:
         window: float = WINDOW_SECONDS,
         read_stat: Callable[[], str | None] = read_proc_stat,
         own_seconds: Callable[[], float] = time.process_time,
+        own_running: Callable[[], int] = own_running_tasks,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cpus = frozenset(cpus) if cpus is not None else usable_cpus()
         self.window = window
         self.read_stat, self.own_seconds, self.clock = read_stat, own_seconds, clock
+        self.own_running = own_running
         self.count_nice = niceness() > 0
         self.figure = 0.0
         self.last = self.sample() if self.cpus else None  # (clock, busy, own, running)
@@ -131,14 +151,18 @@ class OtherWork:
         """Cores held by other processes (0.0 where /proc/stat cannot be read)."""
         if self.last is None:  # not available
             return 0.0
-        if self.clock() - self.last[0] < self.window:
+        since = self.clock() - self.last[0]
+        if since < self.window:
             return self.figure
+        # our workers may stop spinning while /proc/stat is read: ours is the most seen
+        ours = self.own_running() if since > STALE_SECONDS else 0
         now = self.sample()
         if now is None:
             return self.figure
         (t0, busy0, own0, _), (t1, busy1, own1, running) = self.last, now
         if t1 - t0 > STALE_SECONDS:
-            self.figure = float(min(len(self.cpus), max(0, running - 1)))
+            ours = max(ours, self.own_running())
+            self.figure = float(min(len(self.cpus), max(0, running - ours)))
         else:
             self.figure = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
         self.last = now

@@ -4,15 +4,23 @@ takes it back when they stop, and computes the same logits at any thread count."
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from edgespec.runtimes.threads import LoadAwareThreads, OtherWork, busy_seconds, usable_cpus
+from edgespec.runtimes.threads import (
+    LoadAwareThreads,
+    OtherWork,
+    busy_seconds,
+    own_running_tasks,
+    usable_cpus,
+)
 
 TICK = 1 / 100  # SC_CLK_TCK on Linux
 STAT = """cpu  900 90 300 5000 10 1 2 0 0 0
@@ -46,7 +54,11 @@ class Clock:
 
 
 def scripted_other_work(
-    busy_ticks: list[int], own: list[float], clock: Clock, running: list[int] | None = None
+    busy_ticks: list[int],
+    own: list[float],
+    clock: Clock,
+    running: list[int] | None = None,
+    ours_running: int = 1,
 ) -> OtherWork:
     """An OtherWork over cpu0 and cpu1 whose /proc/stat and own CPU time follow the scripts."""
     reads = iter(busy_ticks)
@@ -57,6 +69,7 @@ def scripted_other_work(
         window=0.25,
         read_stat=lambda: f"cpu1 {next(reads)} 0 0 0 0 0 0 0 0 0\nprocs_running {next(runs)}\n",
         own_seconds=lambda: next(owns),
+        own_running=lambda: ours_running,
         clock=clock,
     )
 
@@ -82,6 +95,39 @@ def test_after_a_long_gap_the_tasks_running_now_stand_in_for_the_average():
     assert work.cores() == pytest.approx(2.0)
     clock.t += 1.5  # stale: four tasks run now, three besides us, on two cores
     assert work.cores() == 2.0
+
+
+def test_after_a_long_gap_our_own_running_threads_are_not_other_work():
+    """After a prefill, llama.cpp's two workers still spin: four tasks run, two of them ours
+    and the reader's thread among them -- two others, not three."""
+    clock = Clock()
+    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 4], ours_running=2)
+    clock.t += 1.5
+    assert work.cores() == 2.0
+    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 2], ours_running=2)
+    clock.t += 1.5
+    assert work.cores() == 0.0  # (the reader alone was counted as ours: 1.0)
+
+
+def test_our_running_threads_are_counted_from_proc():
+    """A thread of ours hashing (GIL released) runs beside the asking one."""
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("no /proc/self/task here")
+    assert own_running_tasks() == 1  # the asker alone
+    stop_at = time.monotonic() + 0.3
+    data = bytes(1 << 22)
+
+    def hash_until_stopped():
+        while time.monotonic() < stop_at:
+            hashlib.sha256(data).digest()
+
+    worker = threading.Thread(target=hash_until_stopped)
+    worker.start()
+    try:
+        seen = max(own_running_tasks() for _ in range(50))
+    finally:
+        worker.join()
+    assert seen == 2
 
 
 def test_our_own_time_never_makes_other_work_negative():
@@ -195,6 +241,35 @@ def test_llama_cpp_drops_a_thread_beside_busy_cores_and_takes_it_back(tiny_pair)
     time.sleep(0.5)
     decode_for(runtime, 0.8, token)
     assert runtime.threads_now == 2
+
+
+class Stale:
+    """A clock 2 s further on at every reading: every measurement follows a long gap."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 2.0
+        return self.t
+
+
+@needs_two_cores
+def test_llama_cpp_workers_spinning_after_a_pass_are_not_other_work(tiny_pair):
+    """A request's first passes after its prefill (a gap over STALE_SECONDS) found the workers
+    still spinning, counted them as other work, and ran at 1 thread of 2 (4 passes a request,
+    each 1.7x slower, on the demo target)."""
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    skip_unless_quiet()
+    runtime = LlamaCppRuntime(tiny_pair[0], n_ctx=256, n_threads=2)
+    runtime.thread_policy = LoadAwareThreads(2, OtherWork(clock=Stale()))
+    token = runtime.tokenize("hello", special=False)[0]
+    decode_for(runtime, 0.5, token)
+    # an instant's count also catches a kernel thread now and then (1-2% of readings here);
+    # with our workers counted as others, every pass ran at 1 thread
+    used = runtime.threads_used
+    assert used[2] >= 0.9 * used.total(), used
 
 
 @needs_two_cores
