@@ -24,7 +24,6 @@ from edgespec.acceptance import ByMatchLength
 from edgespec.drafters.base import Draft, Offer
 from edgespec.sampling import SamplingParams, uses_gumbel
 
-
 # how much of a proposal an offer previews: the longest draft the adaptive controller tries
 # by default (SpecOptions.k_max); a longer draft is still learned from per token
 PREVIEW_TOKENS = 16
