@@ -230,7 +230,10 @@ def test_llama_cpp_drops_a_thread_beside_busy_cores_and_takes_it_back(tiny_pair)
     runtime = LlamaCppRuntime(tiny_pair[0], n_ctx=256, n_threads=2)
     token = runtime.tokenize("hello", special=False)[0]
     decode_for(runtime, 0.6, token)
-    assert runtime.threads_now == 2 and set(runtime.threads_used) == {2}
+    # quiet: every pass at 2 threads, but for a window in which the host ran something (in
+    # the full suite, once, one window of 0.25 s: a few passes of hundreds)
+    used = runtime.threads_used
+    assert runtime.threads_now == 2 and used[2] >= 0.9 * used.total(), used
     procs = busy_everywhere()
     try:
         time.sleep(0.5)
