@@ -255,9 +255,10 @@ class AdaptivePolicy:
 
     def judge_shadow(self, e: Estimate, context: Sequence[int]) -> None:
         """Learn from e's pending shadow draft once the emitted tokens decide it."""
-        outcome = e.shadow.outcome(context) if e.shadow else None
+        if e.shadow is None:
+            return
+        outcome = e.shadow.outcome(context)
         if outcome is not None:
-            assert e.shadow is not None
             e.acceptance.observe(e.shadow.key, *outcome)
             e.shadow = None
 

@@ -100,7 +100,8 @@ def own_running_tasks() -> int:
         except OSError:  # the thread ended
             continue
         # "pid (name) state ...": the name may hold spaces and parentheses, the state not
-        running += stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] == b"R"
+        state_at = stat.rindex(b")") + 2
+        running += stat[state_at : state_at + 1] == b"R"
     return max(1, running)
 
 
