@@ -155,14 +155,15 @@ class OtherWork:
         since = self.clock() - self.last[0]
         if since < self.window:
             return self.figure
+        stale = since > STALE_SECONDS
         # our workers may stop spinning while /proc/stat is read: ours is the most seen
-        ours = self.own_running() if since > STALE_SECONDS else 0
+        ours_before = self.own_running() if stale else 0
         now = self.sample()
         if now is None:
             return self.figure
         (t0, busy0, own0, _), (t1, busy1, own1, running) = self.last, now
-        if t1 - t0 > STALE_SECONDS:
-            ours = max(ours, self.own_running())
+        if stale:
+            ours = max(ours_before, self.own_running())
             self.figure = float(min(len(self.cpus), max(0, running - ours)))
         else:
             self.figure = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
