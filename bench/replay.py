@@ -1,0 +1,294 @@
+"""Replay the adaptive controller over recorded plain decoding, each pass charged by a curve.
+
+Greedy decoding emits the target's own tokens whatever is drafted, so one plain run per prompt
+decides the fate of every draft prompt lookup could make there. `record` saves those runs
+(prompt and output token ids, llama.cpp or ONNX Runtime, any suite). `replay` runs the real
+SpeculativeDecoder, NgramDrafter and AdaptivePolicy over a target that answers with the
+recorded tokens, and charges every pass what a verify cost curve says a pass of its width
+costs (in one-token passes). The result is the speedup the controller would get on that
+curve, with no timing noise: a controller change shows its effect to the step, on a CPU's
+steep curve and on a GPU's flat one alike. Replayed output must equal the recording, which
+checks the replay itself.
+
+What it leaves out: the draft model (its proposals were not recorded), the loop's own time
+and the noise of a real machine; `edgespec bench` measures those.
+
+    python bench/replay.py record --target demo-target.gguf --suites edit=256,open,chat,code \
+        --limit 40 --out rec.json
+    python bench/replay.py replay --record rec.json [--curves llama-cpu,onnx-cpu,gpu-assumed] \
+        [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.app.bench import machine_info, token_budget
+from edgespec.app.suites import load_suite
+from edgespec.chat import chat_tokens
+from edgespec.controller import CostCurve, FixedPolicy, Policy
+from edgespec.drafters.base import Drafter
+from edgespec.drafters.ngram import NgramDrafter
+from edgespec.engine import SpeculativeDecoder
+from edgespec.loader import SpecOptions, make_policy
+from edgespec.pair import open_pair
+from edgespec.runtimes import RuntimeOptions
+from edgespec.runtimes.base import VocabInfo
+from edgespec.sampling import SamplingParams
+
+CURVES_FILE = Path(__file__).with_name("replay_curves.json")
+
+
+# --- recording ------------------------------------------------------------------------------
+
+
+def record(target: str, suites: dict[str, int], threads: int | None, limit: int | None) -> dict:
+    """Plain greedy decoding of the suites' prompts (the first `limit` of each): prompt and
+    output token ids."""
+    pair = open_pair(target, None, RuntimeOptions(n_ctx=4096, n_threads=threads))
+    decoder = SpeculativeDecoder(pair.target, [], FixedPolicy(None, 0))
+    eog = sorted(pair.target.vocab_info().eog_ids)
+    cases = []
+    for suite, max_tokens in suites.items():
+        for prompt in load_suite(suite, limit):
+            tokens = chat_tokens(pair.target, prompt.messages)
+            result = decoder.generate(tokens, max_tokens=token_budget(prompt, max_tokens))
+            ended = [eog[0]] if result.finish_reason == "stop" else []
+            cases.append(
+                {
+                    "suite": suite,
+                    "id": prompt.id,
+                    "category": prompt.category,
+                    "prompt": tokens,
+                    "output": result.tokens + ended,  # the stop token too, where one came
+                    "eog": eog[0],
+                }
+            )
+            print(f"{suite}/{prompt.id}: {len(result.tokens)} tokens", flush=True)
+    return {"target": str(target), "machine": machine_info(), "cases": cases}
+
+
+# --- the replay target ----------------------------------------------------------------------
+
+
+class ReplayTarget:
+    """A runtime whose every row's argmax is the recorded token at the next position.
+
+    Token ids are renumbered densely (prompt lookup only compares ids), so a row is a few
+    hundred logits, not the model's 150k; id 0 is the end-of-generation token.
+    """
+
+    def __init__(self, prompt: Sequence[int], output: Sequence[int], eog: int) -> None:
+        ids: dict[int, int] = {eog: 0}
+        dense = [ids.setdefault(t, len(ids)) for t in [*prompt, *output]]
+        self.prompt = dense[: len(prompt)]
+        self.output = dense[len(prompt) :]
+        self.sequence = dense
+        self.n_vocab = len(ids)
+        self.n_ctx = len(dense) + 64
+        self.cache: list[int] = []
+        self.passes: list[int] = []  # width of every pass after the prompt's
+
+    @property
+    def n_past(self) -> int:
+        return len(self.cache)
+
+    def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+        if self.cache:  # the prompt's pass is everyone's: left out of the charge
+            self.passes.append(len(tokens))
+        rows = np.zeros((len(tokens), self.n_vocab), dtype=np.float32)
+        for i, token in enumerate(tokens):
+            self.cache.append(int(token))
+            at = len(self.cache)
+            rows[i, self.sequence[at] if at < len(self.sequence) else 0] = 1.0
+        return rows[-1:] if last_only else rows
+
+    def rollback(self, n_past: int) -> None:
+        del self.cache[n_past:]
+
+    def reset(self) -> None:
+        self.cache.clear()
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        return b""
+
+    def token_text(self, token: int) -> bytes:
+        return b""
+
+    def vocab_info(self) -> VocabInfo:
+        return VocabInfo(self.n_vocab, "replay", None, 0, frozenset({0}), "replay")
+
+
+class OraclePolicy:
+    """Prompt lookup with foresight: each step drafts the k that gets the most tokens per
+    unit of cost from what it knows will be accepted (the step's best, not the request's).
+    The reference a controller's choices are measured against."""
+
+    def __init__(self, target: ReplayTarget, ratios: Sequence[float], k_max: int) -> None:
+        self.target, self.ratios, self.k_max = target, ratios, k_max
+        self.drafter: Drafter | None = None
+
+    def begin(self, drafters: Sequence[Drafter]) -> None:
+        self.drafter = drafters[0]
+
+    def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
+        assert self.drafter is not None
+        offer = self.drafter.offer(context)
+        k_max = min(offer.available, self.k_max)
+        if not k_max:
+            return None, 0
+        draft = self.drafter.propose(context, k_max, sp).tokens.tolist()
+        coming = self.target.sequence[len(context) : len(context) + k_max]
+        right = next((i for i, (a, b) in enumerate(zip(draft, coming)) if a != b), len(coming))
+        k = max(range(k_max + 1), key=lambda k: (min(k, right) + 1) / price(self.ratios, k + 1))
+        return (self.drafter, k) if k else (None, 0)
+
+    def to_sync(self, context: Sequence[int]) -> list[Drafter]:
+        return []
+
+    def observe(self, *args) -> None:
+        pass
+
+
+def replay_case(
+    case: dict, ratios: Sequence[float], spec: SpecOptions, oracle: bool = False
+) -> dict:
+    """One recorded case under the controller (or the oracle) on a curve: its cost against
+    plain decoding's."""
+    target = ReplayTarget(case["prompt"], case["output"], case["eog"])
+    drafters: list[Drafter] = [NgramDrafter(max_ngram=spec.max_ngram)]
+    curve = CostCurve(list(ratios))
+    policy: Policy = make_policy(spec, drafters, curve)
+    if oracle:
+        policy = OraclePolicy(target, ratios, spec.k_max)
+    decoder = SpeculativeDecoder(target, drafters, policy)  # type: ignore[arg-type]
+    result = decoder.generate(target.prompt, max_tokens=len(target.output), sp=SamplingParams())
+    emitted = result.tokens + ([0] if result.finish_reason == "stop" else [])
+    if emitted != target.output:
+        raise AssertionError(f"{case['id']}: the replay departed from the recording")
+    cost = sum(price(ratios, n) for n in target.passes)
+    plain = len(target.output)  # one one-token pass per token, the stop token's included
+    stats = result.stats
+    return {
+        "suite": case["suite"],
+        "id": case["id"],
+        "category": case["category"],
+        "tokens": plain,
+        "cost": round(cost, 4),
+        "speedup": round(plain / cost, 4),
+        "n_drafts": stats.n_drafts,
+        "n_draft_tokens": stats.n_draft_tokens,
+        "n_accepted": stats.n_accepted,
+        "wasted_passes": round(sum(price(ratios, n) - 1 for n in target.passes if n > 1), 2),
+    }
+
+
+def price(ratios: Sequence[float], n: int) -> float:
+    """A pass of n tokens in one-token passes; past the curve, linear in its last step."""
+    return CostCurve(list(ratios)).target(n)
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def geomean(values: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Per suite: the geometric-mean speedup, the worst category and the worst prompt."""
+    out = {}
+    for suite in dict.fromkeys(r["suite"] for r in rows):
+        mine = [r for r in rows if r["suite"] == suite]
+        categories: dict[str, list[float]] = {}
+        for r in mine:
+            categories.setdefault(r["category"] or suite, []).append(r["speedup"])
+        by_category = {c: round(geomean(v), 4) for c, v in categories.items()}
+        worst = min(mine, key=lambda r: r["speedup"])
+        drafted = sum(r["n_draft_tokens"] for r in mine)
+        out[suite] = {
+            "prompts": len(mine),
+            "speedup": round(geomean([r["speedup"] for r in mine]), 4),
+            "worst_category": min(by_category.items(), key=lambda kv: kv[1]),
+            "worst_prompt": (worst["id"], worst["speedup"]),
+            "drafts": sum(r["n_drafts"] for r in mine),
+            "acceptance": round(sum(r["n_accepted"] for r in mine) / drafted, 3) if drafted else 0,
+            "by_category": by_category,
+        }
+    return out
+
+
+def print_table(curve: str, summary: dict) -> None:
+    print(f"\ncurve {curve}")
+    print("| suite | prompts | speedup | worst category | worst prompt | drafts | acceptance |")
+    print("|---|---|---|---|---|---|---|")
+    for suite, s in summary.items():
+        (wc, wcs), (wp, wps) = s["worst_category"], s["worst_prompt"]
+        print(
+            f"| {suite} | {s['prompts']} | {s['speedup']:.3f}x | {wc} {wcs:.3f}x | "
+            f"{wp} {wps:.3f}x | {s['drafts']} | {s['acceptance']:.2f} |"
+        )
+
+
+def load_curves(names: Sequence[str]) -> dict[str, list[float]]:
+    known = json.loads(CURVES_FILE.read_text())
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise SystemExit(f"unknown curve {missing[0]!r}: {CURVES_FILE} has {', '.join(known)}")
+    return {n: known[n]["ratios"] for n in names}
+
+
+def parse_suites(text: str) -> dict[str, int]:
+    """edit=256,open -> {"edit": 256, "open": 128}"""
+    suites = {}
+    for part in text.split(","):
+        name, _, tokens = part.partition("=")
+        suites[name] = int(tokens) if tokens else 128
+    return suites
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record", help="plain greedy decoding of suites, token ids saved")
+    rec.add_argument("--target", required=True)
+    rec.add_argument("--suites", default="edit=256,open,chat,code")
+    rec.add_argument("--threads", type=int)
+    rec.add_argument("--limit", type=int, help="the first N prompts of each suite")
+    rec.add_argument("--out", required=True)
+    rep = sub.add_parser("replay", help="the controller over a recording, on cost curves")
+    rep.add_argument("--record", required=True)
+    rep.add_argument("--curves", default="llama-cpu,onnx-cpu,gpu-assumed")
+    rep.add_argument("--k-max", type=int, default=16)
+    rep.add_argument("--json")
+    args = ap.parse_args()
+    if args.command == "record":
+        data = record(args.target, parse_suites(args.suites), args.threads, args.limit)
+        Path(args.out).write_text(json.dumps(data))
+        return
+    recording = json.loads(Path(args.record).read_text())
+    spec = SpecOptions("ngram", None, args.k_max)
+    report = {"record": args.record, "k_max": args.k_max, "curves": {}}
+    for name, ratios in load_curves(args.curves.split(",")).items():
+        for policy in ("auto", "oracle"):
+            cases = recording["cases"]
+            rows = [replay_case(case, ratios, spec, policy == "oracle") for case in cases]
+            summary = summarise(rows)
+            print_table(f"{name}, {policy}", summary)
+            report["curves"].setdefault(name, {"ratios": ratios})[policy] = {
+                "summary": summary,
+                "rows": rows,
+            }
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

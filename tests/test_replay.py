@@ -1,0 +1,74 @@
+"""bench/replay.py: the replay target answers with the recording, the real loop reproduces it,
+and every pass is charged by the curve (hand-made recordings; the real one is a bench run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.loader import SpecOptions
+
+REPO = Path(__file__).resolve().parents[1]
+FLAT = [1.0] * 17
+SPEC = SpecOptions("ngram", None, 16)
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("bench_replay", REPO / "bench/replay.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_replay"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def case(prompt: list[int], output: list[int], stop: bool = True) -> dict:
+    eog = 999
+    return {"suite": "s", "id": "c-01", "category": "c", "prompt": prompt, "eog": eog,
+            "output": output + ([eog] if stop else [])}  # fmt: skip
+
+
+def test_each_row_names_the_recorded_next_token_and_the_end_after_it():
+    replay = load_module()
+    target = replay.ReplayTarget([50, 60, 70], [80, 60, 999], eog=999)
+    assert target.prompt == [1, 2, 3] and target.output == [4, 2, 0]  # dense; the end is 0
+    rows = target.forward(target.prompt)
+    assert rows.argmax(axis=1).tolist() == [2, 3, 4]
+    assert target.passes == []  # the prompt's pass is not charged
+    wrong_draft = target.forward([4, 3, 3])  # rows follow positions, whatever was fed
+    assert wrong_draft.argmax(axis=1).tolist() == [2, 0, 0]
+    assert target.passes == [3]
+    target.rollback(3)
+    assert target.forward([4], last_only=True).argmax(axis=1).tolist() == [2]
+
+
+def test_text_without_repeats_costs_exactly_plain_decoding():
+    replay = load_module()
+    row = replay.replay_case(case(list(range(10, 40)), list(range(40, 70))), FLAT, SPEC)
+    assert (row["tokens"], row["cost"], row["speedup"], row["n_drafts"]) == (31, 31.0, 1.0, 0)
+
+
+def test_a_copied_passage_is_drafted_and_charged_by_the_curve():
+    replay = load_module()
+    passage = [int(t) for t in np.random.default_rng(0).permutation(500)[:120] + 1000]
+    recorded = case([7, *passage, 8], passage)
+    flat = replay.replay_case(recorded, FLAT, SPEC)  # no output departs: replay_case checks
+    # 121 tokens in 9 passes: the first copied token plain (no match yet), 7 x (16 drafted
+    # + 1), the stop token; the oracle, which knows what is accepted, does no better
+    assert (flat["tokens"], flat["cost"], flat["n_accepted"]) == (121, 9.0, 112)
+    assert replay.replay_case(recorded, FLAT, SPEC, oracle=True)["cost"] == 9.0
+    steep = replay.replay_case(recorded, [float(n) for n in range(1, 18)], SPEC)
+    # a pass of n tokens costs n: drafting cannot beat one token per pass, and must not lose
+    assert steep["speedup"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_replay_that_departs_from_its_recording_is_an_error(monkeypatch):
+    replay = load_module()
+    monkeypatch.setattr(replay.ReplayTarget, "forward", lambda self, tokens, last_only=False:
+                        np.eye(self.n_vocab, dtype=np.float32)[[1] * len(tokens)])  # fmt: skip
+    with pytest.raises(AssertionError, match="c-01: the replay departed from the recording"):
+        replay.replay_case(case([5, 6], [7, 8]), FLAT, SPEC)
