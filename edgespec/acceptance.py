@@ -37,39 +37,26 @@ class ByPosition:
 
 
 class ByMatchLength:
-    """Two rates per key (prompt lookup: the length of the match behind the draft; a longer
-    match predicts a longer copy): that a draft's first token is accepted, and that a later
-    one is, given the one before it was.
-
-    A match either is the text being copied or is not, and its first token mostly decides
-    which. With one rate for every position, a long accepted copy (16 tokens, 16 updates)
-    vouched for the next match's first token: on a CPU where a 16-token pass costs 7.5
-    one-token passes, 15-token drafts of a fresh match were rejected at their first token.
-    """
+    """One rate per drafted token, by key (prompt lookup: the length of the match behind the
+    draft; a longer match predicts a longer copy)."""
 
     def __init__(
         self, priors: Sequence[float] = (0.2, 0.4, 0.55, 0.7, 0.8), smoothing: float = 0.1
     ) -> None:
         self.priors = tuple(priors)  # by key 1, 2, ...; the last for longer ones
-        self.smoothing = smoothing  # per judged token
-        self.first: dict[int, float] = {}
-        self.later: dict[int, float] = {}
+        self.smoothing = smoothing  # per drafted token
+        self.values: dict[int, float] = {}
 
-    def prior(self, key: int) -> float:
-        return self.priors[min(max(key, 1), len(self.priors)) - 1]
+    def rate(self, key: int) -> float:
+        prior = self.priors[min(max(key, 1), len(self.priors)) - 1]
+        return self.values.get(key, prior)
 
     def alphas(self, key: int, n: int) -> list[float]:
-        first = self.first.get(key, self.prior(key))
-        return [first] + [self.later.get(key, self.prior(key))] * (n - 1) if n else []
+        return [self.rate(key)] * n
 
     def observe(self, key: int, k: int, n_accepted: int) -> None:
-        if k == 0:
-            return
-        a = self.first.get(key, self.prior(key))
-        self.first[key] = a + self.smoothing * (float(n_accepted > 0) - a)
-        # positions 1.. that were judged: the accepted ones, then the first rejected one
-        later = [1.0] * max(n_accepted - 1, 0) + ([0.0] if 0 < n_accepted < k else [])
-        a = self.later.get(key, self.prior(key))
-        for outcome in later:
+        a = self.rate(key)
+        outcomes = [1.0] * n_accepted + ([0.0] if n_accepted < k else [])
+        for outcome in outcomes:
             a += self.smoothing * (outcome - a)
-        self.later[key] = a
+        self.values[key] = a
