@@ -157,6 +157,28 @@ class OraclePolicy:
         pass
 
 
+class Charged:
+    """The policy under test, told that each pass took what the curve says (the loop's wall
+    times here are microseconds, and the policy would learn its curve from them)."""
+
+    def __init__(self, policy: Policy, ratios: Sequence[float]) -> None:
+        self.policy, self.ratios = policy, ratios
+
+    def begin(self, drafters: Sequence[Drafter]) -> None:
+        self.policy.begin(drafters)
+
+    def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
+        return self.policy.plan(context, sp)
+
+    def to_sync(self, context: Sequence[int]) -> list[Drafter]:
+        return self.policy.to_sync(context)
+
+    def observe(
+        self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
+    ) -> None:
+        self.policy.observe(drafter, k, n_accepted, 0.0, price(self.ratios, k + 1))
+
+
 def replay_case(
     case: dict, ratios: Sequence[float], spec: SpecOptions, oracle: bool = False
 ) -> dict:
@@ -165,7 +187,7 @@ def replay_case(
     target = ReplayTarget(case["prompt"], case["output"], case["eog"])
     drafters: list[Drafter] = [NgramDrafter(max_ngram=spec.max_ngram)]
     curve = CostCurve(list(ratios))
-    policy: Policy = make_policy(spec, drafters, curve)
+    policy: Policy = Charged(make_policy(spec, drafters, curve), ratios)
     if oracle:
         policy = OraclePolicy(target, ratios, spec.k_max)
     decoder = SpeculativeDecoder(target, drafters, policy)  # type: ignore[arg-type]

@@ -61,6 +61,9 @@ def test_a_copied_passage_is_drafted_and_charged_by_the_curve():
     # + 1), the stop token; the oracle, which knows what is accepted, does no better
     assert (flat["tokens"], flat["cost"], flat["n_accepted"]) == (121, 9.0, 112)
     assert replay.replay_case(recorded, FLAT, SPEC, oracle=True)["cost"] == 9.0
+    # the policy learns its curve from what each pass was charged, not the loop's microseconds
+    cpu_like = replay.replay_case(recorded, [1 + 0.3 * n for n in range(17)], SPEC)
+    assert cpu_like["n_accepted"] >= 100 and cpu_like["speedup"] > 2.0
     steep = replay.replay_case(recorded, [float(n) for n in range(1, 18)], SPEC)
     # a pass of n tokens costs n: drafting cannot beat one token per pass, and must not lose
     assert steep["speedup"] == pytest.approx(1.0, abs=0.01)
