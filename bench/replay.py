@@ -15,8 +15,8 @@ and the noise of a real machine; `edgespec bench` measures those.
 
     python bench/replay.py record --target demo-target.gguf --suites edit=256,open,chat,code \
         --limit 40 --out rec.json
-    python bench/replay.py replay --record rec.json [--curves llama-cpu,onnx-cpu,gpu-assumed] \
-        [--json out.json]
+    python bench/replay.py replay --record rec.json [--curve llama-cpu] \
+        [--curve my-gpu=1,1.01,1.03,...] [--k-max 32] [--json out.json]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from edgespec.runtimes.base import VocabInfo
 from edgespec.sampling import SamplingParams
 
 CURVES_FILE = Path(__file__).with_name("replay_curves.json")
+DEFAULT_CURVES = ("llama-cpu", "onnx-cpu", "gpu-assumed")
 
 
 # --- recording ------------------------------------------------------------------------------
@@ -260,11 +261,22 @@ def print_table(curve: str, summary: dict) -> None:
 
 
 def load_curves(names: Sequence[str]) -> dict[str, list[float]]:
+    """Named curves of replay_curves.json, or NAME=R1,R2,... given inline (t(n)/t(1) for
+    n = 1, 2, ...: a GPU kit run's curve_ratio, say)."""
     known = json.loads(CURVES_FILE.read_text())
-    missing = [n for n in names if n not in known]
-    if missing:
-        raise SystemExit(f"unknown curve {missing[0]!r}: {CURVES_FILE} has {', '.join(known)}")
-    return {n: known[n]["ratios"] for n in names}
+    curves = {}
+    for name in names:
+        name, _, inline = name.partition("=")
+        if inline:
+            ratios = [float(r) for r in inline.split(",")]
+            if len(ratios) < 2 or ratios[0] != 1.0 or min(ratios) <= 0:
+                raise SystemExit(f"curve {name}: give t(n)/t(1) for n = 1, 2, ..., from 1.0")
+            curves[name] = ratios
+        elif name in known:
+            curves[name] = known[name]["ratios"]
+        else:
+            raise SystemExit(f"unknown curve {name!r}: {CURVES_FILE} has {', '.join(known)}")
+    return curves
 
 
 def parse_suites(text: str) -> dict[str, int]:
@@ -287,7 +299,12 @@ def main() -> None:
     rec.add_argument("--out", required=True)
     rep = sub.add_parser("replay", help="the controller over a recording, on cost curves")
     rep.add_argument("--record", required=True)
-    rep.add_argument("--curves", default="llama-cpu,onnx-cpu,gpu-assumed")
+    rep.add_argument(
+        "--curve",
+        action="append",
+        help="a name in replay_curves.json, or NAME=1,R2,R3,... (t(n)/t(1)); repeat for more "
+        "(default: " + ", ".join(DEFAULT_CURVES) + ")",
+    )
     rep.add_argument("--k-max", type=int, default=16)
     rep.add_argument("--json")
     args = ap.parse_args()
@@ -298,7 +315,7 @@ def main() -> None:
     recording = json.loads(Path(args.record).read_text())
     spec = SpecOptions("ngram", None, args.k_max)
     report = {"record": args.record, "k_max": args.k_max, "curves": {}}
-    for name, ratios in load_curves(args.curves.split(",")).items():
+    for name, ratios in load_curves(args.curve or DEFAULT_CURVES).items():
         for policy in ("auto", "oracle"):
             cases = recording["cases"]
             rows = [replay_case(case, ratios, spec, policy == "oracle") for case in cases]

@@ -75,3 +75,13 @@ def test_a_replay_that_departs_from_its_recording_is_an_error(monkeypatch):
                         np.eye(self.n_vocab, dtype=np.float32)[[1] * len(tokens)])  # fmt: skip
     with pytest.raises(AssertionError, match="c-01: the replay departed from the recording"):
         replay.replay_case(case([5, 6], [7, 8]), FLAT, SPEC)
+
+
+def test_curves_are_named_or_given_inline_and_bad_ones_are_refused():
+    replay = load_module()
+    curves = replay.load_curves(["gpu-assumed", "mine=1,1.1,1.3"])
+    assert curves["mine"] == [1.0, 1.1, 1.3] and curves["gpu-assumed"][:2] == [1.0, 1.02]
+    with pytest.raises(SystemExit, match="unknown curve 'h100': .*replay_curves.json has"):
+        replay.load_curves(["h100"])
+    with pytest.raises(SystemExit, match=r"curve bad: give t\(n\)/t\(1\) for n = 1, 2, ..."):
+        replay.load_curves(["bad=2,3"])
