@@ -10,8 +10,9 @@ curve, with no timing noise: a controller change shows its effect to the step, o
 steep curve and on a GPU's flat one alike. Replayed output must equal the recording, which
 checks the replay itself.
 
-What it leaves out: the draft model (its proposals were not recorded), the loop's own time
-and the noise of a real machine; `edgespec bench` measures those.
+What it leaves out: the draft model (its proposals were not recorded) and the loop's own
+time; `edgespec bench` measures those. A real machine's noise is modelled only as bursts of
+slow passes (--noise), met alike by plain decoding, `auto` and the oracle.
 
     python bench/replay.py record --target demo-target.gguf --suites edit=256,open,chat,code \
         --limit 40 --out rec.json
@@ -25,6 +26,7 @@ import argparse
 import json
 import math
 import statistics
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -158,12 +160,36 @@ class OraclePolicy:
         pass
 
 
-class Charged:
-    """The policy under test, told that each pass took what the curve says (the loop's wall
-    times here are microseconds, and the policy would learn its curve from them)."""
+class Bursts:
+    """Host noise: each pass starts, with probability `rate`, a burst of 5-29 passes that
+    take `slow` times as long (another job running for a while). Seeded per prompt, so plain
+    decoding, `auto` and the oracle meet the same bursts pass for pass; rate 0 is a quiet
+    machine."""
 
-    def __init__(self, policy: Policy, ratios: Sequence[float]) -> None:
-        self.policy, self.ratios = policy, ratios
+    def __init__(self, rate: float, slow: float, seed: int) -> None:
+        self.rate, self.slow = rate, slow
+        self.rng = np.random.default_rng(seed)
+        self.left = 0
+
+    def factor(self) -> float:
+        if not self.rate:
+            return 1.0
+        if self.left == 0 and self.rng.random() < self.rate:
+            self.left = int(self.rng.integers(5, 30))
+        slow, self.left = (self.slow if self.left else 1.0), max(self.left - 1, 0)
+        return slow
+
+    def charge(self, ratios: Sequence[float], widths: Sequence[int]) -> float:
+        return sum(price(ratios, n) * self.factor() for n in widths)
+
+
+class Charged:
+    """The policy under test, told that each pass took what the curve says, times the host's
+    noise (the loop's wall times here are microseconds, and the policy would learn its curve
+    from them)."""
+
+    def __init__(self, policy: Policy, ratios: Sequence[float], noise: Bursts) -> None:
+        self.policy, self.ratios, self.noise = policy, ratios, noise
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
         self.policy.begin(drafters)
@@ -177,18 +203,24 @@ class Charged:
     def observe(
         self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
     ) -> None:
-        self.policy.observe(drafter, k, n_accepted, 0.0, price(self.ratios, k + 1))
+        seconds = price(self.ratios, k + 1) * self.noise.factor()
+        self.policy.observe(drafter, k, n_accepted, 0.0, seconds)
 
 
 def replay_case(
-    case: dict, ratios: Sequence[float], spec: SpecOptions, oracle: bool = False
+    case: dict,
+    ratios: Sequence[float],
+    spec: SpecOptions,
+    oracle: bool = False,
+    noise: tuple[float, float] = (0.0, 1.0),
 ) -> dict:
     """One recorded case under the controller (or the oracle) on a curve: its cost against
-    plain decoding's."""
+    plain decoding's, both under the same noise bursts (rate, slow)."""
     target = ReplayTarget(case["prompt"], case["output"], case["eog"])
     drafters: list[Drafter] = [NgramDrafter(max_ngram=spec.max_ngram)]
+    seed = zlib.crc32(case["id"].encode())
     curve = CostCurve(list(ratios))
-    policy: Policy = Charged(make_policy(spec, drafters, curve), ratios)
+    policy: Policy = Charged(make_policy(spec, drafters, curve), ratios, Bursts(*noise, seed))
     if oracle:
         policy = OraclePolicy(target, ratios, spec.k_max)
     decoder = SpeculativeDecoder(target, drafters, policy)  # type: ignore[arg-type]
@@ -196,14 +228,16 @@ def replay_case(
     emitted = result.tokens + ([0] if result.finish_reason == "stop" else [])
     if emitted != target.output:
         raise AssertionError(f"{case['id']}: the replay departed from the recording")
-    cost = sum(price(ratios, n) for n in target.passes)
-    plain = len(target.output)  # one one-token pass per token, the stop token's included
+    cost = Bursts(*noise, seed).charge(ratios, target.passes)  # the bursts Charged met
+    # one one-token pass per token, the stop token's included
+    plain = Bursts(*noise, seed).charge(ratios, [1] * len(target.output))
     stats = result.stats
     return {
         "suite": case["suite"],
         "id": case["id"],
         "category": case["category"],
-        "tokens": plain,
+        "tokens": len(target.output),
+        "plain_cost": round(plain, 4),
         "cost": round(cost, 4),
         "speedup": round(plain / cost, 4),
         "n_drafts": stats.n_drafts,
@@ -306,6 +340,12 @@ def main() -> None:
         "(default: " + ", ".join(DEFAULT_CURVES) + ")",
     )
     rep.add_argument("--k-max", type=int, default=16)
+    rep.add_argument(
+        "--noise",
+        default="0,1",
+        help="RATE,SLOW: each pass starts a burst of 5-29 passes at SLOW x with probability "
+        "RATE (default 0,1: a quiet machine)",
+    )
     rep.add_argument("--json")
     args = ap.parse_args()
     if args.command == "record":
@@ -314,11 +354,13 @@ def main() -> None:
         return
     recording = json.loads(Path(args.record).read_text())
     spec = SpecOptions("ngram", None, args.k_max)
-    report = {"record": args.record, "k_max": args.k_max, "curves": {}}
+    rate, slow = (float(x) for x in args.noise.split(","))
+    noise = (rate, slow)
+    report = {"record": args.record, "k_max": args.k_max, "noise": noise, "curves": {}}
     for name, ratios in load_curves(args.curve or DEFAULT_CURVES).items():
         for policy in ("auto", "oracle"):
             cases = recording["cases"]
-            rows = [replay_case(case, ratios, spec, policy == "oracle") for case in cases]
+            rows = [replay_case(case, ratios, spec, policy == "oracle", noise) for case in cases]
             summary = summarise(rows)
             print_table(f"{name}, {policy}", summary)
             report["curves"].setdefault(name, {"ratios": ratios})[policy] = {

@@ -80,7 +80,11 @@ class FixedPolicy:
 class CostCurve:
     """Measured seconds for one target pass over n tokens (logits for every row), n = 1..len.
 
-    Starts from a calibration (or stored tune data) and follows what each verify step costs.
+    Starts from a calibration (or stored tune data) and follows the device's speed: each
+    verify step scales every width alike by what it took against the curve, so the shape
+    stays the calibrated one. Learned width by width, a burst of host noise on the one-token
+    passes plain decoding makes (the width seen most) made wide passes look cheap and turned
+    drafting on where it loses (bench/replay.py with noise bursts: docs/benchmarks.md).
     """
 
     target_s: list[float]  # [n_max] seconds for n = 1..n_max
@@ -96,9 +100,14 @@ class CostCurve:
         slope = t[-1] - t[-2] if len(t) > 1 else t[-1]
         return t[-1] + slope * (n - len(t))  # beyond the calibration: linear in n
 
-    def observe_target(self, n: int, seconds: float) -> None:
-        if 1 <= n <= len(self.target_s):
-            self.target_s[n - 1] += self.smoothing * (seconds - self.target_s[n - 1])
+    def observe_target(self, n: int, seconds: float) -> float:
+        """Rescale the curve towards a pass of n tokens taking `seconds`; return the factor
+        (the drafters, on the same device, slow down and speed up with it)."""
+        if not 1 <= n <= len(self.target_s):
+            return 1.0
+        scale = 1.0 + self.smoothing * (seconds / self.target_s[n - 1] - 1.0)
+        self.target_s = [t * scale for t in self.target_s]
+        return scale
 
     def ratios(self) -> list[float]:
         return [t / self.target_s[0] for t in self.target_s]
@@ -338,9 +347,11 @@ class AdaptivePolicy:
     def observe(
         self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
     ) -> None:
-        self.curve.observe_target(k + 1, t_verify)
+        scale = self.curve.observe_target(k + 1, t_verify)
         for e in self.estimates:
             e.idle += 1
+            if e.learns_cost:  # a draft model slows down with the target: same device
+                e.token_s *= scale
         if drafter is None or k == 0:
             return
         e = self.estimate(drafter)

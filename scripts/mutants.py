@@ -282,6 +282,20 @@ MUTANTS = (
         ("tests/test_controller.py",),
     ),
     Mutant(
+        "curve-learned-width-by-width",
+        "edgespec/controller.py",
+        "self.target_s = [t * scale for t in self.target_s]",
+        "self.target_s[n - 1] *= scale",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(
+        "draft-price-ignores-the-device-slowing",
+        "edgespec/controller.py",
+        "e.token_s *= scale",
+        "e.token_s *= 1.0",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(
         "lookup-history-keeps-prompts",
         "edgespec/drafters/ngram.py",
         "completion = tuple(self.indexed[self.prompt_len :])",

@@ -1,6 +1,8 @@
 """The controller's choice is a pure function of the cost curve and the priced offers, and it
 knows drafters only through the protocol."""
 
+import pytest
+
 from edgespec.acceptance import ByMatchLength, ByPosition
 from edgespec.controller import (
     AdaptivePolicy,
@@ -115,6 +117,23 @@ def test_model_drafter_that_cannot_win_is_never_probed():
     assert out.stats.n_drafts == 0
 
 
+def test_a_burst_of_slow_one_token_passes_does_not_turn_a_losing_drafter_on():
+    """The host runs something for a while and plain decoding's one-token passes take 3x.
+    The curve follows the speed but keeps its calibrated shape: a draft model that loses on
+    this CPU still loses, and is neither drafted nor brought into step. Learned width by
+    width, the burst made a 2-token pass look cheaper than a one-token one."""
+    curve = CostCurve([0.05 * r for r in (1.0, 1.55, 2.47, 3.2, 4.2, 5.0, 5.8, 6.6, 7.4)])
+    m = model(0.47 * 0.05, behind=0)  # a 0.5B draft beside the 1.5B target on 2 cores
+    policy = AdaptivePolicy(curve, k_max=8)
+    policy.begin([m])
+    for _ in range(30):
+        policy.observe(None, 0, 0, 0.0, 0.15)
+    assert curve.ratios() == pytest.approx([1.0, 1.55, 2.47, 3.2, 4.2, 5.0, 5.8, 6.6, 7.4])
+    assert curve.target(1) == pytest.approx(0.15, rel=0.05)  # the new speed is followed
+    assert not policy.can_win(policy.estimate(m))
+    assert policy.plan(list(range(50)), SP) == (None, 0)
+
+
 # --- prompt lookup learned in shadow: its previews judged by the emitted tokens -------------
 
 LLAMA_CPU = CostCurve([1.0, 1.55, 2.47, 3.2, 4.2, 5.0, 5.8, 6.6, 7.4])  # measured shape, 2 cores
@@ -225,7 +244,7 @@ def test_a_third_drafter_is_priced_by_its_own_cost_and_catch_up():
     policy.begin([oracle])
     assert policy.plan([1, 2, 3], SP) == (None, 0)
     # learned: the observed seconds per token replace the starting price
-    policy.observe(oracle, 4, 4, t_draft=0.04, t_verify=1.15)
+    policy.observe(oracle, 4, 4, t_draft=0.04, t_verify=1.2)  # the curve's own t(5)
     assert policy.estimate(oracle).token_s == 2.0 + curve.smoothing * (0.01 - 2.0)
     # catch-up: in step it pays; 1000 tokens behind, the same drafter loses to plain
     for behind, plan in ((0, 3), (1000, 0)):

@@ -85,3 +85,16 @@ def test_curves_are_named_or_given_inline_and_bad_ones_are_refused():
         replay.load_curves(["h100"])
     with pytest.raises(SystemExit, match=r"curve bad: give t\(n\)/t\(1\) for n = 1, 2, ..."):
         replay.load_curves(["bad=2,3"])
+
+
+def test_noise_bursts_are_charged_alike_to_plain_decoding_and_to_the_replay():
+    replay = load_module()
+    passage = [int(t) for t in np.random.default_rng(0).permutation(500)[:120] + 1000]
+    recorded = case([7, *passage, 8], passage)
+    quiet = replay.replay_case(recorded, FLAT, SPEC)
+    busy = replay.replay_case(recorded, FLAT, SPEC, noise=(1.0, 2.0))  # always in a burst
+    assert (busy["plain_cost"], busy["cost"]) == (2 * 121, 2 * quiet["cost"])
+    assert busy["speedup"] == quiet["speedup"]
+    one, again = replay.Bursts(0.05, 3.0, seed=1), replay.Bursts(0.05, 3.0, seed=1)
+    bursts = [one.factor() for _ in range(400)]
+    assert set(bursts) == {1.0, 3.0} and bursts == [again.factor() for _ in range(400)]
