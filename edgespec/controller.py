@@ -80,13 +80,10 @@ class FixedPolicy:
 class CostCurve:
     """Measured seconds for one target pass over n tokens (logits for every row), n = 1..len.
 
-    Starts from a calibration (or stored tune data) and follows what verify steps cost. The
-    speed is followed fast: each pass scales every width alike by what it took against the
-    curve. The shape (a width against one token) is learned slowly from passes of that width:
-    it drifts with the context length (calibrated after 128 tokens; edit requests run at
-    300-550, where a 16-token pass costs 12% more than calibrated on llama.cpp here).
-    Learned fast width by width, as before, a burst of host noise on the one-token passes
-    plain decoding makes (the width seen most) made wide passes look cheap and turned
+    Starts from a calibration (or stored tune data) and follows the device's speed: each
+    verify step scales every width alike by what it took against the curve, so the shape
+    stays the calibrated one. Learned width by width, a burst of host noise on the one-token
+    passes plain decoding makes (the width seen most) made wide passes look cheap and turned
     drafting on where it loses (bench/replay.py with noise bursts: docs/benchmarks.md).
     """
 
@@ -94,8 +91,7 @@ class CostCurve:
     # seconds per token of the draft model, as calibrated beside the target (the loader
     # prices the ModelDrafter with it; the policy then learns each drafter's price itself)
     draft_s: float = 0.0
-    smoothing: float = 0.1  # for the target's speed and the drafters' observed costs
-    shape_smoothing: float = 0.02  # for a width's cost against one token's
+    smoothing: float = 0.1  # for the target's and the drafters' observed costs
 
     def target(self, n: int) -> float:
         t = self.target_s
@@ -111,8 +107,6 @@ class CostCurve:
             return 1.0
         scale = 1.0 + self.smoothing * (seconds / self.target_s[n - 1] - 1.0)
         self.target_s = [t * scale for t in self.target_s]
-        if n > 1:  # one token's cost is the unit: only wider passes have a shape to learn
-            self.target_s[n - 1] += self.shape_smoothing * (seconds - self.target_s[n - 1])
         return scale
 
     def ratios(self) -> list[float]:

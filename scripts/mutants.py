@@ -296,13 +296,6 @@ MUTANTS = (
         ("tests/test_controller.py",),
     ),
     Mutant(
-        "curve-shape-never-learned",
-        "edgespec/controller.py",
-        "self.target_s[n - 1] += self.shape_smoothing * (seconds - self.target_s[n - 1])",
-        "pass",
-        ("tests/test_controller.py",),
-    ),
-    Mutant(
         "lookup-history-keeps-prompts",
         "edgespec/drafters/ngram.py",
         "completion = tuple(self.indexed[self.prompt_len :])",

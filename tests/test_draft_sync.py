@@ -104,8 +104,7 @@ def test_auto_uses_a_draft_model_on_a_long_prompt_and_keeps_the_output(tiny_runt
     counting = Counting(draft)
     drafter = ModelDrafter(counting, token_s=0.45)
     curve = CostCurve(list(ONNX_CPU), draft_s=0.45)
-    # wall times on a shared machine must not move the choices
-    curve.smoothing = curve.shape_smoothing = 0.0
+    curve.smoothing = 0.0  # wall times on a shared machine must not move the choices
     policy = AdaptivePolicy(curve, k_max=8)
     dec = SpeculativeDecoder(target, [drafter, NgramDrafter()], policy)
     out = dec.generate(prompt, max_tokens=40)
