@@ -6,7 +6,6 @@ exports, measure.py on both back-ends and the table, on tiny models, in CI.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,17 +17,13 @@ import pytest
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
 from edgespec.engine import SpeculativeDecoder
+from tests.bench_scripts import load_bench_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def load_measure():
-    spec = importlib.util.spec_from_file_location("gpu_measure", REPO / "bench/gpu/measure.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_measure"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("gpu/measure.py", "gpu_measure")
 
 
 measure = load_measure()

@@ -3,7 +3,6 @@ on the tiny model for each back-end (its figures are not checked: only their sha
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,16 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.bench_scripts import load_bench_script
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def load_module():
-    spec = importlib.util.spec_from_file_location("bench_load", REPO / "bench/load.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_load"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("load.py", "bench_load")
 
 
 def test_quiet_runs_surround_every_job():

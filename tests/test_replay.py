@@ -3,27 +3,18 @@ and every pass is charged by the curve (hand-made recordings; the real one is a 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from edgespec.loader import SpecOptions
+from tests.bench_scripts import load_bench_script
 
-REPO = Path(__file__).resolve().parents[1]
 FLAT = [1.0] * 17
 SPEC = SpecOptions("ngram", None, 16)
 
 
 def load_module():
-    spec = importlib.util.spec_from_file_location("bench_replay", REPO / "bench/replay.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_replay"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("replay.py", "bench_replay")
 
 
 def case(prompt: list[int], output: list[int], stop: bool = True) -> dict:
