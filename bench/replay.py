@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import zlib
 from collections.abc import Sequence
@@ -219,10 +218,12 @@ def replay_case(
     target = ReplayTarget(case["prompt"], case["output"], case["eog"])
     drafters: list[Drafter] = [NgramDrafter(max_ngram=spec.max_ngram)]
     seed = zlib.crc32(case["id"].encode())
-    curve = CostCurve(list(ratios))
-    policy: Policy = Charged(make_policy(spec, drafters, curve), ratios, Bursts(*noise, seed))
+    policy: Policy
     if oracle:
         policy = OraclePolicy(target, ratios, spec.k_max)
+    else:
+        adaptive = make_policy(spec, drafters, CostCurve(list(ratios)))
+        policy = Charged(adaptive, ratios, Bursts(*noise, seed))
     decoder = SpeculativeDecoder(target, drafters, policy)  # type: ignore[arg-type]
     result = decoder.generate(target.prompt, max_tokens=len(target.output), sp=SamplingParams())
     emitted = result.tokens + ([0] if result.finish_reason == "stop" else [])
@@ -255,10 +256,6 @@ def price(ratios: Sequence[float], n: int) -> float:
 # --- report ---------------------------------------------------------------------------------
 
 
-def geomean(values: Sequence[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
-
-
 def summarise(rows: list[dict]) -> dict:
     """Per suite: the geometric-mean speedup, the worst category and the worst prompt."""
     out = {}
@@ -267,12 +264,12 @@ def summarise(rows: list[dict]) -> dict:
         categories: dict[str, list[float]] = {}
         for r in mine:
             categories.setdefault(r["category"] or suite, []).append(r["speedup"])
-        by_category = {c: round(geomean(v), 4) for c, v in categories.items()}
+        by_category = {c: round(statistics.geometric_mean(v), 4) for c, v in categories.items()}
         worst = min(mine, key=lambda r: r["speedup"])
         drafted = sum(r["n_draft_tokens"] for r in mine)
         out[suite] = {
             "prompts": len(mine),
-            "speedup": round(geomean([r["speedup"] for r in mine]), 4),
+            "speedup": round(statistics.geometric_mean([r["speedup"] for r in mine]), 4),
             "worst_category": min(by_category.items(), key=lambda kv: kv[1]),
             "worst_prompt": (worst["id"], worst["speedup"]),
             "drafts": sum(r["n_drafts"] for r in mine),
