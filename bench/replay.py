@@ -310,11 +310,24 @@ def load_curves(names: Sequence[str]) -> dict[str, list[float]]:
     return curves
 
 
+def parse_noise(text: str) -> tuple[float, float]:
+    """ "0.03,2" -> (0.03, 2.0): the chance a pass starts a burst, and how slow a burst is."""
+    try:
+        rate, slow = (float(x) for x in text.split(","))
+    except ValueError:
+        rate = slow = -1.0
+    if not (0.0 <= rate <= 1.0 and slow > 0.0):
+        raise SystemExit(f"--noise {text}: give RATE,SLOW with 0 <= RATE <= 1 and SLOW > 0")
+    return rate, slow
+
+
 def parse_suites(text: str) -> dict[str, int]:
     """edit=256,open -> {"edit": 256, "open": 128}"""
     suites = {}
     for part in text.split(","):
         name, _, tokens = part.partition("=")
+        if tokens and (not tokens.isdigit() or int(tokens) == 0):
+            raise SystemExit(f"--suites {text}: give SUITE or SUITE=MAX_TOKENS, e.g. edit=256")
         suites[name] = int(tokens) if tokens else 128
     return suites
 
@@ -351,8 +364,7 @@ def main() -> None:
         return
     recording = json.loads(Path(args.record).read_text())
     spec = SpecOptions("ngram", None, args.k_max)
-    rate, slow = (float(x) for x in args.noise.split(","))
-    noise = (rate, slow)
+    noise = parse_noise(args.noise)
     report = {"record": args.record, "k_max": args.k_max, "noise": noise, "curves": {}}
     for name, ratios in load_curves(args.curve or DEFAULT_CURVES).items():
         for policy in ("auto", "oracle"):

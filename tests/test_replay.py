@@ -89,3 +89,15 @@ def test_noise_bursts_are_charged_alike_to_plain_decoding_and_to_the_replay():
     one, again = replay.Bursts(0.05, 3.0, seed=1), replay.Bursts(0.05, 3.0, seed=1)
     bursts = [one.factor() for _ in range(400)]
     assert set(bursts) == {1.0, 3.0} and bursts == [again.factor() for _ in range(400)]
+
+
+def test_bad_noise_and_suite_options_are_refused_with_the_form_to_use():
+    replay = load_module()
+    assert replay.parse_noise("0.03,2") == (0.03, 2.0)
+    assert replay.parse_suites("edit=256,open") == {"edit": 256, "open": 128}
+    for bad in ("0.03", "x,2", "1.5,2", "0.1,0"):
+        with pytest.raises(SystemExit, match=f"--noise {bad}: give RATE,SLOW with 0 <= RATE"):
+            replay.parse_noise(bad)
+    for bad in ("edit=lots", "edit=0"):
+        with pytest.raises(SystemExit, match=f"--suites {bad}: give SUITE or SUITE=MAX_TOKENS"):
+            replay.parse_suites(bad)
