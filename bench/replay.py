@@ -17,7 +17,7 @@ slow passes (--noise), met alike by plain decoding, `auto` and the oracle.
     python bench/replay.py record --target demo-target.gguf --suites edit=256,open,chat,code \
         --limit 40 --out rec.json
     python bench/replay.py replay --record rec.json [--curve llama-cpu] \
-        [--curve my-gpu=1,1.01,1.03,...] [--k-max 32] [--json out.json]
+        [--curve my-gpu=1,1.01,1.03,...] [--believed llama-cpu] [--k-max 32] [--json out.json]
 """
 
 from __future__ import annotations
@@ -212,9 +212,12 @@ def replay_case(
     spec: SpecOptions,
     oracle: bool = False,
     noise: tuple[float, float] = (0.0, 1.0),
+    believed: Sequence[float] | None = None,
 ) -> dict:
     """One recorded case under the controller (or the oracle) on a curve: its cost against
-    plain decoding's, both under the same noise bursts (rate, slow)."""
+    plain decoding's, both under the same noise bursts (rate, slow). `believed`: the curve
+    the controller starts from where it differs from the one passes are charged by (a
+    calibration's error)."""
     target = ReplayTarget(case["prompt"], case["output"], case["eog"])
     drafters: list[Drafter] = [NgramDrafter(max_ngram=spec.max_ngram)]
     seed = zlib.crc32(case["id"].encode())
@@ -222,7 +225,7 @@ def replay_case(
     if oracle:
         policy = OraclePolicy(target, ratios, spec.k_max)
     else:
-        adaptive = make_policy(spec, drafters, CostCurve(list(ratios)))
+        adaptive = make_policy(spec, drafters, CostCurve(list(believed or ratios)))
         policy = Charged(adaptive, ratios, Bursts(*noise, seed))
     decoder = SpeculativeDecoder(target, drafters, policy)  # type: ignore[arg-type]
     result = decoder.generate(target.prompt, max_tokens=len(target.output), sp=SamplingParams())
@@ -356,6 +359,11 @@ def main() -> None:
         help="RATE,SLOW: each pass starts a burst of 5-29 passes at SLOW x with probability "
         "RATE (default 0,1: a quiet machine)",
     )
+    rep.add_argument(
+        "--believed",
+        help="the curve the controller starts from (a name or NAME=1,R2,...), while passes "
+        "are charged by --curve: what a calibration's error costs (default: the charged one)",
+    )
     rep.add_argument("--json")
     args = ap.parse_args()
     if args.command == "record":
@@ -365,11 +373,21 @@ def main() -> None:
     recording = json.loads(Path(args.record).read_text())
     spec = SpecOptions("ngram", None, args.k_max)
     noise = parse_noise(args.noise)
-    report = {"record": args.record, "k_max": args.k_max, "noise": noise, "curves": {}}
+    believed = [*load_curves([args.believed]).values()][0] if args.believed else None
+    report = {
+        "record": args.record,
+        "k_max": args.k_max,
+        "noise": noise,
+        "believed": believed,
+        "curves": {},
+    }
     for name, ratios in load_curves(args.curve or DEFAULT_CURVES).items():
         for policy in ("auto", "oracle"):
             cases = recording["cases"]
-            rows = [replay_case(case, ratios, spec, policy == "oracle", noise) for case in cases]
+            rows = [
+                replay_case(case, ratios, spec, policy == "oracle", noise, believed)
+                for case in cases
+            ]
             summary = summarise(rows)
             print_table(f"{name}, {policy}", summary)
             report["curves"].setdefault(name, {"ratios": ratios})[policy] = {

@@ -162,19 +162,24 @@ class Shadow:
     """A draft a drafter would have proposed at context length `at` (its offer's preview),
     judged by the tokens the target emits there instead of by a verify pass: a drafted token
     is accepted exactly when it equals the target's own choice (greedy, or Gumbel-max), and
-    with the same probability p(x) under rejection sampling of a point mass."""
+    with the same probability p(x) under rejection sampling of a point mass.
+
+    Judged by the tokens of the next step alone, then cast afresh: waiting for the whole
+    preview (16 tokens) kept a copy undrafted for its first 17 tokens wherever a new match's
+    prior lost, which cost 10-15% on edit and code for a 1% change of the curve
+    (bench/replay.py --believed). Per token, the acceptance learned is the same."""
 
     at: int
     tokens: tuple[int, ...]
     key: int
 
     def outcome(self, context: Sequence[int]) -> tuple[int, int] | None:
-        """(k, n_accepted) once the emitted tokens decide it; None while they do not yet."""
+        """(k, n_accepted) over the tokens emitted since it was cast (None before any)."""
         emitted = context[self.at : self.at + len(self.tokens)]
         for i, (drafted, chosen) in enumerate(zip(self.tokens, emitted)):
             if drafted != chosen:
                 return i + 1, i
-        return (len(emitted), len(emitted)) if len(emitted) == len(self.tokens) else None
+        return (len(emitted), len(emitted)) if emitted else None
 
 
 @dataclass

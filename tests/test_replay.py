@@ -60,6 +60,20 @@ def test_a_copied_passage_is_drafted_and_charged_by_the_curve():
     assert steep["speedup"] == pytest.approx(1.0, abs=0.01)
 
 
+def test_a_believed_curve_decides_while_the_charged_one_prices():
+    replay = load_module()
+    passage = [int(t) for t in np.random.default_rng(0).permutation(500)[:120] + 1000]
+    recorded = case([7, *passage, 8], passage)
+    assert replay.replay_case(recorded, FLAT, SPEC, believed=FLAT) == replay.replay_case(
+        recorded, FLAT, SPEC
+    )
+    # a controller that believes wide passes cost n one-token passes drafts nothing: charged
+    # by the flat curve, it costs exactly plain decoding's 121 passes
+    steep = [float(n) for n in range(1, 18)]
+    timid = replay.replay_case(recorded, FLAT, SPEC, believed=steep)
+    assert (timid["n_drafts"], timid["cost"], timid["speedup"]) == (0, 121.0, 1.0)
+
+
 def test_a_replay_that_departs_from_its_recording_is_an_error(monkeypatch):
     replay = load_module()
     monkeypatch.setattr(replay.ReplayTarget, "forward", lambda self, tokens, last_only=False:
