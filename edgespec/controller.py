@@ -157,6 +157,12 @@ def best_choice(curve: CostCurve, options: Sequence[Option], k_max: int) -> Choi
     return best
 
 
+# Right tokens that judge a shadow: after 1, a single chance match (one word of a short
+# phrase) turned drafting on and open-ended text lost 0.5% more; 2 keeps 98-100% of 1's gain
+# on edit and code (bench/replay.py --believed, docs/benchmarks.md).
+SHADOW_JUDGED_AFTER = 2
+
+
 @dataclass(frozen=True)
 class Shadow:
     """A draft a drafter would have proposed at context length `at` (its offer's preview),
@@ -164,22 +170,25 @@ class Shadow:
     is accepted exactly when it equals the target's own choice (greedy, or Gumbel-max), and
     with the same probability p(x) under rejection sampling of a point mass.
 
-    Judged by the tokens of the next step alone, then cast afresh: waiting for the whole
-    preview (16 tokens) kept a copy undrafted for its first 17 tokens wherever a new match's
-    prior lost, which cost 10-15% on edit and code for a 1% change of the curve
-    (bench/replay.py --believed). Per token, the acceptance learned is the same."""
+    Judged at the first wrong token or after SHADOW_JUDGED_AFTER right ones, then cast
+    afresh: waiting for the whole preview (16 tokens) kept a copy undrafted for its first 17
+    tokens wherever a new match's prior lost, which cost 10-15% on edit and code for a 1%
+    change of the curve (bench/replay.py --believed). Per token, the acceptance learned is
+    the same, only sooner."""
 
     at: int
     tokens: tuple[int, ...]
     key: int
 
     def outcome(self, context: Sequence[int]) -> tuple[int, int] | None:
-        """(k, n_accepted) over the tokens emitted since it was cast (None before any)."""
+        """(k, n_accepted) over the tokens emitted since it was cast, once one is wrong or
+        SHADOW_JUDGED_AFTER are right; None before."""
         emitted = context[self.at : self.at + len(self.tokens)]
         for i, (drafted, chosen) in enumerate(zip(self.tokens, emitted)):
             if drafted != chosen:
                 return i + 1, i
-        return (len(emitted), len(emitted)) if emitted else None
+        judged = len(emitted) >= min(SHADOW_JUDGED_AFTER, len(self.tokens))
+        return (len(emitted), len(emitted)) if judged else None
 
 
 @dataclass

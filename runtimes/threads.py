@@ -16,7 +16,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 PROC_STAT = Path("/proc/stat")
@@ -86,23 +86,59 @@ def running_now(stat_text: str) -> int:
     return 1
 
 
+def task_fields(stat: bytes) -> list[bytes]:
+    """A /proc task stat's fields from the state on ("pid (name) state ppid ..."): the name
+    may hold spaces and parentheses, the fields after it not."""
+    return stat[stat.rindex(b")") + 2 :].split()
+
+
+def running_threads(task_folder: str) -> Iterator[list[bytes]]:
+    """The fields (task_fields) of each thread under task_folder running or runnable now."""
+    try:
+        tasks = list(os.scandir(task_folder))
+    except OSError:  # the process ended
+        return
+    for task in tasks:
+        try:
+            fields = task_fields(Path(task.path, "stat").read_bytes())
+        except (OSError, ValueError):  # the thread ended
+            continue
+        if fields[0] == b"R":
+            yield fields
+
+
 def own_running_tasks() -> int:
     """This process's threads running or runnable now, the asking one included (at least 1):
     right after a pass, llama.cpp's workers still spin at their barrier, and they are ours."""
-    running = 0
+    return max(1, sum(1 for _ in running_threads("/proc/self/task")))
+
+
+NICE_FIELD = 16  # in task_fields: field 19 of proc(5)'s stat, counted from the state (3)
+
+
+def others_running_niceness() -> Iterator[tuple[int, int]]:
+    """(pid, nice) of each thread of another process running or runnable now."""
+    own = str(os.getpid())
     try:
-        tasks = list(os.scandir("/proc/self/task"))
+        pids = [p.name for p in os.scandir("/proc") if p.name.isdigit() and p.name != own]
     except OSError:
-        return 1
-    for task in tasks:
-        try:
-            stat = Path(task.path, "stat").read_bytes()
-        except OSError:  # the thread ended
-            continue
-        # "pid (name) state ...": the name may hold spaces and parentheses, the state not
-        state_at = stat.rindex(b")") + 2
-        running += stat[state_at : state_at + 1] == b"R"
-    return max(1, running)
+        return
+    for pid in pids:
+        for fields in running_threads(f"/proc/{pid}/task"):
+            yield int(pid), int(fields[NICE_FIELD])
+
+
+def others_running_unniced(limit: int) -> int:
+    """Threads of other processes running now at nice <= 0, counted up to `limit` (the scan
+    stops there). /proc/stat's procs_running counts niced ones too, which yield their core
+    to us: beside a niced busy loop, reading it after each prefill put llama.cpp at one
+    thread for the next pass (4 of 49 passes, docs/benchmarks.md)."""
+    found = 0
+    for _, nice in others_running_niceness():
+        found += nice <= 0
+        if found >= limit:
+            break
+    return found
 
 
 def read_proc_stat() -> str | None:
@@ -116,7 +152,8 @@ class OtherWork:
     """Cores other processes keep busy on this process's CPUs over the last window: the
     CPUs' busy time less this process's own CPU time. Re-measured at most once a window;
     between measurements the last figure stands, so asking costs a clock read. After a gap
-    of more than STALE_SECONDS, the tasks running now other than this process's threads."""
+    of more than STALE_SECONDS, the tasks running now other than this process's threads
+    (and, unless this process is niced, other than niced ones)."""
 
     def __init__(
         self,
@@ -126,12 +163,13 @@ class OtherWork:
         read_stat: Callable[[], str | None] = read_proc_stat,
         own_seconds: Callable[[], float] = time.process_time,
         own_running: Callable[[], int] = own_running_tasks,
+        others_unniced: Callable[[int], int] = others_running_unniced,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cpus = frozenset(cpus) if cpus is not None else usable_cpus()
         self.window = window
         self.read_stat, self.own_seconds, self.clock = read_stat, own_seconds, clock
-        self.own_running = own_running
+        self.own_running, self.others_unniced = own_running, others_unniced
         self.count_nice = niceness() > 0
         self.figure = 0.0
         self.last = self.sample() if self.cpus else None  # (clock, busy, own, running)
@@ -164,7 +202,10 @@ class OtherWork:
         (t0, busy0, own0, _), (t1, busy1, own1, running) = self.last, now
         if stale:
             ours = max(ours_before, self.own_running())
-            self.figure = float(min(len(self.cpus), max(0, running - ours)))
+            others = max(0, running - ours)
+            if others and not self.count_nice:  # niced ones yield to us: scan for them
+                others = min(others, self.others_unniced(others))
+            self.figure = float(min(len(self.cpus), others))
         else:
             self.figure = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
         self.last = now

@@ -5,6 +5,7 @@ takes it back when they stop, and computes the same logits at any thread count."
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ from edgespec.runtimes.threads import (
     LoadAwareThreads,
     OtherWork,
     busy_seconds,
+    others_running_niceness,
     own_running_tasks,
     usable_cpus,
 )
@@ -59,6 +61,7 @@ def scripted_other_work(
     clock: Clock,
     running: list[int] | None = None,
     ours_running: int = 1,
+    unniced: int | None = None,
 ) -> OtherWork:
     """An OtherWork over cpu0 and cpu1 whose /proc/stat and own CPU time follow the scripts."""
     reads = iter(busy_ticks)
@@ -70,6 +73,8 @@ def scripted_other_work(
         read_stat=lambda: f"cpu1 {next(reads)} 0 0 0 0 0 0 0 0 0\nprocs_running {next(runs)}\n",
         own_seconds=lambda: next(owns),
         own_running=lambda: ours_running,
+        # the scan for niced tasks: `unniced` of the others are not niced (default: all)
+        others_unniced=lambda limit: limit if unniced is None else min(limit, unniced),
         clock=clock,
     )
 
@@ -107,6 +112,22 @@ def test_after_a_long_gap_our_own_running_threads_are_not_other_work():
     work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 2], ours_running=2)
     clock.t += 1.5
     assert work.cores() == 0.0  # (the reader alone was counted as ours: 1.0)
+
+
+def test_after_a_long_gap_niced_tasks_running_now_are_not_other_work():
+    """A niced busy loop yields its core to us: procs_running counts it, the scan does not
+    (unless we are niced too, when it takes its share of the cores from us)."""
+    clock = Clock()
+    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 2], unniced=0)
+    clock.t += 1.5
+    assert work.cores() == 0.0
+    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 3], unniced=1)
+    clock.t += 1.5
+    assert work.cores() == 1.0  # two others run now, one of them niced
+    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 2], unniced=0)
+    work.count_nice = True  # as when this process is niced
+    clock.t += 1.5
+    assert work.cores() == 1.0
 
 
 def test_our_running_threads_are_counted_from_proc():
@@ -173,6 +194,7 @@ def test_a_thread_fewer_per_core_other_work_holds(cpus, n_max, others, threads):
 # --- on the real machine ----------------------------------------------------------------------
 
 BUSY = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end:\n    pass\n"
+NICED_BUSY = "import os\nos.nice(19)\n" + BUSY
 needs_two_cores = pytest.mark.skipif(len(usable_cpus()) < 2, reason="needs 2 usable cores")
 
 
@@ -184,6 +206,22 @@ def stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         p.kill()
         p.wait()
+
+
+def test_the_scan_reads_each_running_task_s_niceness_from_proc():
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("no /proc here")
+    plain = subprocess.Popen([sys.executable, "-c", BUSY])
+    niced = subprocess.Popen([sys.executable, "-c", NICED_BUSY])
+    try:
+        seen: dict[int, int] = {}
+        end = time.monotonic() + 5.0  # until both loops run (niced: once it has set its nice)
+        while time.monotonic() < end and (seen.get(niced.pid) != 19 or plain.pid not in seen):
+            seen.update(others_running_niceness())
+        assert (seen[plain.pid], seen[niced.pid]) == (0, 19)
+        assert os.getpid() not in seen  # ours are counted apart (own_running_tasks)
+    finally:
+        stop([plain, niced])
 
 
 def skip_unless_quiet() -> None:
