@@ -176,7 +176,7 @@ def test_a_copy_is_drafted_a_few_tokens_after_it_starts_where_a_fresh_match_lose
     """A 2-token pass at 1.75x a 1-token one: at its prior (0.7) a 4-token match loses, so
     prompt lookup waits for its previews to be judged. Judged after two right tokens, the copy
     is drafted after 7 plain tokens; judged by all 16 previewed tokens (before), after 17, and
-    half of ten calibrations of one CPU (2-token ratio 1.61-1.86) lost 8-16% on edit and code
+    half of ten calibrations of one CPU (2-token ratio 1.61-1.86) lost 6-17% on edit and code
     (bench/replay.py --believed, docs/benchmarks.md)."""
     ngram = NgramDrafter()
     policy = AdaptivePolicy(CostCurve([1.0, 1.75, 2.47, 3.2, 4.2, 5.0, 5.8, 6.6, 7.4]), k_max=8)
