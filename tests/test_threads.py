@@ -102,32 +102,29 @@ def test_after_a_long_gap_the_tasks_running_now_stand_in_for_the_average():
     assert work.cores() == 2.0
 
 
+def cores_after_a_gap(running_now: int, niced: bool = False, **kwargs) -> float:
+    """Other work as read after more than STALE_SECONDS, `running_now` tasks in /proc/stat
+    (niced: as when this process is niced)."""
+    clock = Clock()
+    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, running_now], **kwargs)
+    work.count_nice = niced or work.count_nice
+    clock.t += 1.5
+    return work.cores()
+
+
 def test_after_a_long_gap_our_own_running_threads_are_not_other_work():
     """After a prefill, llama.cpp's two workers still spin: four tasks run, two of them ours
     and the reader's thread among them -- two others, not three."""
-    clock = Clock()
-    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 4], ours_running=2)
-    clock.t += 1.5
-    assert work.cores() == 2.0
-    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 2], ours_running=2)
-    clock.t += 1.5
-    assert work.cores() == 0.0  # (the reader alone was counted as ours: 1.0)
+    assert cores_after_a_gap(4, ours_running=2) == 2.0
+    assert cores_after_a_gap(2, ours_running=2) == 0.0  # (the reader alone as ours: 1.0)
 
 
 def test_after_a_long_gap_niced_tasks_running_now_are_not_other_work():
     """A niced busy loop yields its core to us: procs_running counts it, the scan does not
     (unless we are niced too, when it takes its share of the cores from us)."""
-    clock = Clock()
-    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 2], unniced=0)
-    clock.t += 1.5
-    assert work.cores() == 0.0
-    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 3], unniced=1)
-    clock.t += 1.5
-    assert work.cores() == 1.0  # two others run now, one of them niced
-    work = scripted_other_work([0, 100], [0.0, 1.0], clock, running=[1, 2], unniced=0)
-    work.count_nice = True  # as when this process is niced
-    clock.t += 1.5
-    assert work.cores() == 1.0
+    assert cores_after_a_gap(2, unniced=0) == 0.0
+    assert cores_after_a_gap(3, unniced=1) == 1.0  # two others run now, one of them niced
+    assert cores_after_a_gap(2, unniced=0, niced=True) == 1.0
 
 
 def test_our_running_threads_are_counted_from_proc():
