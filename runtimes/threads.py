@@ -16,7 +16,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 
 PROC_STAT = Path("/proc/stat")
@@ -128,13 +128,14 @@ def others_running_niceness() -> Iterator[tuple[int, int]]:
             yield int(pid), int(fields[NICE_FIELD])
 
 
-def others_running_unniced(limit: int) -> int:
+def others_running_unniced(limit: int, running: Iterable[tuple[int, int]] | None = None) -> int:
     """Threads of other processes running now at nice <= 0, counted up to `limit` (the scan
     stops there). /proc/stat's procs_running counts niced ones too, which yield their core
     to us: beside a niced busy loop, reading it after each prefill put llama.cpp at one
-    thread for the next pass (4 of 49 passes, docs/benchmarks.md)."""
+    thread for the next pass (4 of 49 passes, docs/benchmarks.md). `running`: the (pid, nice)
+    pairs to count instead of /proc's."""
     found = 0
-    for _, nice in others_running_niceness():
+    for _, nice in others_running_niceness() if running is None else running:
         found += nice <= 0
         if found >= limit:
             break

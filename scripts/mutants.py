@@ -296,6 +296,27 @@ MUTANTS = (
         ("tests/test_controller.py",),
     ),
     Mutant(
+        "shadow-judged-after-the-whole-preview",
+        "edgespec/controller.py",
+        "judged = len(emitted) >= min(SHADOW_JUDGED_AFTER, len(self.tokens))",
+        "judged = len(emitted) == len(self.tokens)",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(
+        "shadow-judged-after-one-right-token",
+        "edgespec/controller.py",
+        "SHADOW_JUDGED_AFTER = 2",
+        "SHADOW_JUDGED_AFTER = 1",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(
+        "niced-tasks-counted-after-a-gap",
+        "runtimes/threads.py",
+        "found += nice <= 0",
+        "found += 1",
+        ("tests/test_threads.py",),
+    ),
+    Mutant(
         "lookup-history-keeps-prompts",
         "edgespec/drafters/ngram.py",
         "completion = tuple(self.indexed[self.prompt_len :])",

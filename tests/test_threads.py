@@ -20,6 +20,7 @@ from edgespec.runtimes.threads import (
     OtherWork,
     busy_seconds,
     others_running_niceness,
+    others_running_unniced,
     own_running_tasks,
     usable_cpus,
 )
@@ -203,6 +204,12 @@ def stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         p.kill()
         p.wait()
+
+
+def test_the_scan_counts_tasks_at_nice_0_or_below_and_stops_at_its_limit():
+    running = [(10, 19), (11, 0), (12, -5), (13, 1), (14, 0)]
+    assert others_running_unniced(8, running) == 3
+    assert others_running_unniced(2, iter(running)) == 2
 
 
 def test_the_scan_reads_each_running_task_s_niceness_from_proc():
