@@ -172,9 +172,9 @@ class Shadow:
 
     Judged at the first wrong token or after SHADOW_JUDGED_AFTER right ones, then cast
     afresh: waiting for the whole preview (16 tokens) kept a copy undrafted for its first 17
-    tokens wherever a new match's prior lost, which cost 10-15% on edit and code for a 1%
-    change of the curve (bench/replay.py --believed). Per token, the acceptance learned is
-    the same, only sooner."""
+    tokens wherever a new match's prior lost: a 1% change of the curve's 2-token ratio cost
+    8% on edit and 16% on code (bench/replay.py --believed). Per token, the acceptance
+    learned is the same, only sooner."""
 
     at: int
     tokens: tuple[int, ...]

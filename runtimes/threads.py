@@ -205,7 +205,7 @@ class OtherWork:
             ours = max(ours_before, self.own_running())
             others = max(0, running - ours)
             if others and not self.count_nice:  # niced ones yield to us: scan for them
-                others = min(others, self.others_unniced(others))
+                others = self.others_unniced(others)  # counts up to `others`
             self.figure = float(min(len(self.cpus), others))
         else:
             self.figure = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
