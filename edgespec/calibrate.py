@@ -36,24 +36,38 @@ from edgespec.runtimes.base import Runtime
 log = logging.getLogger(__name__)
 
 
-def time_forward(runtime: Runtime, n: int, reps: int, rng: np.random.Generator) -> float:
-    """Median seconds of a forward over n tokens at the current position (then rolled back)."""
+# Samples of each width's ratio to a one-token pass: about SHORT_PASS_SAMPLES / n for width n
+# (at least `reps`), so on a CPU, where a pass costs about its width, each width gets about the
+# same time and the short passes that drafts use most are measured best.
+SHORT_PASS_SAMPLES = 24
+
+
+def time_pass(runtime: Runtime, n: int, rng: np.random.Generator) -> float:
+    """Seconds of one forward over n random tokens at the current position (then rolled back)."""
     n0 = runtime.n_past
-    times = []
-    for _ in range(reps):
-        tokens = rng.integers(0, runtime.n_vocab, size=n).tolist()
-        t0 = time.perf_counter()
-        runtime.forward(tokens)
-        times.append(time.perf_counter() - t0)
-        runtime.rollback(n0)
-    return statistics.median(times)
+    tokens = rng.integers(0, runtime.n_vocab, size=n).tolist()
+    t0 = time.perf_counter()
+    runtime.forward(tokens)
+    seconds = time.perf_counter() - t0
+    runtime.rollback(n0)
+    return seconds
+
+
+def samples_per_width(n_max: int, reps: int) -> dict[int, int]:
+    return {n: max(reps, -(-SHORT_PASS_SAMPLES // n)) for n in range(2, n_max + 1)}
 
 
 def measure_curve(
     runtime: Runtime, n_max: int = 9, prefix: int = 128, reps: int = 3
 ) -> list[float]:
     """Seconds for n = 1..n_max tokens after a prefix of `prefix` tokens (random ids), the
-    prefix shortened so that the widest pass fits in the runtime's context."""
+    prefix shortened so that the widest pass fits in the runtime's context.
+
+    Each pass of n > 1 tokens is timed right after a one-token pass, and t(n) is t(1) times
+    the median of those ratios, in rounds of the widths in shuffled order: the host's drift
+    between passes cancels, and the controller decides by ratios. On a 2-core CPU the 2-token
+    ratio of seven calibrations spread 1.70-1.77, against 1.55-1.92 timing each width's passes
+    one after another (docs/benchmarks.md)."""
     if n_max > runtime.n_ctx:
         raise EdgespecError(
             f"a {runtime.n_ctx}-token context is too small to measure passes of {n_max} tokens; "
@@ -63,11 +77,22 @@ def measure_curve(
     rng = np.random.default_rng(0)
     runtime.reset()
     runtime.forward(rng.integers(0, runtime.n_vocab, size=prefix).tolist(), last_only=True)
-    time_forward(runtime, 1, 2, rng)  # warm-up: first passes allocate buffers
-    widths = progress(range(1, n_max + 1), "calibrating", unit="width", total=n_max)
-    curve = [time_forward(runtime, n, reps, rng) for n in widths]
+    for _ in range(2):  # warm-up: first passes allocate buffers
+        time_pass(runtime, 1, rng)
+    samples = samples_per_width(n_max, reps)
+    one_token: list[float] = []
+    ratios: dict[int, list[float]] = {n: [] for n in samples}
+    rounds = max(samples.values(), default=reps)
+    for r in progress(range(rounds), "calibrating", unit="round", total=rounds):
+        due = [n for n in samples if samples[n] > r]
+        rng.shuffle(due)
+        for n in due or [1]:  # n_max = 1: one-token passes alone
+            one_token.append(time_pass(runtime, 1, rng))
+            if n > 1:
+                ratios[n].append(time_pass(runtime, n, rng) / one_token[-1])
     runtime.reset()
-    return curve
+    t1 = statistics.median(one_token)
+    return [t1] + [t1 * statistics.median(ratios[n]) for n in samples]
 
 
 def cost_curve(pair: ModelPair, *, n_max: int = 9, remeasure: bool = False) -> CostCurve:

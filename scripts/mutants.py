@@ -317,6 +317,13 @@ MUTANTS = (
         ("tests/test_threads.py",),
     ),
     Mutant(
+        "calibration-unpaired",
+        "edgespec/calibrate.py",
+        "ratios[n].append(time_pass(runtime, n, rng) / one_token[-1])",
+        "ratios[n].append(time_pass(runtime, n, rng) / one_token[0])",
+        ("tests/test_measure_curve.py",),
+    ),
+    Mutant(
         "lookup-history-keeps-prompts",
         "edgespec/drafters/ngram.py",
         "completion = tuple(self.indexed[self.prompt_len :])",

@@ -26,11 +26,11 @@ def test_progress_draws_a_bar_with_its_total_on_a_terminal(monkeypatch):
     assert "letters:   0%|          | 0/4 [" in terminal.getvalue()
 
 
-def test_calibration_shows_its_widths_on_a_terminal_only(tiny_runtimes, monkeypatch, capsys):
+def test_calibration_shows_its_rounds_on_a_terminal_only(tiny_runtimes, monkeypatch, capsys):
     target, _ = tiny_runtimes
     assert len(measure_curve(target, n_max=3, prefix=8, reps=1)) == 3
     assert capsys.readouterr().err == ""
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     measure_curve(target, n_max=3, prefix=8, reps=1)
-    assert "calibrating:   0%|          | 0/3 [" in terminal.getvalue()
+    assert "calibrating:   0%|          | 0/12 [" in terminal.getvalue()  # rounds: 24 / 2

@@ -1,0 +1,72 @@
+"""calibrate.measure_curve on a machine whose speed drifts: what the controller decides by
+is the ratio of a wide pass to a one-token pass, and that must not take the drift's shape."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from edgespec import calibrate
+from edgespec.calibrate import measure_curve, samples_per_width
+from tests.fakes import FakeRuntime
+
+
+class DriftingClock:
+    """A pass of n tokens costs 1 + 0.5 (n - 1) units; every pass makes the next 0.5% slower
+    (a host warming up, or a neighbour's job starting)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.speed = 1.0
+        self.widths: list[int] = []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def passed(self, n: int) -> None:
+        self.now += (1 + 0.5 * (n - 1)) * self.speed
+        self.speed *= 1.005
+        self.widths.append(n)
+
+
+class TimedRuntime(FakeRuntime):
+    def __init__(self, clock: DriftingClock) -> None:
+        super().__init__(n_ctx=64)
+        self.clock = clock
+
+    def forward(self, tokens, *, last_only=False):
+        self.clock.passed(len(tokens))
+        return super().forward(tokens, last_only=last_only)
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = DriftingClock()
+    monkeypatch.setattr(calibrate, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    return clock
+
+
+def test_a_drifting_machine_leaves_the_measured_ratios_as_they_are(clock):
+    """Timed one width after another (three passes each), the same drift made the 9-token
+    ratio 13% too high: the widest passes came last. Paired with a one-token pass, each ratio
+    is within the drift of one pass (0.5%)."""
+    curve = measure_curve(TimedRuntime(clock), n_max=9, prefix=8, reps=3)
+    for n, seconds in enumerate(curve, start=1):
+        assert seconds / curve[0] == pytest.approx(1 + 0.5 * (n - 1), rel=0.006)
+
+
+def test_short_widths_are_sampled_most_each_after_a_one_token_pass(clock):
+    runtime = TimedRuntime(clock)
+    measure_curve(runtime, n_max=9, prefix=8, reps=3)
+    timed = clock.widths[3:]  # after the prefix and two warm-up passes
+    wide = timed[1::2]
+    assert timed[0::2] == [1] * len(wide)
+    assert {n: wide.count(n) for n in range(2, 10)} == samples_per_width(9, 3)
+    assert samples_per_width(9, 3) == {2: 12, 3: 8, 4: 6, 5: 5, 6: 4, 7: 4, 8: 3, 9: 3}
+    assert samples_per_width(3, 20) == {2: 20, 3: 20}  # a GPU kit's reps: no fewer
+
+
+def test_a_one_token_curve_times_one_token_passes_alone(clock):
+    curve = measure_curve(TimedRuntime(clock), n_max=1, prefix=8, reps=3)
+    assert len(curve) == 1 and set(clock.widths[3:]) == {1} and len(clock.widths) == 3 + 3
