@@ -36,6 +36,10 @@ from edgespec.runtimes.base import Runtime
 log = logging.getLogger(__name__)
 
 
+# What a stored or bundled curve was measured by; curves of another version are measured again
+# (2: wide passes paired with one-token passes; 1, unmarked: each width's passes in a row).
+CALIBRATION_VERSION = 2
+
 # Samples of each width's ratio to a one-token pass: about SHORT_PASS_SAMPLES / n for width n
 # (at least `reps`), so on a CPU, where a pass costs about its width, each width gets about the
 # same time and the short passes that drafts use most are measured best.
@@ -122,6 +126,9 @@ def bundle_curve(pair: ModelPair) -> CostCurve | None:
         "device": device_description(pair.options.device),
         "runtime": pair.runtime_description(),
     }
+    if tune.get("calibration") != CALIBRATION_VERSION:
+        log.info("the bundle's cost curve was measured by an older calibration; measuring here")
+        return None
     if tune.get("device") != here["device"] or tune.get("runtime") != here["runtime"]:
         log.info(
             "the bundle's cost curve is for %s, %s; measuring here",
@@ -146,6 +153,7 @@ def tune_bundle(bundle: Bundle, n_max: int = 17) -> dict[str, object]:
     return {
         "target_s": curve.target_s,
         "draft_s": curve.draft_s,
+        "calibration": CALIBRATION_VERSION,
         "device": device_description(pair.options.device),
         "runtime": pair.runtime_description(),
     }
@@ -225,7 +233,11 @@ def tune_store_path() -> Path:
 
 
 def load_tuned(key: str) -> CostCurve | None:
-    return valid_curve(read_tune_store().get(key))
+    entry = read_tune_store().get(key)
+    if isinstance(entry, dict) and entry.get("calibration") != CALIBRATION_VERSION:
+        log.info("the stored cost curve was measured by an older calibration; measuring again")
+        return None
+    return valid_curve(entry)
 
 
 def valid_curve(entry: object) -> CostCurve | None:
@@ -276,7 +288,12 @@ def store_tuned(key: str, curve: CostCurve) -> Path:
     (read-only, disk full) is reported and skipped: the curve is measured again next time."""
     path = tune_store_path()
     store = read_tune_store()
-    store[key] = {"target_s": curve.target_s, "draft_s": curve.draft_s, "time": time.time()}
+    store[key] = {
+        "target_s": curve.target_s,
+        "draft_s": curve.draft_s,
+        "calibration": CALIBRATION_VERSION,
+        "time": time.time(),
+    }
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

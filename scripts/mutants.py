@@ -324,6 +324,20 @@ MUTANTS = (
         ("tests/test_measure_curve.py",),
     ),
     Mutant(
+        "older-stored-calibration-reused",
+        "edgespec/calibrate.py",
+        'entry.get("calibration") != CALIBRATION_VERSION',
+        'entry.get("calibration") != entry.get("calibration")',
+        ("tests/test_calibrate.py",),
+    ),
+    Mutant(
+        "older-bundled-calibration-reused",
+        "edgespec/calibrate.py",
+        'tune.get("calibration") != CALIBRATION_VERSION',
+        'tune.get("calibration") != tune.get("calibration")',
+        ("tests/test_calibrate.py",),
+    ),
+    Mutant(
         "lookup-history-keeps-prompts",
         "edgespec/drafters/ngram.py",
         "completion = tuple(self.indexed[self.prompt_len :])",

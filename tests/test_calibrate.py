@@ -4,11 +4,13 @@ stored, and a bundle's curve is used only on the device and runtime it was measu
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from edgespec import calibrate
 from edgespec.calibrate import cost_curve, device_description, tune_key
+from edgespec.paths import edgespec_home
 
 pytest.importorskip("llama_cpp")
 
@@ -47,10 +49,21 @@ def test_a_missing_curve_is_measured_stored_and_then_reused(pair, measured):
     assert measured == [3, 5, 2]
 
 
+def test_a_stored_curve_from_an_older_calibration_is_measured_again(pair, measured):
+    stored = {"target_s": [0.5, 0.5, 0.5], "draft_s": 0.01, "time": 0.0}  # no "calibration"
+    (edgespec_home() / "tune.json").write_text(json.dumps({tune_key(pair): stored}))
+    curve = cost_curve(pair, n_max=3)
+    assert measured == [3] and curve.target_s != [0.5, 0.5, 0.5]
+    entry = json.loads((edgespec_home() / "tune.json").read_text())[tune_key(pair)]
+    assert entry["calibration"] == calibrate.CALIBRATION_VERSION
+    assert cost_curve(pair, n_max=3) == curve and measured == [3]  # now current: reused
+
+
 def bundle_tune(pair, **changes) -> dict:
     tune = {
         "target_s": [0.5, 0.5, 0.5],
         "draft_s": 0.01,
+        "calibration": calibrate.CALIBRATION_VERSION,
         "device": device_description(pair.options.device),
         "runtime": pair.runtime_description(),
     }
@@ -70,6 +83,7 @@ def test_a_bundle_curve_is_used_on_its_own_device_and_runtime(pair, measured):
         {"runtime": "LlamaCppRuntime+LlamaCppRuntime device=cuda threads=None gpu_layers=-1"},
         {"runtime": "LlamaCppRuntime+LlamaCppRuntime"},  # bundles before the device was stored
         {"device": None},
+        {"calibration": None},  # measured by the first calibration, one width after another
     ],
 )
 def test_a_bundle_curve_from_another_device_or_runtime_is_measured_again(pair, measured, elsewhere):
