@@ -70,8 +70,8 @@ def measure_curve(
     Each pass of n > 1 tokens is timed right after a one-token pass, and t(n) is t(1) times
     the median of those ratios, in rounds of the widths in shuffled order: the host's drift
     between passes cancels, and the controller decides by ratios. On a 2-core CPU the 2-token
-    ratio of seven calibrations spread 1.70-1.77, against 1.55-1.92 timing each width's passes
-    one after another (docs/benchmarks.md)."""
+    ratio of seven calibrations spread 1.65-1.76, against 1.57-1.89 timing each width's passes
+    one after another (bench/calibration_noise.py, docs/benchmarks.md)."""
     if n_max > runtime.n_ctx:
         raise EdgespecError(
             f"a {runtime.n_ctx}-token context is too small to measure passes of {n_max} tokens; "
