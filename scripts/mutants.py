@@ -317,6 +317,13 @@ MUTANTS = (
         ("tests/test_threads.py",),
     ),
     Mutant(
+        "curve-extended-from-its-last-pair",
+        "edgespec/controller.py",
+        "slope = max(0.0, (t[-1] - t[0]) / (len(t) - 1))",
+        "slope = (t[-1] - t[-2])",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(
         "calibration-unpaired",
         "edgespec/calibrate.py",
         "ratios[n].append(time_pass(runtime, n, rng) / one_token[-1])",

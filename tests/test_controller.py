@@ -64,10 +64,23 @@ def test_a_draft_model_far_behind_pays_its_catch_up_first():
     assert best_choice(curve, [Option(m, [0.9] * 8, 0.45)], k_max=8).drafter is m
     policy = AdaptivePolicy(curve, k_max=8)
     catch_up = policy.catch_up_cost(0.45, behind=40)
-    assert catch_up == 0.45 * curve.target(40)  # beyond the curve: extended linearly
+    assert catch_up == 0.45 * curve.target(40)  # beyond the curve: extended along its chord
     assert policy.catch_up_cost(0.45, behind=2) == 0.0  # one step's re-forward
     behind = best_choice(curve, [Option(m, [0.9] * 8, 0.45, catch_up)], k_max=8)
     assert (behind.drafter, behind.k) == (None, 0)
+
+
+def test_beyond_its_calibration_a_curve_grows_along_its_chord():
+    """This CPU's ONNX Runtime calibration, widest pass below the one before it: extended
+    from its last two widths, a 50-token pass cost less than nothing and a draft model 50
+    tokens behind was caught up mid-request at 6 target passes a time (open 0.98x)."""
+    onnx = [1.0, 1.2, 1.63, 2.1, 2.68, 3.12, 3.7, 4.23, 5.14, 5.1, 5.28, 5.9, 6.47, 6.35, 6.99]
+    curve = CostCurve([*onnx, 8.17, 7.84])
+    assert curve.target(17) == 7.84
+    assert curve.target(50) == pytest.approx(7.84 + (7.84 - 1.0) / 16 * 33)
+    assert AdaptivePolicy(curve).catch_up_cost(0.33, behind=50) > curve.target(1)
+    assert CostCurve([1.0]).target(3) == 3.0  # one width: a token costs what one pass does
+    assert CostCurve([1.0, 0.9]).target(4) == 0.9  # never falls beyond the calibration
 
 
 def test_a_far_behind_drafter_is_not_probed():
