@@ -18,7 +18,7 @@ import numpy as np
 
 from edgespec.app.bench import machine_info
 from edgespec.app.models import resolve_model
-from edgespec.calibrate import measure_curve, time_pass
+from edgespec.calibrate import measure_curve, time_pass, warm_at_prefix
 from edgespec.pair import open_pair
 from edgespec.runtimes import RuntimeOptions
 from edgespec.runtimes.base import Runtime
@@ -30,10 +30,7 @@ def in_a_row(runtime: Runtime, n_max: int, prefix: int = 128, reps: int = 3) -> 
     """Calibration version 1: each width's passes one after another, widths 1..n_max in order,
     the median of reps passes each."""
     rng = np.random.default_rng(0)
-    runtime.reset()
-    runtime.forward(rng.integers(0, runtime.n_vocab, size=prefix).tolist(), last_only=True)
-    for _ in range(2):
-        time_pass(runtime, 1, rng)
+    warm_at_prefix(runtime, prefix, rng)
     curve = [
         statistics.median(time_pass(runtime, n, rng) for _ in range(reps))
         for n in range(1, n_max + 1)

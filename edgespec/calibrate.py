@@ -57,6 +57,15 @@ def time_pass(runtime: Runtime, n: int, rng: np.random.Generator) -> float:
     return seconds
 
 
+def warm_at_prefix(runtime: Runtime, prefix: int, rng: np.random.Generator) -> None:
+    """Reset, cache `prefix` random tokens and make two untimed one-token passes: the first
+    passes allocate buffers."""
+    runtime.reset()
+    runtime.forward(rng.integers(0, runtime.n_vocab, size=prefix).tolist(), last_only=True)
+    for _ in range(2):
+        time_pass(runtime, 1, rng)
+
+
 def samples_per_width(n_max: int, reps: int) -> dict[int, int]:
     return {n: max(reps, -(-SHORT_PASS_SAMPLES // n)) for n in range(2, n_max + 1)}
 
@@ -79,10 +88,7 @@ def measure_curve(
         )
     prefix = min(prefix, runtime.n_ctx - n_max)
     rng = np.random.default_rng(0)
-    runtime.reset()
-    runtime.forward(rng.integers(0, runtime.n_vocab, size=prefix).tolist(), last_only=True)
-    for _ in range(2):  # warm-up: first passes allocate buffers
-        time_pass(runtime, 1, rng)
+    warm_at_prefix(runtime, prefix, rng)
     samples = samples_per_width(n_max, reps)
     one_token: list[float] = []
     ratios: dict[int, list[float]] = {n: [] for n in samples}
@@ -122,13 +128,13 @@ def bundle_curve(pair: ModelPair) -> CostCurve | None:
     tune = pair.bundle_tune
     if not tune:
         return None
+    if tune.get("calibration") != CALIBRATION_VERSION:
+        log.info("the bundle's cost curve was measured by an older calibration; measuring here")
+        return None
     here = {
         "device": device_description(pair.options.device),
         "runtime": pair.runtime_description(),
     }
-    if tune.get("calibration") != CALIBRATION_VERSION:
-        log.info("the bundle's cost curve was measured by an older calibration; measuring here")
-        return None
     if tune.get("device") != here["device"] or tune.get("runtime") != here["runtime"]:
         log.info(
             "the bundle's cost curve is for %s, %s; measuring here",
