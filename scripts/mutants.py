@@ -324,6 +324,20 @@ MUTANTS = (
         ("tests/test_controller.py",),
     ),
     Mutant(
+        "genai-mask-length-as-cache-length",
+        "edgespec/app/peer_genai.py",
+        'helper.make_node("Sub", ["genai_n", "genai_one"], ["genai_last"]),',
+        'helper.make_node("Sub", ["genai_n", "genai_zero"], ["genai_last"]),',
+        ("tests/test_peer_genai.py",),
+    ),
+    Mutant(
+        "genai-peer-divided-by-our-plain",
+        "edgespec/app/bench.py",
+        "PEER_PLAINS = {PEER: PEER_PLAIN, GENAI_DRAFT: GENAI_PLAIN, GENAI_NGRAM: GENAI_PLAIN}",
+        'PEER_PLAINS = {PEER: PEER_PLAIN, GENAI_DRAFT: "plain", GENAI_NGRAM: GENAI_PLAIN}',
+        ("tests/test_peer_genai.py",),
+    ),
+    Mutant(
         "calibration-unpaired",
         "edgespec/calibrate.py",
         "ratios[n].append(time_pass(runtime, n, rng) / one_token[-1])",

@@ -23,4 +23,4 @@ if ! ls "$wheels"/llama_cpp_python-*.whl > /dev/null 2>&1; then
     "llama-cpp-python==$LLAMA_VERSION"
 fi
 .venv/bin/python -m pip install -q --find-links "$wheels" "llama-cpp-python==$LLAMA_VERSION"
-.venv/bin/python -m pip install -q --find-links "$wheels" -e ".[llama,onnx,serve,dev,plot]"
+.venv/bin/python -m pip install -q --find-links "$wheels" -e ".[llama,onnx,serve,dev,plot,peers]"

@@ -5,7 +5,8 @@ for all, so outputs compare token for token); plain decoding through the same lo
 reference for both speed and output. Methods take turns on each prompt (bench_cli.run_bench),
 so the machine's drift lands inside each pair, and a speedup is the geometric mean of
 per-prompt paired ratios with a 95% Student t-interval (`paired_speedup`). The command
-(`edgespec bench`) is bench_cli.py, the llama-cpp-python peer peer.py, the plots plot.py.
+(`edgespec bench`) is bench_cli.py, the llama-cpp-python peer peer.py, the onnxruntime-genai
+peer peer_genai.py, the plots plot.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.app.peer_genai import GENAI_DRAFT, GENAI_NGRAM, GENAI_PLAIN
 from edgespec.app.suites import Prompt
 from edgespec.chat import chat_tokens
 from edgespec.controller import AdaptivePolicy, FixedPolicy, Policy
@@ -37,7 +39,9 @@ log = logging.getLogger(__name__)
 
 PEER = "llama-cpp-python-pld"
 PEER_PLAIN = "llama-cpp-python"  # the peer's own plain decoding: PEER's baseline
-METHODS = ("plain", "model", "ngram", "auto", PEER)
+# Each peer method and its own plain decoding, which it is divided by (peer.py, peer_genai.py)
+PEER_PLAINS = {PEER: PEER_PLAIN, GENAI_DRAFT: GENAI_PLAIN, GENAI_NGRAM: GENAI_PLAIN}
+METHODS = ("plain", "model", "ngram", "auto", *PEER_PLAINS)
 CI_METHOD = (
     "geometric mean of per-prompt paired speedups (method tok/s / baseline tok/s, repeats "
     "pooled per prompt) with a 95% Student t-interval on their logarithms"

@@ -16,6 +16,7 @@ from edgespec.app.bench import (
     METHODS,
     PEER,
     PEER_PLAIN,
+    PEER_PLAINS,
     Bench,
     Row,
     Run,
@@ -33,11 +34,12 @@ from edgespec.app.options import (
     runtime_options,
     sampling_params,
 )
-from edgespec.app.peer import PEER_KS, PeerLlama
+from edgespec.app.peer import PEER_KS, Peer, PeerLlama
+from edgespec.app.peer_genai import DRAFT_K, GENAI_DRAFT, GENAI_NGRAM, GENAI_PLAIN, GenaiPeer
 from edgespec.app.suites import SUITES, Prompt, load_suite
 from edgespec.engine import Result, Stats
 from edgespec.errors import EdgespecError
-from edgespec.pair import open_pair
+from edgespec.pair import ModelPair, open_pair
 from edgespec.progress import progress
 from edgespec.runtimes import RuntimeOptions
 from edgespec.sampling import SamplingParams
@@ -58,13 +60,14 @@ class Variant:
 
     @property
     def baseline(self) -> str:
-        """The variant this one's speed is divided by: the peer against its own plain."""
-        return PEER_PLAIN if self.method == PEER else "plain"
+        """The variant this one's speed is divided by: a peer against its own plain."""
+        return PEER_PLAINS.get(self.method, "plain")
 
 
 def plan_variants(methods: Sequence[str], ks: Sequence[int], peer_ks: Sequence[int]):
-    """plain first (the reference), then each method at each k it takes; the peer brings
-    its own plain."""
+    """plain first (the reference), then each method at each k it takes; a peer brings
+    its own plain (once), llama-cpp-python's prompt lookup one variant per peer k,
+    onnxruntime-genai's draft decoding its default k, its n-gram decoding its adaptive k."""
     for m in methods:
         if m not in METHODS:
             raise EdgespecError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
@@ -74,8 +77,13 @@ def plan_variants(methods: Sequence[str], ks: Sequence[int], peer_ks: Sequence[i
             variants += [Variant(m, k) for k in ks]
         elif m == "auto":
             variants.append(Variant(m))
-        elif m == PEER:
-            variants += [Variant(PEER_PLAIN)] + [Variant(PEER, k) for k in peer_ks]
+        elif m in PEER_PLAINS:
+            if Variant(PEER_PLAINS[m]) not in variants:
+                variants.append(Variant(PEER_PLAINS[m]))
+            if m == PEER:
+                variants += [Variant(PEER, k) for k in peer_ks]
+            else:
+                variants.append(Variant(m, DRAFT_K if m == GENAI_DRAFT else None))
     return variants
 
 
@@ -87,14 +95,17 @@ def turn_order(variants: Sequence[Variant], repeat: int) -> list[Variant]:
 
 def check_bench_sampling(sp: SamplingParams, variants: Sequence[Variant]) -> None:
     """Greedy, or seeded sampling: plain and speculative runs share the seed, so their
-    outputs can be compared token for token (unseeded draws could never be); the
-    llama-cpp-python peer is measured greedy only."""
+    outputs can be compared token for token (unseeded draws could never be); the peers
+    are measured greedy only."""
     if sp.greedy:
         return
     if sp.seed is None:
         raise EdgespecError("bench samples only with a seed: add --seed N to --temperature")
-    if any(v.method == PEER_PLAIN for v in variants):
-        raise EdgespecError(f"method {PEER} is benchmarked greedy only; drop it or --temperature")
+    for v in variants:
+        if v.method in PEER_PLAINS:
+            raise EdgespecError(
+                f"method {v.method} is benchmarked greedy only; drop it or --temperature"
+            )
 
 
 def run_bench(target: str | Path, draft: str | Path | None, prompts: Sequence[Prompt], *args, **kw):
@@ -123,17 +134,12 @@ def bench_suites(
     variants = plan_variants(methods, ks, peer_ks)
     check_bench_sampling(sp, variants)  # before the models load: minutes on a small CPU
     pair = open_pair(target, draft, opts)
-    wants_peer = any(v.method == PEER_PLAIN for v in variants)
-    if wants_peer and pair.target_path.suffix != ".gguf":
-        raise EdgespecError(
-            f"method {PEER} runs llama-cpp-python on a GGUF target, not {pair.target_path}; "
-            "drop it from --methods"
-        )
+    check_peer_targets(pair, variants)
     bench = Bench(pair, k_max, sp)
-    peer = PeerLlama(bench) if wants_peer else None
+    peers = open_peers(bench, variants)
     try:
         for name, prompts in suites.items():
-            rows, run_facts = bench_suite(bench, peer, prompts, variants, max_tokens, repeat)
+            rows, run_facts = bench_suite(bench, peers, prompts, variants, max_tokens, repeat)
             yield (
                 name,
                 {
@@ -152,13 +158,51 @@ def bench_suites(
                 },
             )
     finally:
-        if peer is not None:
+        for peer in peers.values():
             peer.close()
+
+
+def check_peer_targets(pair: ModelPair, variants: Sequence[Variant]) -> None:
+    """Each peer runs one kind of model file: refuse the others before anything is timed."""
+    for v in variants:
+        if v.method == PEER and pair.target_path.suffix != ".gguf":
+            raise EdgespecError(
+                f"method {PEER} runs llama-cpp-python on a GGUF target, not {pair.target_path}; "
+                "drop it from --methods"
+            )
+        if (
+            PEER_PLAINS.get(v.method) == GENAI_PLAIN
+            and not (pair.target_path / "model.json").is_file()
+        ):
+            raise EdgespecError(
+                f"method {v.method} runs onnxruntime-genai on an ONNX export, not "
+                f"{pair.target_path}; drop it from --methods"
+            )
+        if v.method == GENAI_DRAFT and pair.draft_path is None:
+            raise EdgespecError(f"method {GENAI_DRAFT} needs a draft model: pass --draft")
+
+
+def open_peers(bench: Bench, variants: Sequence[Variant]) -> dict[str, Peer]:
+    """The peers the variants name, by the name of their own plain decoding."""
+    peers: dict[str, Peer] = {}
+    plains = {v.method for v in variants} & set(PEER_PLAINS.values())
+    if PEER_PLAIN in plains:
+        peers[PEER_PLAIN] = PeerLlama(bench)
+    if GENAI_PLAIN in plains:
+        pair = bench.pair
+        peers[GENAI_PLAIN] = GenaiPeer(
+            pair.target_path,
+            pair.draft_path,
+            bench.decoder.eog_ids,
+            bench.target.n_ctx,
+            pair.options.n_threads,
+        )
+    return peers
 
 
 def bench_suite(
     bench: Bench,
-    peer: PeerLlama | None,
+    peers: Mapping[str, Peer],
     prompts: Sequence[Prompt],
     variants: Sequence[Variant],
     max_tokens: int,
@@ -175,7 +219,7 @@ def bench_suite(
         results = {}
         for v in turn_order(variants, r):
             order.append(f"{r}:{prompt.id}:{v.label}")
-            results[v] = run_variant(bench, peer, v, prompt, toks, max_tokens)
+            results[v] = run_variant(bench, peers, v, prompt, toks, max_tokens)
         reference = results[variants[0]]
         for v, result in results.items():
             ref = None if v == variants[0] else reference
@@ -190,14 +234,15 @@ def bench_suite(
 
 
 def run_variant(
-    bench: Bench, peer: PeerLlama | None, v: Variant, prompt: Prompt, toks, max_tokens: int
+    bench: Bench, peers: Mapping[str, Peer], v: Variant, prompt: Prompt, toks, max_tokens: int
 ) -> Result:
-    if v.method not in (PEER, PEER_PLAIN):
+    peer = peers.get(PEER_PLAINS.get(v.method, v.method))
+    if peer is None:
         return bench.generate(v.method, v.k, prompt, toks, max_tokens)
-    assert peer is not None
-    out, seconds = peer.generate(v.k, toks, token_budget(prompt, max_tokens))
-    stats = Stats(n_generated=max(len(out) - 1, 0), t_total=seconds)
-    return Result("", out, "stop", stats)
+    out, seconds, stats = peer.generate(v.method, v.k, toks, token_budget(prompt, max_tokens))
+    return Result(
+        "", out, "stop", Stats(n_generated=max(len(out) - 1, 0), t_total=seconds, **stats)
+    )
 
 
 def by_category(report: dict) -> dict[str, list[dict]]:
@@ -398,7 +443,8 @@ def add_bench_parser(sub) -> None:
         "--methods",
         default=None,
         help=f"comma-separated, from {', '.join(METHODS)} (default {DEFAULT_METHODS}; "
-        f"{PEER} on GGUF targets only)",
+        f"{PEER} on GGUF targets only; {GENAI_DRAFT} and {GENAI_NGRAM} on ONNX exports, "
+        "with edgespec[peers])",
     )
     p.add_argument("--k", default="4", help="draft lengths for fixed-k methods, e.g. 1,2,4,8")
     p.add_argument(

@@ -10,14 +10,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
-from edgespec.app.bench import Bench
+from edgespec.app.bench import PEER_PLAIN, Bench
 
 PEER_KS = (2, 10)  # the two num_pred_tokens its README recommends (CPU, GPU)
 
 
+class Peer(Protocol):
+    """Another runtime's decoding, run beside ours: its plain decoding and its methods."""
+
+    plain: str  # the method name of its own plain decoding, its methods' baseline
+
+    def generate(
+        self, method: str, k: int | None, toks: Sequence[int], budget: int
+    ) -> tuple[list[int], float, dict]:
+        """Greedy tokens, decode seconds (prefill excluded), and engine.Stats fields."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class PeerLlama:
     """llama-cpp-python's high-level Llama on the target's GGUF: one plain, one per draft k."""
+
+    plain = PEER_PLAIN
 
     def __init__(self, bench: Bench):
         from llama_cpp import Llama
@@ -54,10 +71,13 @@ class PeerLlama:
             self.with_draft[k] = self.open(k)
         return self.with_draft[k]
 
-    def generate(self, k: int | None, toks: Sequence[int], budget: int) -> tuple[list[int], float]:
-        """Greedy tokens (end of generation excluded) and seconds from the first token to the
-        last: the first token's prefill is not ours to time, as ours is not timed either."""
-        llm = self.llm(k)
+    def generate(
+        self, method: str, k: int | None, toks: Sequence[int], budget: int
+    ) -> tuple[list[int], float, dict]:
+        """Greedy tokens (end of generation excluded), seconds from the first token to the
+        last (the first token's prefill is not ours to time, as ours is not timed either), and
+        no statistics: it reports none."""
+        llm = self.llm(None if method == PEER_PLAIN else k)
         llm.reset()  # each request from an empty cache, as ours run
         out: list[int] = []
         t_first = t_end = 0.0
@@ -71,7 +91,7 @@ class PeerLlama:
             t_end = now
             if len(out) >= budget:
                 break
-        return out, t_end - t_first
+        return out, t_end - t_first, {}
 
     def close(self) -> None:
         for llm in (self.plain, *self.with_draft.values()):
