@@ -16,6 +16,8 @@
 #   peers  ~110 (edit 40, open 70; 4 runs a prompt)    server ~115 (edit 39, open 77; 4 modes)
 #                                                        + ~15 to build llama-server, once
 #   load   ~10 (5 configurations x 9 decodes of 48 tokens; collapses take longer)
+#   genai  ~80 on the EPYC (plain ~24 tok/s on ONNX Runtime): edit 22, open 35, code 20
+#          (not in the default STAGES: it needs edgespec[peers])
 # Results: $OUT/i15-*.json (tables on stdout).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,6 +62,9 @@ for stage in ${STAGES:-llama onnx peers server load}; do
         $ES export --format onnx --target "$TARGET" --draft "$DRAFT" --out "$BUNDLE"
       fi
       suites onnx --target "$BUNDLE" --methods plain,auto ;;
+    genai)  # onnxruntime-genai's draft-model and n-gram decoding on the bundle's own graphs
+      suites genai --target "$BUNDLE" \
+        --methods plain,auto,onnxruntime-genai-ngram,onnxruntime-genai-draft ;;
     peers)  # llama-cpp-python's prompt lookup (its README's num_pred_tokens 2 and 10)
       for suite in edit open; do
         $ES bench --target "$TARGET" --draft "$DRAFT" $COMMON $(suite_args $suite) \
