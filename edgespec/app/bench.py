@@ -224,7 +224,13 @@ def machine_info() -> dict:
     except OSError:
         pass
     versions = {}
-    for package in ("llama-cpp-python", "onnxruntime", "onnxruntime-gpu", "numpy"):
+    for package in (
+        "llama-cpp-python",
+        "onnxruntime",
+        "onnxruntime-gpu",
+        "onnxruntime-genai",
+        "numpy",
+    ):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
