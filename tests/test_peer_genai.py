@@ -149,6 +149,39 @@ def test_genai_methods_need_an_onnx_export_and_a_draft(onnx_pair, tiny_pair):
     assert str(e.value) == f"method {GENAI_DRAFT} needs a draft model: pass --draft"
 
 
+def test_genai_methods_refuse_the_gpu(onnx_pair):
+    """The peer sets no execution provider: on --device cuda it would time the CPU."""
+    from types import SimpleNamespace
+
+    from edgespec.app.bench_cli import check_peer_targets
+
+    pair = SimpleNamespace(
+        target_path=onnx_pair[0], draft_path=onnx_pair[1], options=SimpleNamespace(device="cuda")
+    )
+    with pytest.raises(EdgespecError) as e:
+        check_peer_targets(pair, plan_variants([GENAI_NGRAM], [2], [2]))
+    assert str(e.value) == (
+        f"method {GENAI_NGRAM} runs onnxruntime-genai on the CPU only here; drop it from "
+        "--methods or --device"
+    )
+
+
+def test_a_failed_start_leaves_no_files(onnx_pair, tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime_genai", reason="the peer needs edgespec[peers]")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "model.json").write_text((onnx_pair[0] / "model.json").read_text())
+    (broken / "model.onnx").write_bytes(b"not a graph")
+    with pytest.raises(EdgespecError) as e:
+        GenaiPeer(broken, None, [0], 64, 1)
+    assert str(e.value) == (
+        f"{broken / 'model.onnx'} is not a readable ONNX graph (DecodeError); "
+        "export the bundle again"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken"]
+
+
 def test_without_onnxruntime_genai_the_error_says_what_to_install(onnx_pair, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime_genai", None)  # import raises ImportError
     with pytest.raises(EdgespecError) as e:

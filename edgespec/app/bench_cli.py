@@ -178,6 +178,11 @@ def check_peer_targets(pair: ModelPair, variants: Sequence[Variant]) -> None:
                 f"method {v.method} runs onnxruntime-genai on an ONNX export, not "
                 f"{pair.target_path}; drop it from --methods"
             )
+        if PEER_PLAINS.get(v.method) == GENAI_PLAIN and pair.options.device != "cpu":
+            raise EdgespecError(
+                f"method {v.method} runs onnxruntime-genai on the CPU only here; drop it from "
+                "--methods or --device"
+            )
         if v.method == GENAI_DRAFT and pair.draft_path is None:
             raise EdgespecError(f"method {GENAI_DRAFT} needs a draft model: pass --draft")
 

@@ -45,7 +45,13 @@ def genai_graph(model_dir: Path, out_dir: Path) -> Path:
     import onnx
     from onnx import TensorProto, helper
 
-    model = onnx.load(str(model_dir / "model.onnx"), load_external_data=False)
+    try:
+        model = onnx.load(str(model_dir / "model.onnx"), load_external_data=False)
+    except Exception as e:  # protobuf's DecodeError, OSError, ...
+        raise EdgespecError(
+            f"{model_dir / 'model.onnx'} is not a readable ONNX graph ({type(e).__name__}); "
+            "export the bundle again"
+        ) from None
     graph = model.graph
     names = [i.name for i in graph.input]
     if not set(DERIVED_INPUTS) <= set(names):
@@ -152,14 +158,23 @@ class GenaiPeer:
         self.og = og
         self.eog_ids = set(eog_ids)
         self.work = Path(tempfile.mkdtemp(prefix="edgespec-genai-"))
+        try:
+            self.models = self.open_models(target_dir, draft_dir, n_ctx, threads)
+        except BaseException:
+            shutil.rmtree(self.work, ignore_errors=True)
+            raise
+
+    def open_models(self, target_dir: Path, draft_dir: Path | None, n_ctx: int, threads) -> dict:
+        """genai Models by method: one on the target alone, one with the draft model."""
         target_info = json.loads((target_dir / "model.json").read_text())
         genai_graph(target_dir, self.work / "graphs" / "target")
-        self.models = {GENAI_PLAIN: self.open("plain", target_info, None, n_ctx, threads)}
+        plain = self.open("plain", target_info, None, n_ctx, threads)
+        models = {GENAI_PLAIN: plain, GENAI_NGRAM: plain}
         if draft_dir is not None:
             genai_graph(draft_dir, self.work / "graphs" / "draft")
             draft_info = json.loads((draft_dir / "model.json").read_text())
-            self.models[GENAI_DRAFT] = self.open("draft", target_info, draft_info, n_ctx, threads)
-        self.models[GENAI_NGRAM] = self.models[GENAI_PLAIN]
+            models[GENAI_DRAFT] = self.open("draft", target_info, draft_info, n_ctx, threads)
+        return models
 
     def open(self, name: str, target: dict, draft: dict | None, n_ctx: int, threads):
         folder = self.work / name
