@@ -40,9 +40,16 @@ def onnx_pair(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def session(path: Path):
+    """A bare session, on the process's shared thread pool as edgespec's own sessions run
+    (ONNX Runtime refuses a pool of a session's own once that pool exists)."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    from edgespec.runtimes.onnxrt import use_shared_thread_pool
+
+    opts = ort.SessionOptions()
+    if use_shared_thread_pool(1):
+        opts.use_per_session_threads = False
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
 def empty_cache(s) -> dict[str, np.ndarray]:
