@@ -338,6 +338,13 @@ MUTANTS = (
         ("tests/test_peer_genai.py",),
     ),
     Mutant(
+        "departure-at-plains-end-ungapped",
+        "edgespec/app/bench.py",
+        "            if run.departure is not None:  # at len(ref.tokens)",
+        "            if run.departure is not None and run.departure < len(ref.tokens):  # at",
+        ("tests/test_bench.py",),
+    ),
+    Mutant(
         "calibration-unpaired",
         "edgespec/calibrate.py",
         "ratios[n].append(time_pass(runtime, n, rng) / one_token[-1])",

@@ -292,3 +292,22 @@ def test_bench_samples_only_with_a_seed_and_never_the_peer(capsys, tiny_pair):
         .err.strip()
         .endswith(f"method {PEER} is benchmarked greedy only; drop it or --temperature")
     )
+
+
+def test_an_answer_that_runs_past_plains_end_gets_the_gap_at_that_end(tiny_runtimes):
+    """Plain stopped where the other went on: the departure is at plain's last token, and its
+    top-two gap (end of generation against the other's token) says whether that was a tie."""
+    from types import SimpleNamespace
+
+    from edgespec.app.bench import Bench, top2_gap
+    from edgespec.engine import Result, Stats
+
+    target, _ = tiny_runtimes
+    toks = target.tokenize("def add(a, b):", special=True)
+    plain = Result("", [5, 17, 42], "stop", Stats(n_generated=3))
+    longer = Result("", [5, 17, 42, 99], "length", Stats(n_generated=4))
+    bench = SimpleNamespace(target=target, near_tie=1e9)
+    run = Bench.compare(bench, prompt("a-1", "x"), toks, longer, plain)  # type: ignore[arg-type]
+    assert (run.identical, run.departure) == (False, 3)
+    assert run.departure_gap == top2_gap(target, toks + [5, 17, 42])
+    assert run.near_tie is True

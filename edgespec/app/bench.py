@@ -358,7 +358,7 @@ class Bench:
         if ref is not None:
             run.departure = first_departure(ref.tokens, result.tokens)
             run.identical = run.departure is None
-            if run.departure is not None and run.departure < len(ref.tokens):
+            if run.departure is not None:  # at len(ref.tokens): plain ended, the other went on
                 run.departure_gap = top2_gap(self.target, toks + ref.tokens[: run.departure])
                 run.near_tie = run.departure_gap < self.near_tie
         return run
