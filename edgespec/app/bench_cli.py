@@ -170,15 +170,14 @@ def check_peer_targets(pair: ModelPair, variants: Sequence[Variant]) -> None:
                 f"method {PEER} runs llama-cpp-python on a GGUF target, not {pair.target_path}; "
                 "drop it from --methods"
             )
-        if (
-            PEER_PLAINS.get(v.method) == GENAI_PLAIN
-            and not (pair.target_path / "model.json").is_file()
-        ):
+        if PEER_PLAINS.get(v.method) != GENAI_PLAIN:
+            continue
+        if not (pair.target_path / "model.json").is_file():
             raise EdgespecError(
                 f"method {v.method} runs onnxruntime-genai on an ONNX export, not "
                 f"{pair.target_path}; drop it from --methods"
             )
-        if PEER_PLAINS.get(v.method) == GENAI_PLAIN and pair.options.device != "cpu":
+        if pair.options.device != "cpu":
             raise EdgespecError(
                 f"method {v.method} runs onnxruntime-genai on the CPU only here; drop it from "
                 "--methods or --device"

@@ -18,9 +18,8 @@ PEER_KS = (2, 10)  # the two num_pred_tokens its README recommends (CPU, GPU)
 
 
 class Peer(Protocol):
-    """Another runtime's decoding, run beside ours: its plain decoding and its methods."""
-
-    plain: str  # the method name of its own plain decoding, its methods' baseline
+    """Another runtime's decoding, run beside ours: its plain decoding and its methods
+    (bench.PEER_PLAINS names each method's plain decoding)."""
 
     def generate(
         self, method: str, k: int | None, toks: Sequence[int], budget: int
@@ -33,8 +32,6 @@ class Peer(Protocol):
 
 class PeerLlama:
     """llama-cpp-python's high-level Llama on the target's GGUF: one plain, one per draft k."""
-
-    plain = PEER_PLAIN
 
     def __init__(self, bench: Bench):
         from llama_cpp import Llama

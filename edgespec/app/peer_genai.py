@@ -145,8 +145,6 @@ class GenaiPeer:
     """onnxruntime-genai on the pair's ONNX graphs: one model for plain and n-gram decoding,
     one with the draft model for draft decoding (a configured draft is always used)."""
 
-    plain = GENAI_PLAIN
-
     def __init__(self, target_dir: Path, draft_dir: Path | None, eog_ids, n_ctx: int, threads):
         try:
             import onnxruntime_genai as og
