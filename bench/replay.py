@@ -26,22 +26,28 @@ import argparse
 import json
 import statistics
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
+import edgespec.drafters.model as model_module
+import edgespec.engine as engine_module
 from edgespec.app.bench import machine_info, token_budget
 from edgespec.app.suites import load_suite
+from edgespec.calibrate import cost_curve
 from edgespec.chat import chat_tokens
 from edgespec.controller import CostCurve, FixedPolicy, Policy
 from edgespec.drafters.base import Drafter
+from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.loader import SpecOptions, make_policy
 from edgespec.pair import open_pair
 from edgespec.runtimes import RuntimeOptions
-from edgespec.runtimes.base import VocabInfo
+from edgespec.runtimes.base import Runtime, VocabInfo
 from edgespec.sampling import SamplingParams
 
 CURVES_FILE = Path(__file__).with_name("replay_curves.json")
@@ -51,10 +57,17 @@ DEFAULT_CURVES = ("llama-cpu", "onnx-cpu", "gpu-assumed")
 # --- recording ------------------------------------------------------------------------------
 
 
-def record(target: str, suites: dict[str, int], threads: int | None, limit: int | None) -> dict:
+def record(
+    target: str,
+    suites: dict[str, int],
+    threads: int | None,
+    limit: int | None,
+    draft: str | None = None,
+) -> dict:
     """Plain greedy decoding of the suites' prompts (the first `limit` of each): prompt and
-    output token ids."""
-    pair = open_pair(target, None, RuntimeOptions(n_ctx=4096, n_threads=threads))
+    output token ids; with a draft model (given, or a bundle's), what it predicts at every
+    output position and the pair's cost curve, so replay can draft with it."""
+    pair = open_pair(target, draft, RuntimeOptions(n_ctx=4096, n_threads=threads))
     decoder = SpeculativeDecoder(pair.target, [], FixedPolicy(None, 0))
     eog = sorted(pair.target.vocab_info().eog_ids)
     cases = []
@@ -63,18 +76,47 @@ def record(target: str, suites: dict[str, int], threads: int | None, limit: int 
             tokens = chat_tokens(pair.target, prompt.messages)
             result = decoder.generate(tokens, max_tokens=token_budget(prompt, max_tokens))
             ended = [eog[0]] if result.finish_reason == "stop" else []
-            cases.append(
-                {
-                    "suite": suite,
-                    "id": prompt.id,
-                    "category": prompt.category,
-                    "prompt": tokens,
-                    "output": result.tokens + ended,  # the stop token too, where one came
-                    "eog": eog[0],
-                }
-            )
+            case = {
+                "suite": suite,
+                "id": prompt.id,
+                "category": prompt.category,
+                "prompt": tokens,
+                "output": result.tokens + ended,  # the stop token too, where one came
+                "eog": eog[0],
+            }
+            if pair.draft is not None:
+                case["draft"], case["draft_p"] = teacher_forced(pair.draft, tokens, case["output"])
+            cases.append(case)
             print(f"{suite}/{prompt.id}: {len(result.tokens)} tokens", flush=True)
-    return {"target": str(target), "machine": machine_info(), "cases": cases}
+    out: dict[str, object] = {"target": str(target), "machine": machine_info(), "cases": cases}
+    if pair.draft is not None:
+        curve = cost_curve(pair, n_max=17)
+        out["draft_path"] = str(pair.draft_path)
+        out["curve"] = [round(r, 4) for r in curve.ratios()]
+        out["draft_ratio"] = round(curve.draft_s / curve.target_s[0], 4)
+    return out
+
+
+def teacher_forced(
+    draft: Runtime, prompt: Sequence[int], output: Sequence[int], chunk: int = 64
+) -> tuple[list[int], list[float]]:
+    """The draft model's greedy token and its probability at each output position, given the
+    prompt and the recorded output before it. Greedy verification keeps a draft token only
+    when every one before it matched the output, so these decide every draft the model would
+    make on this output, whatever its length (later tokens of a draft that went wrong are
+    never kept)."""
+    draft.reset()
+    draft.forward(prompt[:-1], last_only=True)
+    context = [prompt[-1], *output[:-1]]
+    tokens: list[int] = []
+    probs: list[float] = []
+    for i in range(0, len(context), chunk):
+        logits = draft.forward(context[i : i + chunk]).astype(np.float64)
+        top = logits.max(axis=1, keepdims=True)
+        tokens += logits.argmax(axis=1).tolist()
+        probs += (1.0 / np.exp(logits - top).sum(axis=1)).round(4).tolist()
+    draft.reset()
+    return tokens, probs
 
 
 # --- the replay target ----------------------------------------------------------------------
@@ -87,13 +129,24 @@ class ReplayTarget:
     hundred logits, not the model's 150k; id 0 is the end-of-generation token.
     """
 
-    def __init__(self, prompt: Sequence[int], output: Sequence[int], eog: int) -> None:
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        output: Sequence[int],
+        eog: int,
+        draft: Sequence[int] = (),
+        draft_p: Sequence[float] = (),
+    ) -> None:
         ids: dict[int, int] = {eog: 0}
         dense = [ids.setdefault(t, len(ids)) for t in [*prompt, *output]]
         self.prompt = dense[: len(prompt)]
         self.output = dense[len(prompt) :]
         self.sequence = dense
+        self.draft = [ids.setdefault(t, len(ids)) for t in draft]  # in the same numbering
+        self.draft_p = list(draft_p)  # the draft model's probability of each of its tokens
         self.n_vocab = len(ids)
+        self.clock: Clock | None = None  # charged a pass's price, where set
+        self.last_pass = 0.0  # what the clock charged for the last pass
         self.n_ctx = len(dense) + 64
         self.cache: list[int] = []
         self.passes: list[int] = []  # width of every pass after the prompt's
@@ -105,6 +158,8 @@ class ReplayTarget:
     def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
         if self.cache:  # the prompt's pass is everyone's: left out of the charge
             self.passes.append(len(tokens))
+        if self.clock is not None:
+            self.last_pass = self.clock.charge(len(tokens))
         rows = np.zeros((len(tokens), self.n_vocab), dtype=np.float32)
         for i, token in enumerate(tokens):
             self.cache.append(int(token))
@@ -128,32 +183,119 @@ class ReplayTarget:
         return VocabInfo(self.n_vocab, "replay", None, 0, frozenset({0}), "replay")
 
 
+class Clock:
+    """Virtual seconds, in one-token target passes: each pass of either model advances it by
+    what the curve says a pass of its width costs (the draft model's scaled by its price),
+    times the host's noise. The engine and the model drafter read it as their perf_counter,
+    so the policy learns the costs the curve sets, the draft model's included."""
+
+    def __init__(self, ratios: Sequence[float], noise: Bursts) -> None:
+        self.ratios, self.noise = ratios, noise
+        self.now = 0.0
+        self.running = False  # off while the request's prompt is prefilled
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def charge(self, width: int, scale: float = 1.0) -> float:
+        """Advance by a pass of `width` tokens at `scale` times the target's price; return it."""
+        if not self.running:
+            return 0.0
+        seconds = scale * price(self.ratios, width) * self.noise.factor()
+        self.now += seconds
+        return seconds
+
+
+@contextmanager
+def virtual_time(clock: Clock) -> Iterator[None]:
+    """The engine and the model drafter time themselves by `clock` meanwhile."""
+    shim = SimpleNamespace(perf_counter=clock.perf_counter)
+    saved = engine_module.time, model_module.time
+    engine_module.time = model_module.time = shim  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        engine_module.time, model_module.time = saved
+
+
+class ReplayDraft(ReplayTarget):
+    """The draft model as recorded: at each output position its greedy token given the
+    recorded output before it, whatever its cache holds after that (a draft that went wrong
+    is not kept past its first wrong token, so what follows it never matters). Its passes
+    cost `ratio` times the target's of the same width."""
+
+    def __init__(self, target: ReplayTarget, clock: Clock, ratio: float) -> None:
+        self.n_prompt = len(target.prompt)
+        self.predictions, self.probs = target.draft, target.draft_p
+        self.n_vocab, self.n_ctx = target.n_vocab, target.n_ctx
+        self.draft_clock, self.ratio = clock, ratio
+        self.cache: list[int] = []
+
+    def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+        """Rows whose argmax is the recorded token and whose softmax gives it the recorded
+        probability (where one was recorded)."""
+        self.draft_clock.charge(len(tokens), self.ratio)
+        rows = np.zeros((len(tokens), self.n_vocab), dtype=np.float32)
+        for i, token in enumerate(tokens):
+            self.cache.append(int(token))
+            at = len(self.cache) - self.n_prompt  # the output position it predicts
+            if not 0 <= at < len(self.predictions):
+                rows[i, 0] = 1.0
+                continue
+            p = min(max(self.probs[at], 1e-4), 1 - 1e-6) if at < len(self.probs) else 0.5
+            rows[i, self.predictions[at]] = np.log(p / (1 - p) * (self.n_vocab - 1))
+        return rows[-1:] if last_only else rows
+
+
 class OraclePolicy:
-    """Prompt lookup with foresight: each step drafts the k that gets the most tokens per
-    unit of cost from what it knows will be accepted (the step's best, not the request's).
-    The reference a controller's choices are measured against."""
+    """Each step drafts with the drafter and k that get the most tokens per unit of cost
+    from what it knows will be accepted (the step's best, not the request's: it does not
+    weigh what leaving the draft model behind costs later). The reference a controller's
+    choices are measured against."""
 
     def __init__(self, target: ReplayTarget, ratios: Sequence[float], k_max: int) -> None:
         self.target, self.ratios, self.k_max = target, ratios, k_max
-        self.drafter: Drafter | None = None
+        self.drafters: Sequence[Drafter] = ()
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
-        self.drafter = drafters[0]
-
-    def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
-        assert self.drafter is not None
-        offer = self.drafter.offer(context)
-        k_max = min(offer.available, self.k_max)
-        if not k_max:
-            return None, 0
-        draft = self.drafter.propose(context, k_max, sp).tokens.tolist()
-        coming = self.target.sequence[len(context) : len(context) + k_max]
-        right = next((i for i, (a, b) in enumerate(zip(draft, coming)) if a != b), len(coming))
-        k = max(range(k_max + 1), key=lambda k: (min(k, right) + 1) / price(self.ratios, k + 1))
-        return (self.drafter, k) if k else (None, 0)
+        self.drafters = drafters
+        self.prefill = True
 
     def to_sync(self, context: Sequence[int]) -> list[Drafter]:
-        return []
+        """The draft model, with the prompt (as the controller does); later, it catches up
+        in the proposal that needs it, priced there."""
+        due, self.prefill = self.prefill, False
+        return [d for d in self.drafters if isinstance(d, ModelDrafter)] if due else []
+
+    def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
+        best: tuple[float, Drafter | None, int] = (1.0, None, 0)  # plain: a token a pass
+        for drafter in self.drafters:
+            k_max = min(drafter.offer(context).available, self.k_max)
+            if not k_max:
+                continue
+            draft, first, each = self.foresee(drafter, context, k_max, sp)
+            coming = self.target.sequence[len(context) : len(context) + k_max]
+            right = next((i for i, (a, b) in enumerate(zip(draft, coming)) if a != b), len(coming))
+            for k in range(1, k_max + 1):
+                cost = first + (k - 1) * each + price(self.ratios, k + 1)
+                rate = (min(k, right) + 1) / cost
+                if rate > best[0]:
+                    best = (rate, drafter, k)
+        return best[1], best[2]
+
+    def foresee(
+        self, drafter: Drafter, context: Sequence[int], k: int, sp: SamplingParams
+    ) -> tuple[list[int], float, float]:
+        """The k tokens drafter would propose, what its first and each further token cost:
+        prompt lookup's are free; the draft model's are recorded, its first forwards what it
+        is behind on."""
+        if isinstance(drafter, ModelDrafter):
+            assert isinstance(drafter.runtime, ReplayDraft)
+            at = len(context) - drafter.runtime.n_prompt
+            ratio = drafter.runtime.ratio
+            first = ratio * price(self.ratios, max(1, drafter.behind(context)))
+            return self.target.draft[at : at + k], first, ratio
+        return drafter.propose(context, k, sp).tokens.tolist(), 0.0, 0.0
 
     def observe(self, *args) -> None:
         pass
@@ -182,57 +324,89 @@ class Bursts:
         return sum(price(ratios, n) * self.factor() for n in widths)
 
 
-class Charged:
-    """The policy under test, told that each pass took what the curve says, times the host's
-    noise (the loop's wall times here are microseconds, and the policy would learn its curve
-    from them)."""
+class Timed:
+    """The policy under test (or the oracle), with the clock started once the prompt is in:
+    the request's first to_sync is its prefill's (the draft model's prompt, beside the
+    target's), left out of the charge as the target's prompt pass is."""
 
-    def __init__(self, policy: Policy, ratios: Sequence[float], noise: Bursts) -> None:
-        self.policy, self.ratios, self.noise = policy, ratios, noise
+    def __init__(self, policy: Policy, clock: Clock, target: ReplayTarget) -> None:
+        self.policy, self.clock, self.target = policy, clock, target
+        self.syncs = 0  # to_sync calls this request
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
+        self.clock.running, self.syncs = False, 0
         self.policy.begin(drafters)
 
     def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
+        self.clock.running = True
         return self.policy.plan(context, sp)
 
     def to_sync(self, context: Sequence[int]) -> list[Drafter]:
+        self.clock.running, self.syncs = self.syncs > 0, self.syncs + 1
         return self.policy.to_sync(context)
 
     def observe(
-        self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
+        self,
+        drafter: Drafter | None,
+        k: int,
+        n_accepted: int,
+        t_draft: float,
+        t_verify: float,
+        unsure_end: bool = False,
     ) -> None:
-        seconds = price(self.ratios, k + 1) * self.noise.factor()
-        self.policy.observe(drafter, k, n_accepted, 0.0, seconds)
+        # the verify pass's charge itself: the clock's difference is off in its last bits,
+        # and the controller's ties then break differently from run to run of a change
+        self.policy.observe(drafter, k, n_accepted, t_draft, self.target.last_pass, unsure_end)
 
 
 def replay_case(
     case: dict,
     ratios: Sequence[float],
     spec: SpecOptions,
-    oracle: bool = False,
+    policy_name: str = "auto",
     noise: tuple[float, float] = (0.0, 1.0),
     believed: Sequence[float] | None = None,
+    draft_ratio: float | None = None,
+    confidence: float = 0.0,
 ) -> dict:
     """One recorded case under the controller (or the oracle) on a curve: its cost against
     plain decoding's, both under the same noise bursts (rate, slow). `believed`: the curve
     the controller starts from where it differs from the one passes are charged by (a
-    calibration's error)."""
-    target = ReplayTarget(case["prompt"], case["output"], case["eog"])
-    drafters: list[Drafter] = [NgramDrafter(max_ngram=spec.max_ngram)]
+    calibration's error). draft_ratio: the draft model's token in target tokens, to draft
+    with the recorded draft model too (None: prompt lookup alone)."""
+    uses_model = draft_ratio is not None and "draft" in case
+    target = ReplayTarget(
+        case["prompt"],
+        case["output"],
+        case["eog"],
+        case["draft"] if uses_model else (),
+        case.get("draft_p", ()) if uses_model else (),
+    )
     seed = zlib.crc32(case["id"].encode())
+    clock = Clock(ratios, Bursts(*noise, seed))
+    target.clock = clock
+    drafters: list[Drafter] = []
+    if uses_model:
+        assert draft_ratio is not None
+        runtime = ReplayDraft(target, clock, draft_ratio)
+        drafters.append(ModelDrafter(runtime, token_s=draft_ratio, confidence=confidence))
+    drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
     policy: Policy
-    if oracle:
+    if policy_name == "oracle":
         policy = OraclePolicy(target, ratios, spec.k_max)
-    else:
-        adaptive = make_policy(spec, drafters, CostCurve(list(believed or ratios)))
-        policy = Charged(adaptive, ratios, Bursts(*noise, seed))
-    decoder = SpeculativeDecoder(target, drafters, policy)  # type: ignore[arg-type]
-    result = decoder.generate(target.prompt, max_tokens=len(target.output), sp=SamplingParams())
+    elif policy_name == "auto":
+        curve = CostCurve(list(believed or ratios), draft_s=draft_ratio or 0.0)
+        policy = make_policy(spec, drafters, curve)
+    else:  # DRAFTER=K: that drafter, k tokens every step
+        name, k = parse_fixed(policy_name)
+        policy = FixedPolicy(name, k)
+    decoder = SpeculativeDecoder(target, drafters, Timed(policy, clock, target))  # type: ignore[arg-type]
+    with virtual_time(clock):
+        result = decoder.generate(target.prompt, max_tokens=len(target.output), sp=SamplingParams())
     emitted = result.tokens + ([0] if result.finish_reason == "stop" else [])
     if emitted != target.output:
         raise AssertionError(f"{case['id']}: the replay departed from the recording")
-    cost = Bursts(*noise, seed).charge(ratios, target.passes)  # the bursts Charged met
+    cost = clock.now
     # one one-token pass per token, the stop token's included
     plain = Bursts(*noise, seed).charge(ratios, [1] * len(target.output))
     stats = result.stats
@@ -248,6 +422,7 @@ def replay_case(
         "n_draft_tokens": stats.n_draft_tokens,
         "n_accepted": stats.n_accepted,
         "wasted_passes": round(sum(price(ratios, n) - 1 for n in target.passes if n > 1), 2),
+        "model_steps": stats.steps_by_drafter.get("model", 0),
     }
 
 
@@ -276,6 +451,7 @@ def summarise(rows: list[dict]) -> dict:
             "worst_category": min(by_category.items(), key=lambda kv: kv[1]),
             "worst_prompt": (worst["id"], worst["speedup"]),
             "drafts": sum(r["n_drafts"] for r in mine),
+            "model_steps": sum(r["model_steps"] for r in mine),
             "acceptance": round(sum(r["n_accepted"] for r in mine) / drafted, 3) if drafted else 0,
             "by_category": by_category,
         }
@@ -284,24 +460,34 @@ def summarise(rows: list[dict]) -> dict:
 
 def print_table(curve: str, summary: dict) -> None:
     print(f"\ncurve {curve}")
-    print("| suite | prompts | speedup | worst category | worst prompt | drafts | acceptance |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| suite | prompts | speedup | worst category | worst prompt | drafts | model steps "
+        "| acceptance |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for suite, s in summary.items():
         (wc, wcs), (wp, wps) = s["worst_category"], s["worst_prompt"]
         print(
             f"| {suite} | {s['prompts']} | {s['speedup']:.3f}x | {wc} {wcs:.3f}x | "
-            f"{wp} {wps:.3f}x | {s['drafts']} | {s['acceptance']:.2f} |"
+            f"{wp} {wps:.3f}x | {s['drafts']} | {s['model_steps']} | {s['acceptance']:.2f} |"
         )
 
 
-def load_curves(names: Sequence[str]) -> dict[str, list[float]]:
-    """Named curves of replay_curves.json, or NAME=R1,R2,... given inline (t(n)/t(1) for
-    n = 1, 2, ...: a GPU kit run's curve_ratio, say)."""
+def load_curves(
+    names: Sequence[str], recorded: list[float] | None = None
+) -> dict[str, list[float]]:
+    """Named curves of replay_curves.json, "recorded" (the recording's own calibration), or
+    NAME=R1,R2,... given inline (t(n)/t(1) for n = 1, 2, ...: a GPU kit run's curve_ratio,
+    say)."""
     known = json.loads(CURVES_FILE.read_text())
     curves = {}
     for name in names:
         name, _, inline = name.partition("=")
-        if inline:
+        if name == "recorded" and not inline:
+            if recorded is None:
+                raise SystemExit("curve recorded: this recording has no calibration")
+            curves[name] = recorded
+        elif inline:
             ratios = [float(r) for r in inline.split(",")]
             if len(ratios) < 2 or ratios[0] != 1.0 or min(ratios) <= 0:
                 raise SystemExit(f"curve {name}: give t(n)/t(1) for n = 1, 2, ..., from 1.0")
@@ -311,6 +497,14 @@ def load_curves(names: Sequence[str]) -> dict[str, list[float]]:
         else:
             raise SystemExit(f"unknown curve {name!r}: {CURVES_FILE} has {', '.join(known)}")
     return curves
+
+
+def parse_fixed(text: str) -> tuple[str, int]:
+    """ "model=1" -> ("model", 1): one drafter at a fixed k, every step."""
+    name, _, k = text.partition("=")
+    if name not in ("model", "ngram") or not k.isdigit() or int(k) < 1:
+        raise SystemExit(f"--policies {text}: give auto, oracle, model=K or ngram=K (K >= 1)")
+    return name, int(k)
 
 
 def parse_noise(text: str) -> tuple[float, float]:
@@ -340,6 +534,9 @@ def main() -> None:
     sub = ap.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="plain greedy decoding of suites, token ids saved")
     rec.add_argument("--target", required=True)
+    rec.add_argument(
+        "--draft", help="a draft model to record predictions of (default: a bundle's own)"
+    )
     rec.add_argument("--suites", default="edit=256,open,chat,code")
     rec.add_argument("--threads", type=int)
     rec.add_argument("--limit", type=int, help="the first N prompts of each suite")
@@ -354,6 +551,12 @@ def main() -> None:
     )
     rep.add_argument("--k-max", type=int, default=16)
     rep.add_argument(
+        "--policies",
+        default="auto,oracle",
+        help="comma-separated: auto (the controller), oracle (foresight: drafts only what it "
+        "knows is kept), model=K or ngram=K (that drafter, K tokens every step)",
+    )
+    rep.add_argument(
         "--noise",
         default="0,1",
         help="RATE,SLOW: each pass starts a burst of 5-29 passes at SLOW x with probability "
@@ -364,28 +567,61 @@ def main() -> None:
         help="the curve the controller starts from (a name or NAME=1,R2,...), while passes "
         "are charged by --curve: what a calibration's error costs (default: the charged one)",
     )
+    rep.add_argument(
+        "--draft-ratio",
+        type=float,
+        help="what a draft-model token costs in one-token target passes (default: the "
+        "recording's calibration, where it recorded a draft model)",
+    )
+    rep.add_argument(
+        "--confidence",
+        type=float,
+        default=0.0,
+        help="the draft model drafts on while it gives each token at least this probability "
+        "(ModelDrafter's confidence; default 0: the k the policy asks for)",
+    )
+    rep.add_argument(
+        "--no-draft", action="store_true", help="prompt lookup alone, draft model recorded or not"
+    )
     rep.add_argument("--json")
     args = ap.parse_args()
     if args.command == "record":
-        data = record(args.target, parse_suites(args.suites), args.threads, args.limit)
+        data = record(args.target, parse_suites(args.suites), args.threads, args.limit, args.draft)
         Path(args.out).write_text(json.dumps(data))
         return
     recording = json.loads(Path(args.record).read_text())
     spec = SpecOptions("ngram", None, args.k_max)
     noise = parse_noise(args.noise)
-    believed = [*load_curves([args.believed]).values()][0] if args.believed else None
+    recorded = recording.get("curve")
+    believed = [*load_curves([args.believed], recorded).values()][0] if args.believed else None
+    draft_ratio = None if args.no_draft else (args.draft_ratio or recording.get("draft_ratio"))
+    if draft_ratio is not None and not all("draft" in case for case in recording["cases"]):
+        raise SystemExit(
+            f"{args.record} holds no draft model's predictions: record with a bundle or "
+            "--draft, or replay with --no-draft"
+        )
     report = {
         "record": args.record,
         "k_max": args.k_max,
         "noise": noise,
         "believed": believed,
+        "draft_ratio": draft_ratio,
+        "confidence": args.confidence,
         "curves": {},
     }
-    for name, ratios in load_curves(args.curve or DEFAULT_CURVES).items():
-        for policy in ("auto", "oracle"):
+    policies = args.policies.split(",")
+    for policy in policies:
+        if policy not in ("auto", "oracle") and parse_fixed(policy)[0] == "model":
+            if draft_ratio is None:
+                raise SystemExit(f"--policies {policy}: replay with a draft model's recording")
+    default = (["recorded"] if recorded else []) + list(DEFAULT_CURVES)
+    for name, ratios in load_curves(args.curve or default, recorded).items():
+        for policy in policies:
             cases = recording["cases"]
             rows = [
-                replay_case(case, ratios, spec, policy == "oracle", noise, believed)
+                replay_case(
+                    case, ratios, spec, policy, noise, believed, draft_ratio, args.confidence
+                )
                 for case in cases
             ]
             summary = summarise(rows)

@@ -9,7 +9,7 @@ only through the Drafter protocol: any drafter is chosen, priced and observed al
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from edgespec.drafters.base import Acceptance, Drafter, Offer
@@ -31,9 +31,16 @@ class Policy(Protocol):
         ...
 
     def observe(
-        self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
+        self,
+        drafter: Drafter | None,
+        k: int,
+        n_accepted: int,
+        t_draft: float,
+        t_verify: float,
+        unsure_end: bool = False,
     ) -> None:
-        """What the step cost and how many of the k drafted tokens the target kept."""
+        """What the step cost and how many of the k drafted tokens the target kept;
+        unsure_end: the drafter was not sure of the last (Draft.unsure_end)."""
         ...
 
 
@@ -68,7 +75,13 @@ class FixedPolicy:
         return [self.drafter] if due and self.drafter is not None and self.k else []
 
     def observe(
-        self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
+        self,
+        drafter: Drafter | None,
+        k: int,
+        n_accepted: int,
+        t_draft: float,
+        t_verify: float,
+        unsure_end: bool = False,
     ) -> None:
         pass
 
@@ -136,6 +149,14 @@ class Option:
     alphas: Sequence[float]  # acceptance per draft position, as many as it can propose
     token_s: float  # seconds per drafted token
     catch_up_s: float = 0.0  # forwarding what it missed while idle, before drafting
+    # for a drafter that ends its draft at a token it is unsure of (ModelDrafter's confidence):
+    # how often it is sure at each position, so goes on, and what a sure token's acceptance
+    # is there (alphas: any token's); () = it drafts every token asked for
+    continues: Sequence[float] = ()
+    alphas_sure: Sequence[float] = ()
+    # seconds per emitted token that other drafters, left behind by this step, will spend
+    # catching up on it later (AdaptivePolicy.left_behind_s)
+    leaves_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -145,20 +166,46 @@ class Choice:
     tokens_per_second: float
 
 
-def best_choice(curve: CostCurve, options: Sequence[Option], k_max: int) -> Choice:
-    """The drafter and k that maximise expected tokens / expected seconds; k = 0 is plain.
+def best_choice(
+    curve: CostCurve, options: Sequence[Option], k_max: int, plain_leaves_s: float = 0.0
+) -> Choice:
+    """The drafter and k that maximise expected tokens / expected seconds; k = 0 is plain,
+    its token charged plain_leaves_s for the drafters it leaves behind.
 
     A pure function of the cost curve and the priced options (unit-tested on its own); on a
     tie the earlier option wins.
     """
-    best = Choice(None, 0, 1.0 / curve.target(1))
+    best = Choice(None, 0, 1.0 / (curve.target(1) + plain_leaves_s))
     for option in options:
-        for k in range(1, min(k_max, len(option.alphas)) + 1):
-            seconds = option.catch_up_s + k * option.token_s + curve.target(k + 1)
-            rate = expected_tokens(option.alphas[:k]) / seconds
+        for k, rate in enumerate(draft_rates(curve, option, k_max), start=1):
             if rate > best.tokens_per_second:
                 best = Choice(option.drafter, k, rate)
     return best
+
+
+def draft_rates(curve: CostCurve, option: Option, k_max: int) -> list[float]:
+    """Expected tokens per second of a step asking option's drafter for k = 1, 2, ... tokens.
+
+    A drafter that ends its draft at a token it is unsure of reaches position j if it was
+    sure at every position before (reach_j: the product of `continues`), and emits token j
+    if every token before it, all sure, and token j itself are accepted; the step costs what
+    a draft of the length it ends at costs. With continues all 1 (and alphas_sure = alphas):
+    expected_tokens(alphas[:k]) for catch_up + k * token_s + target(k + 1) seconds.
+    """
+    n = min(k_max, len(option.alphas))
+    goes_on = list(option.continues[:n]) + [1.0] * (n - len(option.continues))
+    sure = list(option.alphas_sure[:n]) or list(option.alphas[:n])
+    rates = []
+    tokens, reach, kept = 1.0, 1.0, 1.0  # kept: every token before position k accepted
+    ended = option.catch_up_s  # expected seconds of the drafts that ended before position k
+    for k in range(1, n + 1):
+        tokens += reach * kept * option.alphas[k - 1]
+        cost = k * option.token_s + curve.target(k + 1)  # a draft of exactly k tokens
+        rates.append(tokens / (ended + reach * cost + tokens * option.leaves_s))
+        ended += reach * (1.0 - goes_on[k - 1]) * cost
+        reach *= goes_on[k - 1]
+        kept *= sure[k - 1]
+    return rates
 
 
 # Right tokens that judge a shadow: after 1, a single chance match (one word of a short
@@ -270,15 +317,35 @@ class AdaptivePolicy:
         for e in self.estimates:
             self.judge_shadow(e, context)
             e.offer = e.drafter.offer(context)
+        live = [e for e in self.estimates if self.in_use(e)]
+        for e in self.estimates:
             if e.offer.available > 0:
-                options.append(self.option(e, e.offer.available))
-        choice = best_choice(self.curve, options, self.k_max)
+                leaves = self.left_behind_s([other for other in live if other is not e])
+                options.append(replace(self.option(e, e.offer.available), leaves_s=leaves))
+        choice = best_choice(self.curve, options, self.k_max, self.left_behind_s(live))
         self.chosen_rate = choice.tokens_per_second
         self.probing = None
         if choice.k == 0:
             choice = self.probe()
         self.cast_shadows(len(context), choice.drafter)
         return choice.drafter, choice.k
+
+    def in_use(self, e: Estimate) -> bool:
+        """A priced drafter in step (a drafted step's re-forwarding behind it at most) that
+        beats plain decoding there: one a step of another kind leaves behind."""
+        if e.free or e.offer.behind > 2 or e.offer.available == 0:
+            return False
+        in_step = replace(self.option(e, e.offer.available), catch_up_s=0.0)
+        return best_choice(self.curve, [in_step], self.k_max).drafter is e.drafter
+
+    def left_behind_s(self, drafters: Sequence[Estimate]) -> float:
+        """Seconds per token a step not drafted by these drafters costs them later: each
+        catches up on it in its next forward pass, at the slope of its cost curve (without
+        this, prompt lookup's one-token guesses, a plain step each, left a draft model
+        further behind every step until catching up priced it out for the rest of the
+        request: bench/replay.py)."""
+        slope = (self.curve.target(4) - self.curve.target(2)) / (2 * self.curve.target(1))
+        return sum(e.token_s for e in drafters) * max(slope, 0.0)
 
     def judge_shadow(self, e: Estimate, context: Sequence[int]) -> None:
         """Learn from e's pending shadow draft once the emitted tokens decide it."""
@@ -298,10 +365,18 @@ class AdaptivePolicy:
             elif e.shadow is None and e.offer.preview:
                 e.shadow = Shadow(at, e.offer.preview[: self.k_max], e.offer.key)
 
-    def option(self, e: Estimate, available: int) -> Option:
+    def option(self, e: Estimate, available: int, offer: Offer | None = None) -> Option:
+        """e's drafter priced for its offer at the last plan (or `offer`), catch-up included."""
+        offer = offer or e.offer
         n = min(available, self.k_max)
-        alphas = e.acceptance.alphas(e.offer.key, n)
-        return Option(e.drafter, alphas, e.token_s, self.catch_up_cost(e.token_s, e.offer.behind))
+        return Option(
+            e.drafter,
+            e.acceptance.alphas(offer.key, n),
+            e.token_s,
+            self.catch_up_cost(e.token_s, offer.behind),
+            e.acceptance.continues(offer.key, n),
+            e.acceptance.alphas_sure(offer.key, n),
+        )
 
     def to_sync(self, context: Sequence[int]) -> list[Drafter]:
         """Priced drafters to bring into step now, each in one batched pass, where in step they
@@ -321,8 +396,7 @@ class AdaptivePolicy:
                 continue
             if not prefill and self.catch_up_cost(e.token_s, offer.behind) > self.curve.target(1):
                 continue
-            n = min(offer.available, self.k_max)
-            in_step = Option(e.drafter, e.acceptance.alphas(offer.key, n), e.token_s)
+            in_step = replace(self.option(e, offer.available, offer), catch_up_s=0.0)
             if best_choice(self.curve, [in_step], self.k_max).tokens_per_second > self.chosen_rate:
                 due.append(e.drafter)
         return due
@@ -363,7 +437,13 @@ class AdaptivePolicy:
         return Choice(None, 0, 0.0)
 
     def observe(
-        self, drafter: Drafter | None, k: int, n_accepted: int, t_draft: float, t_verify: float
+        self,
+        drafter: Drafter | None,
+        k: int,
+        n_accepted: int,
+        t_draft: float,
+        t_verify: float,
+        unsure_end: bool = False,
     ) -> None:
         scale = self.curve.observe_target(k + 1, t_verify)
         for e in self.estimates:
@@ -376,7 +456,7 @@ class AdaptivePolicy:
         e.idle = 0
         if e.learns_cost:
             e.token_s += self.curve.smoothing * (t_draft / k - e.token_s)
-        e.acceptance.observe(e.offer.key, k, n_accepted)
+        e.acceptance.observe(e.offer.key, k, n_accepted, unsure_end)
         if self.probing is drafter:  # back off when probes keep failing to pay
             paid = n_accepted == k
             e.interval = e.base_interval if paid else min(2 * e.interval, self.max_probe_every)

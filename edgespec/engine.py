@@ -318,7 +318,8 @@ class SpeculativeDecoder:
         drafted = drafter if k else None
         if drafted:
             drafted.accept(verdict.n_accepted)
-        self.policy.observe(drafted, k, verdict.n_accepted, t1 - t0 - draft.t_catch_up, t2 - t1)
+        t_draft = t1 - t0 - draft.t_catch_up
+        self.policy.observe(drafted, k, verdict.n_accepted, t_draft, t2 - t1, draft.unsure_end)
         stats.record(drafted.name if drafted else None, k, verdict.n_accepted)
         stats.t_draft += t1 - t_sync
         stats.t_verify += t2 - t1

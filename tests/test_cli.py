@@ -200,6 +200,21 @@ def test_k_rules_live_in_spec_options():
     assert SpecOptions("auto").adaptive and not SpecOptions("none").adaptive
 
 
+def test_the_draft_confidence_ends_drafts_only_where_k_is_chosen_per_step(tiny_pair):
+    from edgespec.drafters import ModelDrafter
+    from edgespec.loader import SpecOptions, make_drafters
+    from edgespec.pair import open_pair
+
+    pair = open_pair(*tiny_pair)
+
+    def confidence(spec):
+        return next(d for d in make_drafters(spec, pair, None) if isinstance(d, ModelDrafter))
+
+    assert confidence(SpecOptions("auto")).confidence == 0.7  # the default
+    assert confidence(SpecOptions("auto", draft_confidence=0.4)).confidence == 0.4
+    assert confidence(SpecOptions("model", k=4, draft_confidence=0.4)).confidence == 0.0
+
+
 def test_the_help_states_the_k_rule_and_what_a_target_may_be(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])

@@ -264,7 +264,7 @@ class RandomSplitPolicy:
     def to_sync(self, context):
         return []
 
-    def observe(self, drafter, k, n_accepted, t_draft, t_verify):
+    def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False):
         pass
 
 

@@ -205,6 +205,10 @@ def test_threads_beyond_the_cores_are_cut_with_a_warning(tmp_path, models):
                               "(up to 8)"),
         (["--k-max", "-3"], "--k-max must be >= 1, got -3"),
         (["--k", "-1", "--drafter", "model"], "--k must be >= 0, got -1"),
+        (["--draft-confidence", "1"], "--draft-confidence must be in [0, 1) (0: drafts of the "
+                                      "k asked for), got 1.0"),
+        (["--draft-confidence", "nan"], "--draft-confidence must be in [0, 1) (0: drafts of "
+                                        "the k asked for), got nan"),
         (["--n-ctx", "0"], "--n-ctx must be >= 1, got 0"),
         (["--max-tokens", "-5"], "max_tokens must be >= 1, got -5"),
         (["--temperature", "nan"], "temperature must be in [0.0, inf], got nan; use 0 for "

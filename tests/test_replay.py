@@ -6,10 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgespec.chat import chat_tokens
 from edgespec.loader import SpecOptions
 from tests.bench_scripts import load_bench_script
 
 FLAT = [1.0] * 17
+# ONNX Runtime's demo bundle on the 2-core AVX-512 Xeon: t(n) / t(1), n = 1..17
+XEON_ONNX = [1.0, 1.14, 1.42, 1.54, 1.79, 1.94, 2.17, 2.3, 2.54, 2.71, 3.01, 3.08, 3.35, 3.42,
+             3.64, 3.85, 4.21]  # fmt: skip
 SPEC = SpecOptions("ngram", None, 16)
 
 
@@ -51,7 +55,7 @@ def test_a_copied_passage_is_drafted_and_charged_by_the_curve():
     # 121 tokens in 9 passes: the first copied token plain (no match yet), 7 x (16 drafted
     # + 1), the stop token; the oracle, which knows what is accepted, does no better
     assert (flat["tokens"], flat["cost"], flat["n_accepted"]) == (121, 9.0, 112)
-    assert replay.replay_case(recorded, FLAT, SPEC, oracle=True)["cost"] == 9.0
+    assert replay.replay_case(recorded, FLAT, SPEC, "oracle")["cost"] == 9.0
     # the policy learns its curve from what each pass was charged, not the loop's microseconds
     cpu_like = replay.replay_case(recorded, [1 + 0.3 * n for n in range(17)], SPEC)
     assert cpu_like["n_accepted"] >= 100 and cpu_like["speedup"] > 2.0
@@ -115,3 +119,92 @@ def test_bad_noise_and_suite_options_are_refused_with_the_form_to_use():
     for bad in ("edit=lots", "edit=0"):
         with pytest.raises(SystemExit, match=f"--suites {bad}: give SUITE or SUITE=MAX_TOKENS"):
             replay.parse_suites(bad)
+
+
+# --- the draft model, as recorded -----------------------------------------------------------
+
+
+def unrepeated(n: int, seed: int = 0) -> list[int]:
+    """n distinct tokens: text prompt lookup finds nothing in."""
+    return [int(t) for t in np.random.default_rng(seed).permutation(5000)[:n] + 1000]
+
+
+def drafted_case(output: list[int], draft: list[int]) -> dict:
+    recorded = case([7, 8, 9], output)
+    recorded["draft"] = draft + [recorded["eog"]]  # at the stop token's position: the stop
+    return recorded
+
+
+def test_the_draft_model_proposes_its_recorded_token_at_each_output_position():
+    replay = load_module()
+    target = replay.ReplayTarget([50, 60], [70, 80, 999], eog=999, draft=[70, 55, 999])
+    assert target.draft == [3, 5, 0]  # numbered with the target's ids; 55 is new
+    clock = replay.Clock([1.0, 1.5, 2.0], replay.Bursts(0.0, 1.0, seed=0))
+    draft = replay.ReplayDraft(target, clock, ratio=0.25)
+    assert draft.forward([1], last_only=True).argmax(axis=1).tolist() == [0]  # inside the prompt
+    clock.running = True
+    assert draft.forward([2, 3]).argmax(axis=1).tolist() == [3, 5]  # at outputs 0 and 1
+    assert clock.now == 0.25 * 1.5  # a 2-token pass at a quarter of the target's price
+    draft.rollback(2)
+    assert draft.forward([2, 9, 9], last_only=True).argmax(axis=1).tolist() == [0]
+
+
+def test_a_perfect_draft_model_at_k_1_halves_the_passes_and_pays_its_price():
+    replay = load_module()
+    output = unrepeated(30)
+    perfect = drafted_case(output, output)
+    row = replay.replay_case(perfect, FLAT, SPEC, "model=1", draft_ratio=0.5)
+    # 31 tokens (the stop's too): 15 steps of a drafted token and the target's next (each a
+    # draft pass at 0.5 and a verify pass at 1), then the last token plainly (no room)
+    assert (row["tokens"], row["n_accepted"], row["model_steps"]) == (31, 15, 15)
+    assert row["cost"] == 15 * 1.5 + 1
+    wrong = drafted_case(output, [t + 1 for t in output])  # never the target's token
+    row = replay.replay_case(wrong, FLAT, SPEC, "model=1", draft_ratio=0.5)
+    assert (row["n_accepted"], row["cost"]) == (0, 30 * 1.5 + 1)
+
+
+def test_the_controller_drafts_with_a_good_draft_model_and_drops_a_bad_one():
+    replay = load_module()
+    output = unrepeated(120)
+    cpu = XEON_ONNX
+    good = drafted_case(output, output)
+    auto = replay.replay_case(good, cpu, SPEC, "auto", draft_ratio=0.34)
+    # k grows as its drafts are kept: 120 tokens in under 30 steps
+    assert auto["n_accepted"] > 90 and auto["model_steps"] < 30 and auto["speedup"] > 1.5
+    oracle = replay.replay_case(good, cpu, SPEC, "oracle", draft_ratio=0.34)
+    assert oracle["speedup"] >= auto["speedup"]  # it knows every draft will be kept
+    bad = drafted_case(output, [t + 1 for t in output])
+    auto = replay.replay_case(bad, cpu, SPEC, "auto", draft_ratio=0.34)
+    assert auto["n_drafts"] <= 5 and auto["speedup"] > 0.98  # it stops drafting
+    assert replay.replay_case(bad, cpu, SPEC, "oracle", draft_ratio=0.34)["speedup"] == 1.0
+    # without draft_ratio the recording's draft is ignored: prompt lookup alone
+    alone = replay.replay_case(good, cpu, SPEC, "auto")
+    assert (alone["model_steps"], alone["speedup"]) == (0, 1.0)
+
+
+def test_fixed_policies_are_named_drafter_and_k():
+    replay = load_module()
+    assert replay.parse_fixed("model=2") == ("model", 2)
+    for bad in ("model", "model=0", "lookup=2", "ngram=x"):
+        with pytest.raises(SystemExit, match=f"--policies {bad}: give auto, oracle, model=K"):
+            replay.parse_fixed(bad)
+
+
+def test_teacher_forced_predictions_of_a_real_model_on_its_own_output_are_that_output(
+    tiny_runtimes,
+):
+    """A model's greedy token at each position of its own greedy output is that output's
+    next token: the recording's predictions come from the real draft runtime, row for row."""
+    replay = load_module()
+    _, draft = tiny_runtimes
+    prompt = chat_tokens(draft, [{"role": "user", "content": "the theme of the week"}])
+    draft.reset()
+    logits = draft.forward(prompt, last_only=True)[-1]
+    own = []
+    for _ in range(70):  # more than one 64-token chunk
+        own.append(int(np.argmax(logits)))
+        logits = draft.forward([own[-1]], last_only=True)[-1]
+    tokens, probs = replay.teacher_forced(draft, prompt, own)
+    assert tokens == own
+    assert len(probs) == 70 and all(0.0 < p <= 1.0 for p in probs)
+    assert draft.n_past == 0  # left reset

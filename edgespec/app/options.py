@@ -52,6 +52,13 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
         "'auto' (default): chosen per step (0 = plain), up to --k-max",
     )
     p.add_argument("--k-max", type=int, default=16, help="longest draft --k auto tries")
+    p.add_argument(
+        "--draft-confidence",
+        type=float,
+        default=SpecOptions.draft_confidence,
+        help="--k auto, greedy: a draft model's draft ends at its first token it gives less "
+        "than this probability (default %(default)s; 0: off)",
+    )
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -88,7 +95,9 @@ def spec_options(args: argparse.Namespace) -> SpecOptions:
             k = int(args.k)
         except ValueError:
             raise EdgespecError(f"--k must be a whole number or 'auto', got {args.k!r}") from None
-    return SpecOptions(drafter=args.drafter, k=k, k_max=args.k_max)
+    return SpecOptions(
+        drafter=args.drafter, k=k, k_max=args.k_max, draft_confidence=args.draft_confidence
+    )
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:

@@ -28,6 +28,8 @@ class Draft:
     # drafted under the Gumbel-max coupling (the request's position-keyed noise; q unused):
     # verified by equality with the target's own Gumbel-max token (verify.verify_gumbel)
     gumbel: bool = False
+    # the drafter was not sure of its last token and stopped there (ModelDrafter's confidence)
+    unsure_end: bool = False
 
     @staticmethod
     def empty() -> Draft:
@@ -54,8 +56,19 @@ class Acceptance(Protocol):
         """Acceptance probability at draft positions 1..n, each given all before it passed."""
         ...
 
-    def observe(self, key: int, k: int, n_accepted: int) -> None:
-        """The target kept n_accepted of k tokens drafted under `key`."""
+    def alphas_sure(self, key: int, n: int) -> list[float]:
+        """Acceptance at positions 1..n of a token the drafter was sure of (one it drafted
+        on from); the same as alphas for a drafter that always drafts the k asked."""
+        ...
+
+    def continues(self, key: int, n: int) -> list[float]:
+        """Probability the drafter is sure of its token at position 1..n, so goes on past it,
+        given it got there (1.0 for a drafter that always drafts the k asked)."""
+        ...
+
+    def observe(self, key: int, k: int, n_accepted: int, unsure_end: bool = False) -> None:
+        """The target kept n_accepted of k tokens drafted under `key`; unsure_end: the
+        drafter was not sure of the last (Draft.unsure_end)."""
         ...
 
 

@@ -29,14 +29,24 @@ class ModelDrafter:
         token_s: float | None = None,
         seed: int | None = None,
         keep_cache: bool = False,
+        confidence: float = 0.0,
     ) -> None:
         """token_s: seconds per drafted token as calibrated (calibrate.cost_curve's draft_s).
         keep_cache: a new request keeps the draft's KV cache (prompt-cache reuse, as the
         engine's reuse_cache): the first proposal forwards only what follows the common
-        prefix of the new context and what the cache holds."""
+        prefix of the new context and what the cache holds.
+        confidence > 0: a greedy draft ends with its first token the draft model gives less
+        than this probability (Draft.unsure_end), before the k asked for, which is then a
+        cap. Unsure tokens are mostly rejected, and every token after a rejected one is,
+        while sure ones are mostly kept (docs/benchmarks.md); the policy learns how often
+        drafts go on and what sure and unsure tokens keep (ByPosition), and prices longer
+        caps by it."""
+        if not 0.0 <= confidence < 1.0:
+            raise ValueError(f"confidence must be in [0, 1), got {confidence}")
         self.runtime = runtime
         self.token_s = token_s
         self.keep_cache = keep_cache
+        self.confidence = confidence
         self.rng = np.random.default_rng(seed)
         self.cached: list[int] = []  # tokens in the draft runtime's KV cache
 
@@ -60,9 +70,11 @@ class ModelDrafter:
 
     def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
         room = self.runtime.n_ctx - len(context)
+        gated = self.confidence > 0 and sp.greedy
         k = min(k, room)
         if k <= 0:
             return Draft.empty()
+        unsure = False
         t0 = time.perf_counter()
         keep = common_prefix_len(self.cached, context)
         logits = self.catch_up(context, keep)  # [V]
@@ -84,10 +96,13 @@ class ModelDrafter:
                 dist = token_dist(logits, sp)
                 q[i] = dist.dense(len(logits))
                 tokens[i] = dist.sample(self.rng)
-            if i + 1 < k:
-                logits = self.runtime.forward([int(tokens[i])])[-1]
-        self.cached.extend(int(t) for t in tokens[:-1])
-        return Draft(tokens, q, t_catch_up, gumbel)
+            unsure = gated and top_probability(logits) < self.confidence
+            if unsure or i + 1 == k:
+                k = i + 1  # an unsure token is the draft's last
+                break
+            logits = self.runtime.forward([int(tokens[i])])[-1]
+        self.cached.extend(int(t) for t in tokens[: k - 1])
+        return Draft(tokens[:k], None if q is None else q[:k], t_catch_up, gumbel, unsure)
 
     def accept(self, n_accepted: int) -> None:
         pass
@@ -117,6 +132,11 @@ class ModelDrafter:
         logits = self.runtime.forward(context[keep:], last_only=True)[-1]
         self.cached = list(context)
         return logits
+
+
+def top_probability(logits: np.ndarray) -> float:
+    """The softmax probability of the most likely token (one pass over the vocabulary)."""
+    return float(1.0 / np.exp(logits - logits.max()).sum())
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

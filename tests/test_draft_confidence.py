@@ -1,0 +1,90 @@
+"""ModelDrafter's confidence: a greedy draft runs while the draft model is sure of each token
+and ends with its first unsure one, on a real llama.cpp model; output stays the target's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgespec.chat import chat_tokens
+from edgespec.controller import FixedPolicy
+from edgespec.drafters import ModelDrafter
+from edgespec.drafters.model import top_probability
+from edgespec.engine import SpeculativeDecoder
+from edgespec.sampling import SamplingParams
+
+GREEDY = SamplingParams()
+
+
+def prompt_of(runtime, text: str) -> list[int]:
+    return chat_tokens(runtime, [{"role": "user", "content": text}])
+
+
+def greedy_chain(draft, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
+    """The draft model's own greedy continuation and its probability of each token."""
+    draft.reset()
+    logits = draft.forward(prompt, last_only=True)[-1]
+    tokens, probs = [], []
+    for _ in range(n):
+        tokens.append(int(np.argmax(logits)))
+        probs.append(top_probability(logits))
+        logits = draft.forward([tokens[-1]], last_only=True)[-1]
+    draft.reset()
+    return tokens, probs
+
+
+def test_top_probability_is_the_softmax_of_the_largest_logit():
+    logits = np.array([2.0, 0.5, -1.0, 2.0 - np.log(3.0)], dtype=np.float32)
+    e = np.exp(logits.astype(np.float64))
+    assert top_probability(logits) == pytest.approx(e[0] / e.sum(), rel=1e-6)
+
+
+def test_a_draft_ends_with_its_first_unsure_token_before_the_k_asked(tiny_runtimes):
+    _, draft = tiny_runtimes
+    prompt = prompt_of(draft, "the theme of the week, in the ether")
+    chain, probs = greedy_chain(draft, prompt, 16)
+    # a threshold between the chain's probabilities, so the gate stops inside it
+    confidence = float(np.median(probs))
+    unsure = next(i for i, p in enumerate(probs) if p < confidence)
+    for k in (unsure + 1, 16):
+        drafter = ModelDrafter(draft, confidence=confidence)
+        drafter.reset(np.random.default_rng(0))
+        got = drafter.propose(prompt, k, GREEDY)
+        assert got.tokens.tolist() == chain[: unsure + 1]  # the unsure token is the last
+        # the cache holds the prompt and every drafted token but the last (never forwarded)
+        assert draft.n_past == len(prompt) + unsure
+        assert drafter.cached == prompt + chain[:unsure]
+    sure = ModelDrafter(draft, confidence=min(probs) / 2)
+    sure.reset(np.random.default_rng(0))
+    assert sure.propose(prompt, 5, GREEDY).tokens.tolist() == chain[:5]  # k is the cap
+    assert sure.propose(prompt, 0, GREEDY).tokens.tolist() == []  # k = 0 stays a plain step
+
+
+def test_sampled_drafts_keep_the_k_asked_for(tiny_runtimes):
+    _, draft = tiny_runtimes
+    prompt = prompt_of(draft, "the theme of the week, in the ether")
+    drafter = ModelDrafter(draft, confidence=0.99)
+    drafter.reset(np.random.default_rng(0))
+    sampled = SamplingParams(temperature=0.8, sampler="rejection")
+    got = drafter.propose(prompt, 3, sampled)
+    assert len(got.tokens) == 3 and got.q is not None and got.q.shape[0] == 3
+
+
+def test_confidence_outside_0_1_is_refused(tiny_runtimes):
+    _, draft = tiny_runtimes
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=f"confidence must be in \\[0, 1\\), got {bad}"):
+            ModelDrafter(draft, confidence=bad)
+
+
+def test_output_with_confident_drafts_is_plain_decodings(tiny_runtimes):
+    target, draft = tiny_runtimes
+    prompt = prompt_of(target, "the theme of the week, in the ether")
+    plain = SpeculativeDecoder(target, [], FixedPolicy(None, 0)).generate(prompt, max_tokens=60)
+    _, probs = greedy_chain(draft, prompt, 16)
+    drafter = ModelDrafter(draft, confidence=float(np.median(probs)))
+    spec = SpeculativeDecoder(target, [drafter], FixedPolicy("model", 8))
+    result = spec.generate(prompt, max_tokens=60)
+    assert result.tokens == plain.tokens
+    stats = result.stats  # drafts of every length from 1 to 8 tokens, none longer
+    assert stats.n_drafts < stats.n_draft_tokens < 8 * stats.n_drafts
