@@ -22,7 +22,8 @@ matmul off, on from 8 rows (its default), forced at every width), threads=N, exa
 llama.cpp's flash attention splits over the KV cache from 512 cells on.
 ONNX keys: accuracy=0|1|2|3|4 (MatMulNBits accuracy_level, rewritten into a copy of the
 graph that shares the weights file), pad=N (OnnxRuntime pad_to_width), min=N (OnnxRuntime
-min_width: one-token passes padded to N rows), threads=N, exact=1.
+min_width: one-token passes padded to N rows), multiple=N (OnnxRuntime row_multiple: every
+pass padded to a multiple of N rows), threads=N, exact=1.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ def open_model(path: Path, config: dict[str, int], n_ctx: int, scratch: Path):
         if "accuracy" in config:
             folder = with_accuracy_level(path, config["accuracy"], scratch)
         return OnnxRuntime(folder, n_ctx=n_ctx, n_threads=threads, pad_to_width=config.get("pad"),
-                           min_width=config.get("min", 1))  # fmt: skip
+                           min_width=config.get("min", 1),
+                           row_multiple=config.get("multiple", 1))  # fmt: skip
     from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
     fa, tiled = config.get("fa"), config.get("tiled")

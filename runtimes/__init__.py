@@ -66,10 +66,12 @@ class RuntimeOptions:
 # (its one-chunk kernel serves 2..63 rows), and one-token passes padded to two (alone, from
 # 512 cached tokens on, a token takes flash attention's split-KV kernel)
 EXACT_LLAMA: dict = {"repack": False, "tiled": False, "flash_attn": True, "min_width": 2}
-# ONNX Runtime's CPU kernels do the same once one-token passes are padded to two rows: MLAS
-# has one-row paths (MatMulNBits' M=1 kernels) that sum in another order than its GEMMs, which
-# serve every width from 2 on (measured 0 at widths 2-9 and 17, docs/exactness.md)
-EXACT_ONNX: dict = {"min_width": 2}
+# ONNX Runtime's CPU kernels do the same once every pass is padded to an even number of rows:
+# MLAS has one-row paths (MatMulNBits' M=1 kernels) that sum in another order than its GEMMs,
+# and on AVX-512 its int8 GEMM takes rows in pairs, the odd one out by the one-row path (an
+# AVX2 EPYC: 0 at widths 2-9 and 17 with one-token passes padded alone; an AVX-512 Xeon: odd
+# widths moved by up to 0.46 until every width was padded: docs/exactness.md)
+EXACT_ONNX: dict = {"min_width": 2, "row_multiple": 2}
 
 
 def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> Runtime:

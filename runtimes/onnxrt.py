@@ -162,6 +162,7 @@ class OnnxRuntime:
         max_graph_width: int = MAX_GRAPH_WIDTH,
         pad_to_width: int | None = None,
         min_width: int = 1,
+        row_multiple: int = 1,
         spinning: bool | None = None,
         force_spinning_stop: bool = False,
     ) -> None:
@@ -177,7 +178,9 @@ class OnnxRuntime:
         them against plain passes.
         min_width: pad narrower steps (one-token decode steps) to this many tokens, so that
         they take the same kernels as verify passes (MLAS has a one-row path); the cache
-        keeps room for the padding rows."""
+        keeps room for the padding rows.
+        row_multiple: pad every step to a multiple of this many tokens (MLAS's AVX-512 int8
+        kernels take rows in pairs and the odd one out by another path)."""
         import onnxruntime as ort
 
         self.ort = ort
@@ -186,10 +189,11 @@ class OnnxRuntime:
         self.model_file = self.path / self.info.get("model_file", "model.onnx")
         self.n_vocab = int(self.info["n_vocab"])
         self.min_width = max(1, min_width)
-        room = self.min_width - 1  # cache rows past n_ctx that only padding rows fill
+        self.row_multiple = max(1, row_multiple)
+        room = max(self.min_width, self.row_multiple) - 1  # rows past n_ctx only padding fills
         self.n_ctx = self.context_size(n_ctx + room) - room
         if self.n_ctx < 1:
-            raise EdgespecError(f"min_width {min_width} leaves no context")
+            raise EdgespecError(f"min_width {min_width} or row_multiple leaves no context")
         self.cache_len = self.n_ctx + room
         self.n_batch = max(1, min(n_batch, self.n_ctx))
         self.n_past = 0
@@ -340,7 +344,8 @@ class OnnxRuntime:
         w = self.pad_to_width
         if 1 < n < w and self.n_past + w <= self.cache_len:
             return w
-        return max(n, self.min_width)
+        n = max(n, self.min_width)
+        return n + -n % self.row_multiple
 
     def rollback(self, n_past: int) -> None:
         if not 0 <= n_past <= self.n_past:

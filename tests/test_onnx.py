@@ -388,6 +388,22 @@ def test_padding_rows_have_room_at_the_end_of_the_context(exported):
     assert np.abs(padded.forward(TOKENS[-1:]) - plain_rt.forward(TOKENS[-1:])).max() < 1e-5
 
 
+def test_exact_pads_every_pass_to_an_even_number_of_rows(exported):
+    """MLAS's AVX-512 int8 GEMM takes rows in pairs and the odd one out by its one-row path
+    (the demo models moved by up to 0.79 at odd widths on an AVX-512 Xeon, docs/exactness.md):
+    --exact pads every pass to even rows, and the padding row of a pass ending at n_ctx fits."""
+    from edgespec.runtimes import EXACT_ONNX
+
+    n_ctx = len(TOKENS)
+    exact = OnnxRuntime(exported, n_ctx=n_ctx, **EXACT_ONNX)
+    assert [exact.padded_width(n) for n in range(1, 10)] == [2, 2, 4, 4, 6, 6, 8, 8, 10]
+    plain_rt = OnnxRuntime(exported, n_ctx=n_ctx)
+    assert exact.n_ctx == n_ctx
+    exact.forward(TOKENS[:-3])
+    plain_rt.forward(TOKENS[:-3])
+    assert np.abs(exact.forward(TOKENS[-3:]) - plain_rt.forward(TOKENS[-3:])).max() < 1e-5
+
+
 # --- vocabulary ------------------------------------------------------------------------------
 
 
