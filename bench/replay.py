@@ -10,14 +10,27 @@ curve, with no timing noise: a controller change shows its effect to the step, o
 steep curve and on a GPU's flat one alike. Replayed output must equal the recording, which
 checks the replay itself.
 
-What it leaves out: the draft model (its proposals were not recorded) and the loop's own
-time; `edgespec bench` measures those. A real machine's noise is modelled only as bursts of
-slow passes (--noise), met alike by plain decoding, `auto` and the oracle.
+With a draft model (a bundle's, or --draft), `record` also saves its greedy token and the
+probability it gave it at every output position, given the recorded output before it
+(teacher-forced), and the pair's cost curve and draft price. Greedy verification keeps a
+draft token only when every one before it matched the output, so these decide every draft
+the model would make; `replay` then drafts with the real ModelDrafter over them, its passes
+charged at the draft price, and `calibration` tables its acceptance by probability and
+position. Both models' passes advance a virtual clock that the engine reads as its timer.
+
+What it leaves out: the loop's own time (`edgespec bench` measures it) and, after a draft
+model's wrong token, the probabilities of the tokens it drafts on from there (never kept;
+only where a draft ends depends on them). A real machine's noise is modelled only as bursts
+of slow passes (--noise), met alike by plain decoding, `auto` and the oracle.
 
     python bench/replay.py record --target demo-target.gguf --suites edit=256,open,chat,code \
         --limit 40 --out rec.json
+    python bench/replay.py record --target ~/.cache/edgespec/demo-onnx --suites open --out r.json
     python bench/replay.py replay --record rec.json [--curve llama-cpu] \
         [--curve my-gpu=1,1.01,1.03,...] [--believed llama-cpu] [--k-max 32] [--json out.json]
+    python bench/replay.py replay --record r.json --curve recorded \
+        --policies auto,oracle,model=1 [--confidence 0.7] [--no-draft]
+    python bench/replay.py calibration --record r.json
 """
 
 from __future__ import annotations
@@ -473,6 +486,44 @@ def print_table(curve: str, summary: dict) -> None:
         )
 
 
+def draft_calibration(recording: dict, depth: int = 8) -> dict:
+    """Per suite, from a recording with a draft model: how often its token is the target's,
+    by the probability it gave the token (tenths), and at draft position 1..depth given
+    every token before it was (a draft started at every output position)."""
+    out: dict[str, dict] = {}
+    for case in recording["cases"]:
+        empty = {"by_p": [[0, 0] for _ in range(10)], "by_pos": [[0, 0] for _ in range(depth)]}
+        suite = out.setdefault(case["suite"], empty)
+        right = [d == t for d, t in zip(case["draft"], case["output"])]
+        for ok, p in zip(right, case["draft_p"]):
+            bucket = suite["by_p"][min(int(p * 10), 9)]
+            bucket[0], bucket[1] = bucket[0] + ok, bucket[1] + 1
+        for start in range(len(right)):
+            for i, ok in enumerate(right[start : start + depth]):
+                at = suite["by_pos"][i]
+                at[0], at[1] = at[0] + ok, at[1] + 1
+                if not ok:
+                    break
+    return out
+
+
+def print_calibration(calibration: dict) -> None:
+    print("\ndraft model's token kept, by the probability it gave it (share of tokens)")
+    print("| suite | " + " | ".join(f"{p / 10:.1f}-" for p in range(10)) + " |")
+    print("|---" * 11 + "|")
+    for suite, c in calibration.items():
+        total = sum(n for _, n in c["by_p"]) or 1
+        cells = [f"{k / n:.2f} ({n / total:.0%})" if n else "-" for k, n in c["by_p"]]
+        print(f"| {suite} | " + " | ".join(cells) + " |")
+    print("\ndraft model's token kept at draft position i, every token before it kept")
+    depth = len(next(iter(calibration.values()))["by_pos"]) if calibration else 0
+    print("| suite | " + " | ".join(str(i + 1) for i in range(depth)) + " |")
+    print("|---" * (depth + 1) + "|")
+    for suite, c in calibration.items():
+        cells = [f"{k / n:.3f}" if n else "-" for k, n in c["by_pos"]]
+        print(f"| {suite} | " + " | ".join(cells) + " |")
+
+
 def load_curves(
     names: Sequence[str], recorded: list[float] | None = None
 ) -> dict[str, list[float]]:
@@ -497,6 +548,14 @@ def load_curves(
         else:
             raise SystemExit(f"unknown curve {name!r}: {CURVES_FILE} has {', '.join(known)}")
     return curves
+
+
+def confidence_for(policy: str, given: float | None) -> float:
+    """The draft model's confidence under `policy`: given, else edgespec's own (the
+    controller's; a fixed k is drafted whole)."""
+    if given is not None:
+        return given
+    return SpecOptions().draft_confidence if policy == "auto" else 0.0
 
 
 def parse_fixed(text: str) -> tuple[str, int]:
@@ -541,6 +600,11 @@ def main() -> None:
     rec.add_argument("--threads", type=int)
     rec.add_argument("--limit", type=int, help="the first N prompts of each suite")
     rec.add_argument("--out", required=True)
+    cal = sub.add_parser(
+        "calibration", help="a recorded draft model's acceptance by its probability and position"
+    )
+    cal.add_argument("--record", required=True)
+    cal.add_argument("--json")
     rep = sub.add_parser("replay", help="the controller over a recording, on cost curves")
     rep.add_argument("--record", required=True)
     rep.add_argument(
@@ -576,9 +640,9 @@ def main() -> None:
     rep.add_argument(
         "--confidence",
         type=float,
-        default=0.0,
-        help="the draft model drafts on while it gives each token at least this probability "
-        "(ModelDrafter's confidence; default 0: the k the policy asks for)",
+        help="the draft model ends a draft at its first token it gives less than this "
+        "probability (default: as edgespec does, SpecOptions.draft_confidence for auto, 0 for "
+        "a fixed k and the oracle)",
     )
     rep.add_argument(
         "--no-draft", action="store_true", help="prompt lookup alone, draft model recorded or not"
@@ -590,6 +654,14 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(data))
         return
     recording = json.loads(Path(args.record).read_text())
+    if args.command == "calibration":
+        if not all("draft" in case for case in recording["cases"]):
+            raise SystemExit(f"{args.record} holds no draft model's predictions")
+        calibration = draft_calibration(recording)
+        print_calibration(calibration)
+        if args.json:
+            Path(args.json).write_text(json.dumps(calibration, indent=1))
+        return
     spec = SpecOptions("ngram", None, args.k_max)
     noise = parse_noise(args.noise)
     recorded = recording.get("curve")
@@ -620,7 +692,14 @@ def main() -> None:
             cases = recording["cases"]
             rows = [
                 replay_case(
-                    case, ratios, spec, policy, noise, believed, draft_ratio, args.confidence
+                    case,
+                    ratios,
+                    spec,
+                    policy,
+                    noise,
+                    believed,
+                    draft_ratio,
+                    confidence_for(policy, args.confidence),
                 )
                 for case in cases
             ]

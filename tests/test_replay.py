@@ -208,3 +208,23 @@ def test_teacher_forced_predictions_of_a_real_model_on_its_own_output_are_that_o
     assert tokens == own
     assert len(probs) == 70 and all(0.0 < p <= 1.0 for p in probs)
     assert draft.n_past == 0  # left reset
+
+
+def test_the_calibration_tables_acceptance_by_probability_and_by_position():
+    replay = load_module()
+    recorded = case([7, 8], [10, 11, 12, 13], stop=False)
+    recorded.update(draft=[10, 99, 12, 13], draft_p=[0.95, 0.35, 0.91, 0.5])
+    table = replay.draft_calibration({"cases": [recorded]}, depth=3)["s"]
+    assert table["by_p"][9] == [2, 2] and table["by_p"][3] == [0, 1] and table["by_p"][5] == [1, 1]
+    # drafts from each position: 10 ok, 99 wrong | 99 wrong | 12 ok, 13 ok | 13 ok
+    assert table["by_pos"] == [[3, 4], [1, 2], [0, 0]]
+
+
+def test_recorded_curves_and_confidence_follow_the_recording_and_edgespec():
+    replay = load_module()
+    assert replay.load_curves(["recorded"], [1.0, 1.2]) == {"recorded": [1.0, 1.2]}
+    with pytest.raises(SystemExit, match="curve recorded: this recording has no calibration"):
+        replay.load_curves(["recorded"])
+    assert replay.confidence_for("auto", None) == SpecOptions().draft_confidence
+    assert replay.confidence_for("model=4", None) == replay.confidence_for("oracle", None) == 0
+    assert replay.confidence_for("model=4", 0.5) == 0.5
