@@ -337,6 +337,29 @@ def test_a_third_drafter_is_priced_by_its_own_cost_and_catch_up():
         assert policy.plan([1, 2, 3], SP) == ((cheap, plan) if plan else (None, 0))
 
 
+def test_a_step_that_leaves_the_draft_model_in_use_behind_is_charged_its_catch_up():
+    """A free one-token guess kept 40% of the time beats a draft model kept 75% by a hair,
+    but each step without the draft model costs it a catch-up later (0.35 x the curve's
+    slope, 0.2, per token): with that charged, the draft model stays in use."""
+    curve = CostCurve([1.0, 1.14, 1.42, 1.54, 1.79])
+    draft_model = model(token_s=0.35)
+    lookup = ScriptedDrafter(FakeRuntime(), None, token_s=0.0, name="lookup")
+    policy = AdaptivePolicy(curve, k_max=4)
+    policy.begin([draft_model, lookup])
+    policy.estimate(draft_model).acceptance = ByPosition(prior=0.75)
+    policy.estimate(lookup).acceptance = ByPosition(prior=0.4)
+    assert policy.plan([1, 2, 3], SP) == (draft_model, 1)
+    assert policy.chosen_rate == pytest.approx(1.75 / (0.35 + 1.14))
+    assert policy.left_behind_s([policy.estimate(draft_model)]) == pytest.approx(0.35 * 0.2)
+    # uncharged, the guess wins: 1.4 / 1.14 > 1.75 / 1.49
+    options = [policy.option(policy.estimate(d), 4) for d in (draft_model, lookup)]
+    assert best_choice(curve, options, 4).drafter is lookup
+    # a draft model far behind is not in use: nothing to charge
+    draft_model.behind = 40
+    policy.plan([1, 2, 3], SP)
+    assert not policy.in_use(policy.estimate(draft_model))
+
+
 def test_prices_outlive_a_request_and_acceptance_does_not():
     curve = CostCurve([1.0] * 9)
     oracle = Oracle(FakeRuntime(n_vocab=16), wrong_at=None, token_s=0.5)
