@@ -313,15 +313,16 @@ class AdaptivePolicy:
         return next(e for e in self.estimates if e.drafter is drafter)
 
     def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
-        options = []
         for e in self.estimates:
             self.judge_shadow(e, context)
             e.offer = e.drafter.offer(context)
-        live = [e for e in self.estimates if self.in_use(e)]
-        for e in self.estimates:
-            if e.offer.available > 0:
-                leaves = self.left_behind_s([other for other in live if other is not e])
-                options.append(replace(self.option(e, e.offer.available), leaves_s=leaves))
+        priced = [(e, self.option(e, e.offer.available)) for e in self.estimates
+                  if e.offer.available > 0]  # fmt: skip
+        live = [e for e, option in priced if self.in_use(e, option)]
+        options = [
+            replace(option, leaves_s=self.left_behind_s([x for x in live if x is not e]))
+            for e, option in priced
+        ]
         choice = best_choice(self.curve, options, self.k_max, self.left_behind_s(live))
         self.chosen_rate = choice.tokens_per_second
         self.probing = None
@@ -330,13 +331,13 @@ class AdaptivePolicy:
         self.cast_shadows(len(context), choice.drafter)
         return choice.drafter, choice.k
 
-    def in_use(self, e: Estimate) -> bool:
-        """A priced drafter in step (a drafted step's re-forwarding behind it at most) that
-        beats plain decoding there: one a step of another kind leaves behind."""
-        if e.free or e.offer.behind > 2 or e.offer.available == 0:
+    def in_use(self, e: Estimate, option: Option) -> bool:
+        """A priced drafter in step (a drafted step's re-forwarding behind it at most, so
+        option carries no catch-up) that beats plain decoding there: one a step of another
+        kind leaves behind."""
+        if e.free or e.offer.behind > 2:
             return False
-        in_step = replace(self.option(e, e.offer.available), catch_up_s=0.0)
-        return best_choice(self.curve, [in_step], self.k_max).drafter is e.drafter
+        return best_choice(self.curve, [option], self.k_max).drafter is e.drafter
 
     def left_behind_s(self, drafters: Sequence[Estimate]) -> float:
         """Seconds per token a step not drafted by these drafters costs them later: each

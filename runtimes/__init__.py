@@ -70,7 +70,7 @@ EXACT_LLAMA: dict = {"repack": False, "tiled": False, "flash_attn": True, "min_w
 # MLAS has one-row paths (MatMulNBits' M=1 kernels) that sum in another order than its GEMMs,
 # and on AVX-512 its int8 GEMM takes rows in pairs, the odd one out by the one-row path (an
 # AVX2 EPYC: 0 at widths 2-9 and 17 with one-token passes padded alone; an AVX-512 Xeon: odd
-# widths moved by up to 0.46 until every width was padded: docs/exactness.md)
+# widths moved by up to 0.79 until every width was padded: docs/exactness.md)
 EXACT_ONNX: dict = {"min_width": 2, "row_multiple": 2}
 
 

@@ -357,7 +357,8 @@ def test_a_step_that_leaves_the_draft_model_in_use_behind_is_charged_its_catch_u
     # a draft model far behind is not in use: nothing to charge
     draft_model.behind = 40
     policy.plan([1, 2, 3], SP)
-    assert not policy.in_use(policy.estimate(draft_model))
+    behind = policy.estimate(draft_model)
+    assert not policy.in_use(behind, policy.option(behind, 4))
 
 
 def test_prices_outlive_a_request_and_acceptance_does_not():
