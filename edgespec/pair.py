@@ -10,7 +10,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from edgespec.bundle import is_bundle, read_bundle
+from edgespec.errors import EdgespecError
 from edgespec.runtimes import Runtime, RuntimeOptions, check_compatible, open_runtime
+from edgespec.runtimes.base import logit_ids
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,13 @@ def open_pair(
     refuse a draft whose vocabulary differs from the target's (VocabularyMismatchError)."""
     target_path, draft_path, tune = resolve_bundle(target, draft)
     target_rt = open_runtime(target_path, options)
+    kept = logit_ids(target_rt)
+    if kept is not None:
+        raise EdgespecError(
+            f"{target_path} keeps {len(kept):,} of {target_rt.n_vocab:,} token ids in its "
+            "output layer (exported as a draft, --draft-vocab), so it can only draft: pass it "
+            "as --draft, and a model exported in full as --target"
+        )
     if draft_path is None or not open_draft:
         return ModelPair(target_rt, None, target_path, None, options, tune)
     # batch-invariant kernels matter for the target alone: the draft keeps the fast ones

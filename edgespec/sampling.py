@@ -138,6 +138,13 @@ class TokenDist:
         out[self.ids] = self.probs
         return out
 
+    def on_ids(self, columns: np.ndarray | None) -> TokenDist:
+        """This distribution over logits columns as one over the token ids columns[j]
+        (ascending; a draft that keeps some ids: Runtime.logit_ids); None: the same."""
+        if columns is None:
+            return self
+        return TokenDist(columns if self.ids is None else columns[self.ids], self.probs)
+
     def sample(self, rng: np.random.Generator) -> int:
         """One token id, one uniform: sample() over the stored probabilities. On a support of
         fewer than 4,096 tokens that is the id-order inverse CDF, the token the reference

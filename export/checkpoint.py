@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,16 @@ class Rows:
             return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
         return Rows((int(bounds[-1]), *parts[0].shape[1:]), read)
+
+    def take(self, ranges: Sequence[Sequence[int]]) -> Rows:
+        """The rows of these [start, stop) ranges, one after another (a draft's output layer
+        cut to some token ids)."""
+
+        def part(start: int, stop: int) -> Rows:
+            return Rows((stop - start, *self.shape[1:]),
+                        lambda lo, hi: self.read(start + lo, start + hi))  # fmt: skip
+
+        return Rows.stack([part(start, stop) for start, stop in ranges])
 
     @property
     def nbytes(self) -> int:  # as float32

@@ -25,6 +25,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         threads=args.threads,
         int4_block=args.int4_block,
         verify_widths=args.verify_widths,
+        draft_vocab=args.draft_vocab,
     )
     bundle = read_bundle(export_bundle(opts))
     print(f"bundle: {bundle.folder}")
@@ -90,5 +91,11 @@ def add_export_parser(sub) -> None:
         "--int4-block", type=int, choices=[32, 128], default=128,
         help="--format onnx: weights per INT4 scale; 128 verifies faster on CPU (edit suite "
         "2.17x against 1.86x with 32), 32 is closer to the source weights (docs/benchmarks.md)",
+    )  # fmt: skip
+    p.add_argument(
+        "--draft-vocab", type=int, metavar="N",
+        help="--format onnx: the draft's output layer keeps the N lowest token ids (the frequent "
+        "ones) and every special token, for a cheaper draft token; outputs are unchanged "
+        "(default 98304; 0 keeps all)",
     )  # fmt: skip
     p.set_defaults(func=cmd_export)

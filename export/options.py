@@ -25,6 +25,9 @@ class ExportOptions:
     tune: bool = False  # measure the cost curve and store it in the bundle
     threads: int | None = None
     int4_block: int = 128  # --format onnx: weights per INT4 scale (32 or 128)
+    # --format onnx: token ids the draft's output layer keeps (None: onnx_bundle.DRAFT_VOCAB;
+    # 0: all of them)
+    draft_vocab: int | None = None
     verify_widths: str | None = None  # --format tensorrt: "1..9" (None: 1..9)
 
     def sources(self) -> dict[str, Path]:

@@ -39,6 +39,7 @@ Builder = Callable[[ExportOptions, Path, Path], BuiltModels]  # (opts, work_dir,
 def export_bundle(opts: ExportOptions) -> Path:
     """Build the bundle in a staging folder beside --out; move it into place when complete."""
     build = builder(opts.format)
+    check_draft_vocab(opts)
     out = opts.out
     check_out(out)
     try:
@@ -55,6 +56,17 @@ def export_bundle(opts: ExportOptions) -> Path:
             raise EdgespecError(no_space_message(where)) from None
         raise
     return out
+
+
+def check_draft_vocab(opts: ExportOptions) -> None:
+    if opts.draft_vocab is None:
+        return
+    if opts.draft_vocab < 0:
+        raise EdgespecError(
+            f"--draft-vocab must be >= 0 (0 keeps every token id), got {opts.draft_vocab}"
+        )
+    if opts.format != "onnx":
+        raise EdgespecError("--draft-vocab applies to --format onnx only")
 
 
 def build_in(work_dir: Path, build: Builder, opts: ExportOptions) -> None:

@@ -28,6 +28,10 @@ class VocabInfo:
 
 @runtime_checkable
 class Runtime(Protocol):
+    """A runtime may also have `logit_ids` (logit_ids() reads it): the token id of each
+    logits column, where its output layer keeps only some token ids (a draft exported with
+    `--draft-vocab`); its rows are then [len(logit_ids)] wide. Such a runtime only drafts."""
+
     n_vocab: int
     n_ctx: int
     n_past: int  # tokens in the KV cache
@@ -64,6 +68,30 @@ class Runtime(Protocol):
 # --- pieces every back-end shares -----------------------------------------------------------
 
 
+def logit_ids(runtime: Runtime) -> np.ndarray | None:
+    """The token id of each of runtime's logits columns; None: column j is token j."""
+    return getattr(runtime, "logit_ids", None)
+
+
+def check_logit_ranges(ranges: object, n_vocab: int) -> None:
+    """Token-id ranges a draft's output layer keeps: a non-empty list of ascending, disjoint,
+    non-empty [start, stop) pairs of ints within the vocabulary (ValueError if not)."""
+    if not isinstance(ranges, (list, tuple)) or not ranges:
+        raise ValueError(f"logit ranges must be a non-empty list, got {ranges!r:.80}")
+    stop = 0
+    for r in ranges:
+        ints = isinstance(r, (list, tuple)) and len(r) == 2
+        ints = ints and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+        if not ints or not stop <= r[0] < r[1]:
+            raise ValueError(
+                "logit ranges must be ascending, disjoint [start, stop) pairs of token ids, "
+                f"got {r!r:.40} after {stop}"
+            )
+        stop = r[1]
+    if stop > n_vocab:
+        raise ValueError(f"logit ranges end at {stop}, past the vocabulary of {n_vocab} tokens")
+
+
 def forward_in_chunks(
     runtime: Runtime,
     tokens: Sequence[int],
@@ -78,7 +106,8 @@ def forward_in_chunks(
     """
     n = len(tokens)
     if n == 0:
-        return np.zeros((0, runtime.n_vocab), dtype=np.float32)
+        ids = logit_ids(runtime)
+        return np.zeros((0, runtime.n_vocab if ids is None else len(ids)), dtype=np.float32)
     if runtime.n_past + n > runtime.n_ctx:
         raise RuntimeError(
             f"forward of {n} tokens at position {runtime.n_past} overflows n_ctx={runtime.n_ctx}"

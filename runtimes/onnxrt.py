@@ -25,7 +25,12 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import EdgespecError, ModelFileError
-from edgespec.runtimes.base import VocabInfo, forward_in_chunks, token_text_hash
+from edgespec.runtimes.base import (
+    VocabInfo,
+    check_logit_ranges,
+    forward_in_chunks,
+    token_text_hash,
+)
 from edgespec.runtimes.threads import default_threads
 from edgespec.schema import Field, check_fields
 
@@ -93,11 +98,16 @@ def check_declared_sizes(path: Path, info: dict, session, n_ctx: int, on_cuda: b
     layers = sum(1 for n in inputs if n.startswith("past_key_values.") and n.endswith(".key"))
     key = inputs.get("past_key_values.0.key") or []
     logits = {o.name: o.shape for o in session.get_outputs()}.get("logits") or []
+    ranges = info.get("logit_ranges")
+    columns = "n_vocab" if ranges is None else "logit_ranges' token count"
     declared = {
         "n_layer": (info["n_layer"], layers),
         "n_kv_head": (info["n_kv_head"], key[1] if len(key) == 4 else None),
         "head_dim": (info["head_dim"], key[3] if len(key) == 4 else None),
-        "n_vocab": (info["n_vocab"], logits[-1] if logits else None),
+        columns: (
+            info["n_vocab"] if ranges is None else logit_count(ranges),
+            logits[-1] if logits else None,
+        ),
     }
     for name, (says, graph) in declared.items():
         if isinstance(graph, int) and says != graph:
@@ -112,6 +122,23 @@ def check_declared_sizes(path: Path, info: dict, session, n_ctx: int, on_cuda: b
             f"a {n_ctx:,}-token context for {path} needs {need / 2**30:,.1f} GiB of KV cache "
             f"and {free / 2**30:,.1f} GiB of memory is free; lower --n-ctx (or free memory)"
         )
+
+
+def read_logit_ranges(model_json: Path, info: dict) -> np.ndarray | None:
+    """model.json's logit_ranges as the token id of each logits column (None: column j is
+    token j), refused unless ascending, disjoint [start, stop) pairs within n_vocab."""
+    ranges = info.get("logit_ranges")
+    if ranges is None:
+        return None
+    try:
+        check_logit_ranges(ranges, int(info["n_vocab"]))
+    except ValueError as e:
+        raise ModelFileError(f"{model_json}: {e}; export the model again") from None
+    return np.concatenate([np.arange(start, stop, dtype=np.int64) for start, stop in ranges])
+
+
+def logit_count(ranges: list) -> int:
+    return sum(stop - start for start, stop in ranges)
 
 
 def check_model_file(model_json: Path, name: object) -> None:
@@ -188,6 +215,9 @@ class OnnxRuntime:
         self.info = read_model_json(self.path)
         self.model_file = self.path / self.info.get("model_file", "model.onnx")
         self.n_vocab = int(self.info["n_vocab"])
+        # the token id of each logits column, where the output layer keeps some (a draft)
+        self.logit_ids = read_logit_ranges(self.path / MODEL_JSON, self.info)
+        self.n_logits = self.n_vocab if self.logit_ids is None else len(self.logit_ids)
         self.min_width = max(1, min_width)
         self.row_multiple = max(1, row_multiple)
         room = max(self.min_width, self.row_multiple) - 1  # rows past n_ctx only padding fills
@@ -390,10 +420,10 @@ class OnnxRuntime:
         logits = None
         if self.on_cuda:
             values["logits"] = ort.OrtValue.ortvalue_from_shape_and_type(
-                (1, rows, self.n_vocab), np.float32, "cuda", 0
+                (1, rows, self.n_logits), np.float32, "cuda", 0
             )
         else:
-            logits = np.empty((1, rows, self.n_vocab), np.float32)
+            logits = np.empty((1, rows, self.n_logits), np.float32)
             values["logits"] = ort.OrtValue.ortvalue_from_numpy(logits)
         for name, value in values.items():
             if name == "logits":

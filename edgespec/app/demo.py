@@ -4,6 +4,7 @@ back-end the cost model finds cheapest to verify on this machine (--backend auto
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,17 +92,28 @@ def choose_backend(
 
 
 def demo_onnx_bundle(target: Path, draft: Path) -> Path:
-    """The demo pair exported to ONNX once, kept in $EDGESPEC_HOME/demo-onnx."""
-    out = edgespec_home() / "demo-onnx"
-    if (out / "bundle.json").is_file():
-        return out
-    if out.exists() and any(out.iterdir()):
-        raise EdgespecError(f"{out} holds no bundle.json; remove the folder and run again")
+    """The demo pair exported to ONNX once, kept in $EDGESPEC_HOME/demo-onnx (exported again
+    where an older edgespec made it with the draft's whole output layer)."""
+    from edgespec.bundle import read_bundle
     from edgespec.export.options import ExportOptions
     from edgespec.export.orchestrator import export_bundle
 
-    print(f"exporting the demo pair to ONNX once (minutes), into {out}", file=sys.stderr)
-    return export_bundle(ExportOptions(target=target, out=out, draft=draft, format="onnx"))
+    out = edgespec_home() / "demo-onnx"
+    stale = False
+    if (out / "bundle.json").is_file():
+        if "draft_vocab" in read_bundle(out, verify=False).policy:
+            return out
+        stale = True
+    elif out.exists() and any(out.iterdir()):
+        raise EdgespecError(f"{out} holds no bundle.json; remove the folder and run again")
+    why = "again: the cached one predates --draft-vocab" if stale else "once (minutes)"
+    print(f"exporting the demo pair to ONNX {why}, into {out}", file=sys.stderr)
+    fresh = out.with_name(out.name + ".new")
+    shutil.rmtree(fresh, ignore_errors=True)  # a run cut short before the swap below
+    export_bundle(ExportOptions(target=target, out=fresh, draft=draft, format="onnx"))
+    shutil.rmtree(out, ignore_errors=True)
+    fresh.rename(out)
+    return out
 
 
 def demo_pair(backend: str, opts: RuntimeOptions, k_max: int) -> tuple[ModelPair, str]:

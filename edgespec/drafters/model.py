@@ -14,7 +14,7 @@ import numpy as np
 
 from edgespec.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
-from edgespec.runtimes.base import Runtime
+from edgespec.runtimes.base import Runtime, logit_ids
 from edgespec.sampling import SamplingParams, token_dist, uses_gumbel
 
 
@@ -44,6 +44,7 @@ class ModelDrafter:
         if not 0.0 <= confidence < 1.0:
             raise ValueError(f"confidence must be in [0, 1), got {confidence}")
         self.runtime = runtime
+        self.columns = logit_ids(runtime)  # the token id of each logits column (None: itself)
         self.token_s = token_s
         self.keep_cache = keep_cache
         self.confidence = confidence
@@ -86,16 +87,19 @@ class ModelDrafter:
         if gumbel and seed < 0:
             raise ValueError("Gumbel drafting needs the request's seed (request_params sets it)")
         tokens = np.empty(k, dtype=np.int32)
-        q = None if sp.greedy or gumbel else np.empty((k, len(logits)), dtype=np.float32)
+        n_vocab = self.runtime.n_vocab
+        q = None if sp.greedy or gumbel else np.empty((k, n_vocab), dtype=np.float32)
         for i in range(k):
             if sp.greedy:
-                tokens[i] = int(np.argmax(logits))
-            elif q is None:  # argmax(log q + g) with the noise the target uses at this position
-                tokens[i] = token_dist(logits, sp).gumbel_max(seed, len(context) + i)
+                column = int(np.argmax(logits))
+                tokens[i] = column if self.columns is None else self.columns[column]
             else:
-                dist = token_dist(logits, sp)
-                q[i] = dist.dense(len(logits))
-                tokens[i] = dist.sample(self.rng)
+                dist = token_dist(logits, sp).on_ids(self.columns)
+                if q is None:  # argmax(log q + g) with the noise the target uses there
+                    tokens[i] = dist.gumbel_max(seed, len(context) + i)
+                else:
+                    q[i] = dist.dense(n_vocab)
+                    tokens[i] = dist.sample(self.rng)
             unsure = gated and top_probability(logits) < self.confidence
             if unsure or i + 1 == k:
                 k = i + 1  # an unsure token is the draft's last
