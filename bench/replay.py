@@ -486,6 +486,18 @@ def print_table(curve: str, summary: dict) -> None:
         )
 
 
+def cut_draft(recording: dict, keep: int) -> None:
+    """The recorded draft model as exported with `--draft-vocab keep`: where it predicted the
+    target's token and its output layer drops that id (at or above keep, not the stop token),
+    it proposes another there, so its draft is wrong. Where a dropped prediction was wrong
+    anyway its next choice (not recorded) might be right: the cut errs low there."""
+    for case in recording["cases"]:
+        draft = case["draft"]
+        for i, token in enumerate(case["output"][: len(draft)]):
+            if draft[i] == token and token >= keep and token != case["eog"]:
+                draft[i] = token + 1
+
+
 def draft_calibration(recording: dict, depth: int = 8) -> dict:
     """Per suite, from a recording with a draft model: how often its token is the target's,
     by the probability it gave the token (tenths), and at draft position 1..depth given
@@ -645,6 +657,12 @@ def main() -> None:
         "a fixed k and the oracle)",
     )
     rep.add_argument(
+        "--draft-vocab",
+        type=int,
+        help="the draft model's output layer keeps the token ids below N (and the stop token), "
+        "as `edgespec export --draft-vocab N` makes it; pair with --draft-ratio",
+    )
+    rep.add_argument(
         "--no-draft", action="store_true", help="prompt lookup alone, draft model recorded or not"
     )
     rep.add_argument("--json")
@@ -672,8 +690,11 @@ def main() -> None:
             f"{args.record} holds no draft model's predictions: record with a bundle or "
             "--draft, or replay with --no-draft"
         )
+    if args.draft_vocab is not None and draft_ratio is not None:
+        cut_draft(recording, args.draft_vocab)
     report = {
         "record": args.record,
+        "draft_vocab": args.draft_vocab,
         "k_max": args.k_max,
         "noise": noise,
         "believed": believed,

@@ -163,6 +163,17 @@ def test_a_perfect_draft_model_at_k_1_halves_the_passes_and_pays_its_price():
     assert (row["n_accepted"], row["cost"]) == (0, 30 * 1.5 + 1)
 
 
+def test_a_cut_draft_is_wrong_where_the_target_emits_an_id_it_dropped():
+    """--draft-vocab N: right predictions of ids >= N become wrong ones; the stop token, ids
+    below N and predictions that were wrong anyway stay as recorded."""
+    replay = load_module()
+    recorded = drafted_case([10, 2000, 20, 3000], [10, 2000, 21, 2999])
+    replay.cut_draft({"cases": [recorded]}, keep=1000)
+    assert recorded["draft"] == [10, 2001, 21, 2999, 999]
+    row = replay.replay_case(recorded, FLAT, SPEC, "model=1", draft_ratio=0.5)
+    assert row["n_accepted"] == 1  # only 10 is still drafted right
+
+
 def test_the_controller_drafts_with_a_good_draft_model_and_drops_a_bad_one():
     replay = load_module()
     output = unrepeated(120)
