@@ -15,7 +15,7 @@ from edgespec.export.checkpoint import Checkpoint, read_checkpoint
 from edgespec.export.onnx_export import head_ranges, model_info, write_onnx_model
 from edgespec.export.options import BuiltModels, ExportOptions
 from edgespec.quant.policy import resolve_onnx_precision
-from edgespec.runtimes.base import VocabInfo, check_compatible
+from edgespec.runtimes.base import VocabInfo, check_compatible, logit_count
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def build_onnx(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
         ranges = draft_head(ckpt, vocabs[role], opts.draft_vocab) if role == "draft" else None
         info = write_onnx_model(ckpt, folder, quant, compute, opts.int4_block, logit_ranges=ranges)
         if ranges is not None:
-            kept = sum(stop - start for start, stop in ranges)
+            kept = logit_count(ranges)
         errors[role] = info.weight_error
         log.info("%s: %s -> %s in %.1fs", role, ckpt.source, folder.name, time.perf_counter() - t0)
         entries.append(model_entry(role, folder, quant, ckpt, vocabs[role]))

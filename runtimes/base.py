@@ -92,6 +92,11 @@ def check_logit_ranges(ranges: object, n_vocab: int) -> None:
         raise ValueError(f"logit ranges end at {stop}, past the vocabulary of {n_vocab} tokens")
 
 
+def logit_count(ranges: Sequence[Sequence[int]]) -> int:
+    """Token ids in [start, stop) ranges (checked by check_logit_ranges)."""
+    return sum(stop - start for start, stop in ranges)
+
+
 def forward_in_chunks(
     runtime: Runtime,
     tokens: Sequence[int],

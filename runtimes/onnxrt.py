@@ -29,6 +29,7 @@ from edgespec.runtimes.base import (
     VocabInfo,
     check_logit_ranges,
     forward_in_chunks,
+    logit_count,
     token_text_hash,
 )
 from edgespec.runtimes.threads import default_threads
@@ -135,10 +136,6 @@ def read_logit_ranges(model_json: Path, info: dict) -> np.ndarray | None:
     except ValueError as e:
         raise ModelFileError(f"{model_json}: {e}; export the model again") from None
     return np.concatenate([np.arange(start, stop, dtype=np.int64) for start, stop in ranges])
-
-
-def logit_count(ranges: list) -> int:
-    return sum(stop - start for start, stop in ranges)
 
 
 def check_model_file(model_json: Path, name: object) -> None:
