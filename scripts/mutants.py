@@ -457,13 +457,15 @@ def package_dirs() -> dict[str, str]:
 
 
 def make_scratch(scratch: Path) -> tuple[Path, Path]:
-    """Copy the package (as installed) and the tests; return (import root, test root)."""
+    """Copy the package (as installed), the tests and the bench scripts some tests load
+    (tests/bench_scripts.py); return (import root, test root)."""
     site, repo = scratch / "site", scratch / "repo"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     # parents first, so edgespec/ exists before edgespec/runtimes/ is copied into it
     for name, folder in sorted(package_dirs().items(), key=lambda item: item[0].count(".")):
         shutil.copytree(ROOT / folder, site / name.replace(".", "/"), ignore=ignore)
-    shutil.copytree(ROOT / "tests", repo / "tests", ignore=ignore)
+    for folder in ("tests", "bench"):
+        shutil.copytree(ROOT / folder, repo / folder, ignore=ignore)
     shutil.copy2(ROOT / "pyproject.toml", repo / "pyproject.toml")
     return site, repo
 
