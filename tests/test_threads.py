@@ -4,6 +4,7 @@ takes it back when they stop, and computes the same logits at any thread count."
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import subprocess
@@ -264,6 +265,20 @@ def decode_for(runtime, seconds: float, token: int) -> None:
     runtime.rollback(start)
 
 
+def quiet_passes(runtime, token: int, windows: int = 3) -> collections.Counter:
+    """Passes per thread count over a 0.6 s window of one-token passes in which at least 90% ran
+    at 2 threads, or the last of `windows` tries. The host's own jobs (in the full suite, a
+    window in which 44% of passes found a core taken) are not ours to stop: a quiet window is
+    retried, while a policy that drops a thread on a quiet host fails every try."""
+    for _ in range(windows):
+        runtime.threads_used.clear()
+        decode_for(runtime, 0.6, token)
+        used = runtime.threads_used
+        if used[2] >= 0.9 * used.total():
+            break
+    return used
+
+
 @needs_two_cores
 def test_llama_cpp_drops_a_thread_beside_busy_cores_and_takes_it_back(tiny_pair):
     from edgespec.runtimes.llamacpp import LlamaCppRuntime
@@ -271,10 +286,9 @@ def test_llama_cpp_drops_a_thread_beside_busy_cores_and_takes_it_back(tiny_pair)
     skip_unless_quiet()
     runtime = LlamaCppRuntime(tiny_pair[0], n_ctx=256, n_threads=2)
     token = runtime.tokenize("hello", special=False)[0]
-    decode_for(runtime, 0.6, token)
     # quiet: every pass at 2 threads, but for a window in which the host ran something (in
     # the full suite, once, one window of 0.25 s: a few passes of hundreds)
-    used = runtime.threads_used
+    used = quiet_passes(runtime, token)
     assert runtime.threads_now == 2 and used[2] >= 0.9 * used.total(), used
     procs = busy_everywhere()
     try:
@@ -284,8 +298,8 @@ def test_llama_cpp_drops_a_thread_beside_busy_cores_and_takes_it_back(tiny_pair)
     finally:
         stop(procs)
     time.sleep(0.5)
-    decode_for(runtime, 0.8, token)
-    assert runtime.threads_now == 2
+    used = quiet_passes(runtime, token)
+    assert runtime.threads_now == 2 and used[2] >= 0.9 * used.total(), used
 
 
 class Stale:
@@ -310,10 +324,9 @@ def test_llama_cpp_workers_spinning_after_a_pass_are_not_other_work(tiny_pair):
     runtime = LlamaCppRuntime(tiny_pair[0], n_ctx=256, n_threads=2)
     runtime.thread_policy = LoadAwareThreads(2, OtherWork(clock=Stale()))
     token = runtime.tokenize("hello", special=False)[0]
-    decode_for(runtime, 0.5, token)
     # an instant's count also catches a kernel thread now and then (1-2% of readings here);
     # with our workers counted as others, every pass ran at 1 thread
-    used = runtime.threads_used
+    used = quiet_passes(runtime, token)
     assert used[2] >= 0.9 * used.total(), used
 
 
