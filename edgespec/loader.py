@@ -133,6 +133,7 @@ def make_drafters(
                 token_s=token_s,
                 keep_cache=keep_cache,
                 confidence=spec.draft_confidence if spec.adaptive else 0.0,
+                n_ids=pair.target.n_vocab,
             )
         )
     if spec.drafter in ("auto", "ngram"):

@@ -131,11 +131,15 @@ class TokenDist:
         return float(self.probs[j]) if j < len(self.ids) and self.ids[j] == token else 0.0
 
     def dense(self, n_vocab: int) -> np.ndarray:
-        """[V] float32, zeros off the support."""
-        if self.ids is None:
+        """[V] float32, zeros off the support (and past a shorter dense row: a draft without
+        the target's padding rows)."""
+        if self.ids is None and len(self.probs) == n_vocab:
             return self.probs
         out = np.zeros(n_vocab, dtype=np.float32)
-        out[self.ids] = self.probs
+        if self.ids is None:
+            out[: len(self.probs)] = self.probs
+        else:
+            out[self.ids] = self.probs
         return out
 
     def on_ids(self, columns: np.ndarray | None) -> TokenDist:

@@ -23,7 +23,7 @@ class VocabInfo:
     bos_id: int | None
     eos_id: int | None
     eog_ids: frozenset[int]  # every end-of-generation token (eos, eot, im_end, ...)
-    token_text_hash: str  # sha256 over the text of every token, in id order
+    token_text_hash: str  # sha256 over the text of every token, in id order, padding rows off
 
 
 @runtime_checkable
@@ -128,11 +128,24 @@ def forward_in_chunks(
     return rows[0] if len(rows) == 1 else np.concatenate(rows)
 
 
+def padding_text(token: int) -> bytes:
+    """The text of an output row no tokenizer token has: convert_hf_to_gguf writes it into
+    the GGUF token list (type UNUSED), and the ONNX back-end reads it so from tokenizer.json."""
+    return b"[PAD%d]" % token
+
+
 def token_text_hash(token_text: Callable[[int], bytes], n_vocab: int) -> str:
-    """sha256 over every token's text in id order: equal hashes = interchangeable token ids."""
+    """sha256 over every token's text in id order, the padding rows at the end left out:
+    equal hashes = interchangeable token ids. A family pads its output layer to different
+    sizes (Qwen2.5: 151,936 rows up to 3B, 152,064 from 7B, 151,665 real tokens in both), so
+    its 0.5B model drafts for its 7B; the ids a model has past the real ones are padding,
+    which the other model can neither propose nor need (ModelDrafter.n_ids)."""
+    texts = [token_text(t) for t in range(n_vocab)]
+    while texts and texts[-1] == padding_text(len(texts) - 1):
+        texts.pop()
     digest = hashlib.sha256()
-    for t in range(n_vocab):
-        digest.update(token_text(t) + b"\0")
+    for text in texts:
+        digest.update(text + b"\0")
     return digest.hexdigest()
 
 
@@ -149,8 +162,7 @@ def check_compatible(
             "same tokenizer, or --drafter ngram"
         )
 
-    if target.n_vocab != draft.n_vocab:
-        refuse("vocabulary size", target.n_vocab, draft.n_vocab)
+    # output layers may differ in padding rows only (token_text_hash leaves them off)
     if target.vocab_type != draft.vocab_type:
         refuse("vocabulary type", target.vocab_type, draft.vocab_type)
     if target.bos_id != draft.bos_id:

@@ -30,6 +30,7 @@ from edgespec.runtimes.base import (
     check_logit_ranges,
     forward_in_chunks,
     logit_count,
+    padding_text,
     token_text_hash,
 )
 from edgespec.runtimes.threads import default_threads
@@ -522,7 +523,7 @@ class OnnxRuntime:
 
 def token_text_of(tokenizer, token: int) -> bytes:
     text = tokenizer.id_to_token(token)
-    return (text if text is not None else f"[PAD{token}]").encode("utf-8")
+    return text.encode("utf-8") if text is not None else padding_text(token)
 
 
 def tokenizer_vocab_info(

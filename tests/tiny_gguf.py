@@ -115,10 +115,16 @@ def write_gguf(
     add_bos: bool = False,
     chat_template: str = CHATML,
     more_metadata=None,  # writer -> None: adds keys (tests of hostile metadata)
+    pad_to: int | None = None,
 ) -> Path:
+    """pad_to: rows past the real tokens, named as convert_hf_to_gguf names them ("[PADi]",
+    type UNUSED): tensors then have pad_to vocabulary rows."""
     import gguf
 
     tokens, types, merges = vocabulary()
+    if pad_to is not None:
+        types = types + [5] * (pad_to - len(tokens))
+        tokens = tokens + [f"[PAD{i}]" for i in range(len(tokens), pad_to)]
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("edgespec-tiny")
     writer.add_context_length(cfg.n_ctx)

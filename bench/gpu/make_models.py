@@ -32,13 +32,12 @@ class Shape:
     vocab: int = 151_936
 
 
-# Qwen2.5-Coder's published configs. The real 7B has 152,064 embedding rows (151,936 in the
-# smaller ones); the 7B shape here keeps 151,936 so the 0.5B draft's vocabulary matches it,
-# which edgespec requires today (docs/gpu.md): 128 rows are 0.08% of its lm_head.
+# Qwen2.5-Coder's published configs, vocabulary rows included: 152,064 in the 7B, 151,936 in
+# the smaller ones (the rows past the 151,665 tokens are padding; the 0.5B drafts for the 7B).
 SHAPES = {
     "qwen2.5-0.5b": Shape(896, 24, 14, 2, 4864, tied=True),
     "qwen2.5-1.5b": Shape(1536, 28, 12, 2, 8960, tied=True),
-    "qwen2.5-7b": Shape(3584, 28, 28, 4, 18944, tied=False),
+    "qwen2.5-7b": Shape(3584, 28, 28, 4, 18944, tied=False, vocab=152_064),
     # a toy for the CPU smoke run: widths that every quantization (Q4_K, INT4 blocks) accepts
     "tiny": Shape(256, 2, 4, 2, 512, tied=False, vocab=0),
     "tiny-draft": Shape(256, 1, 4, 2, 512, tied=False, vocab=0),

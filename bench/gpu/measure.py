@@ -225,7 +225,9 @@ class Bench:
         for _ in range(self.settings.repeats):
             model = None
             if real_cost and self.draft is not None:
-                model = ModelDrafter(self.draft, token_s=self.draft_token_s)
+                model = ModelDrafter(
+                    self.draft, token_s=self.draft_token_s, n_ids=self.target.n_vocab
+                )
             drafter = OracleDrafter(self.prompt, reference, wrong, self.target.n_vocab, model)
             runs.append(Run.of(self.generate([drafter], policy_of()), reference))
         return fastest(runs)

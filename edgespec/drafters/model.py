@@ -17,6 +17,8 @@ from edgespec.drafters.base import Draft, Offer
 from edgespec.runtimes.base import Runtime, logit_ids
 from edgespec.sampling import SamplingParams, token_dist, uses_gumbel
 
+STAND_IN = 0  # what the draft reads for a token id it has no row for (a padding id)
+
 
 class ModelDrafter:
     name = "model"
@@ -30,6 +32,7 @@ class ModelDrafter:
         seed: int | None = None,
         keep_cache: bool = False,
         confidence: float = 0.0,
+        n_ids: int | None = None,
     ) -> None:
         """token_s: seconds per drafted token as calibrated (calibrate.cost_curve's draft_s).
         keep_cache: a new request keeps the draft's KV cache (prompt-cache reuse, as the
@@ -40,11 +43,19 @@ class ModelDrafter:
         cap. Unsure tokens are mostly rejected, and every token after a rejected one is,
         while sure ones are mostly kept (docs/benchmarks.md); the policy learns how often
         drafts go on and what sure and unsure tokens keep (ByPosition), and prices longer
-        caps by it."""
+        caps by it.
+        n_ids: the target's vocabulary size (default: the draft's), the width of the q rows
+        verification reads. A family's models may pad their output layers to different sizes
+        (token_text_hash): a draft with more rows than n_ids proposes from the first n_ids."""
         if not 0.0 <= confidence < 1.0:
             raise ValueError(f"confidence must be in [0, 1), got {confidence}")
         self.runtime = runtime
         self.columns = logit_ids(runtime)  # the token id of each logits column (None: itself)
+        self.n_ids = runtime.n_vocab if n_ids is None else n_ids
+        # columns past the target's ids (a draft padded further): cut off every logits row
+        self.width = self.n_ids if self.columns is None and self.n_ids < runtime.n_vocab else None
+        # ids from here on the target has and the draft lacks (padding): see readable()
+        self.foreign_from = runtime.n_vocab if runtime.n_vocab < self.n_ids else None
         self.token_s = token_s
         self.keep_cache = keep_cache
         self.confidence = confidence
@@ -87,7 +98,7 @@ class ModelDrafter:
         if gumbel and seed < 0:
             raise ValueError("Gumbel drafting needs the request's seed (request_params sets it)")
         tokens = np.empty(k, dtype=np.int32)
-        n_vocab = self.runtime.n_vocab
+        n_vocab = self.n_ids
         q = None if sp.greedy or gumbel else np.empty((k, n_vocab), dtype=np.float32)
         for i in range(k):
             if sp.greedy:
@@ -104,7 +115,7 @@ class ModelDrafter:
             if unsure or i + 1 == k:
                 k = i + 1  # an unsure token is the draft's last
                 break
-            logits = self.runtime.forward([int(tokens[i])])[-1]
+            logits = self.runtime.forward([int(tokens[i])])[-1, : self.width]
         self.cached.extend(int(t) for t in tokens[: k - 1])
         return Draft(tokens[:k], None if q is None else q[:k], t_catch_up, gumbel, unsure)
 
@@ -121,7 +132,7 @@ class ModelDrafter:
         self.runtime.rollback(keep)
         self.cached = self.cached[:keep]  # true whatever happens to the forward below
         if len(context) - 1 > keep:
-            self.runtime.forward(context[keep:-1], last_only=True)
+            self.runtime.forward(self.readable(context[keep:-1]), last_only=True)
         self.cached = list(context[:-1])
 
     def behind(self, context: Sequence[int]) -> int:
@@ -133,9 +144,16 @@ class ModelDrafter:
         cached tokens (the common prefix); return the next logits [V]."""
         keep = min(keep, len(context) - 1)  # re-forward at least one token to get its logits
         self.runtime.rollback(keep)
-        logits = self.runtime.forward(context[keep:], last_only=True)[-1]
+        logits = self.runtime.forward(self.readable(context[keep:]), last_only=True)
         self.cached = list(context)
-        return logits
+        return logits[-1, : self.width]
+
+    def readable(self, tokens: Sequence[int]) -> Sequence[int]:
+        """tokens with the ids the draft has no row for as STAND_IN: the target's padding ids
+        (it may emit them), which cost only the draft's guesses, never the output."""
+        if self.foreign_from is None:
+            return tokens
+        return [t if t < self.foreign_from else STAND_IN for t in tokens]
 
 
 def top_probability(logits: np.ndarray) -> float:
