@@ -2,8 +2,9 @@
 # Create .venv and install edgespec with the llama.cpp back-end. Idempotent.
 #
 # llama-cpp-python is compiled here (~3-6 min on 2 cores) for this CPU's vector extensions,
-# AMX excepted: in sandboxes that do not grant AMX tile state (gVisor), llama.cpp's AMX
-# kernels crash on the first quantized matmul. The wheel is kept in
+# AMX excepted: llama.cpp's AMX kernels die with SIGILL on the first quantized matmul in
+# the sandboxes tried (gVisor; a Firecracker VM where a one-thread AMX program runs: the
+# fault is `tilezero` in a worker thread, docs/benchmarks.md). The wheel is kept in
 # ~/.cache/edgespec/wheels/<flags>, so a fresh clone on the same CPU installs it in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."

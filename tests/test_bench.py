@@ -311,3 +311,34 @@ def test_an_answer_that_runs_past_plains_end_gets_the_gap_at_that_end(tiny_runti
     assert (run.identical, run.departure) == (False, 3)
     assert run.departure_gap == top2_gap(target, toks + [5, 17, 42])
     assert run.near_tie is True
+
+
+def test_the_verify_ops_bench_times_each_width_by_operator(tmp_path):
+    """bench/verify_ops.py on a tiny INT4 export: every width timed in rounds, its operators
+    attributed to it, and --accuracy rewriting every MatMulNBits node of a scratch copy."""
+    import onnx
+
+    from edgespec.export.onnx_export import export_onnx
+    from tests.bench_scripts import load_bench_script
+    from tests.tiny_hf import make_tiny_hf
+
+    bench = load_bench_script("verify_ops.py", "bench_verify_ops")
+    hf = make_tiny_hf(tmp_path / "hf", arch="qwen2")
+    model = export_onnx(hf, tmp_path / "onnx", quant="int4")
+    copy = bench.with_accuracy(model, 1, tmp_path / "acc1")
+    levels = {
+        a.i
+        for n in onnx.load(str(copy / "model.onnx"), load_external_data=False).graph.node
+        if n.op_type == "MatMulNBits"
+        for a in n.attribute
+        if a.name == "accuracy_level"
+    }
+    assert levels == {1}
+    runtime = bench.profiled_runtime(copy, 1, str(tmp_path / "prof"))
+    order = bench.run_rounds(runtime, [1, 3], rounds=2)
+    assert order == [1, 3] * 3
+    events = json.loads(open(runtime.session.end_profiling()).read())
+    result = bench.by_width(events, order, skip=2)
+    assert set(result) == {1, 3}
+    assert all(r["ms"] > 0 and r["ops_ms"]["MatMulNBits"] > 0 for r in result.values())
+    assert "| t(n)/t(1) | 1.000 |" in bench.table(result, [1, 3])

@@ -1,0 +1,180 @@
+"""Where an ONNX target's wider passes spend their time, by operator type.
+
+The verify curve t(n)/t(1) sets how far speculation can go on a device. This opens an
+exported ONNX model with ONNX Runtime's profiler on, fills its cache with a prefix, then runs
+passes of each width (returning every row, as a verify pass does) in rounds across the widths,
+rolling the cache back after each, and reports the median pass and each operator type's mean
+time per width. `--accuracy N` first rewrites every MatMulNBits node's accuracy_level in a
+scratch copy (4: int8 activations, the export's default; 1: float32; 2: float16; 3: bfloat16).
+
+    python bench/verify_ops.py MODEL_DIR [--widths 1,2,3,4,5,8] [--rounds 10] \
+        [--accuracy N] [--threads 2] [--json F]
+
+Run it on a quiet machine: nothing else running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from edgespec.app.bench import machine_info, machine_line  # noqa: E402
+
+PREFIX = 400  # tokens in the cache when passes are timed (a prompt and some output)
+
+
+def with_accuracy(model_dir: Path, level: int, scratch: Path) -> Path:
+    """A copy of the model folder whose MatMulNBits nodes compute at `level` (the weights
+    file hard-linked where the filesystem allows, copied otherwise)."""
+    import shutil
+
+    import onnx
+
+    graph = onnx.load(str(model_dir / "model.onnx"), load_external_data=False)
+    for node in graph.graph.node:
+        if node.op_type == "MatMulNBits":
+            kept = [a for a in node.attribute if a.name != "accuracy_level"]
+            del node.attribute[:]
+            node.attribute.extend([*kept, onnx.helper.make_attribute("accuracy_level", level)])
+    scratch.mkdir(parents=True, exist_ok=True)
+    onnx.save(graph, str(scratch / "model.onnx"))
+    for item in model_dir.iterdir():
+        if item.name == "model.onnx":
+            continue
+        try:
+            os.link(item, scratch / item.name)
+        except OSError:
+            shutil.copy2(item, scratch / item.name)
+    return scratch
+
+
+def profiled_runtime(model_dir: Path, threads: int, prefix: str):
+    """The edgespec ONNX runtime with ONNX Runtime's profiler writing under `prefix`."""
+    import onnxruntime as ort
+
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    original = ort.InferenceSession
+
+    def session(path, options, providers=None):
+        options.enable_profiling = True
+        options.profile_file_prefix = prefix
+        return original(path, options, providers=providers)
+
+    ort.InferenceSession = session
+    try:
+        return OnnxRuntime(model_dir, n_ctx=PREFIX + 64, n_threads=threads)
+    finally:
+        ort.InferenceSession = original
+
+
+def run_rounds(runtime, widths: list[int], rounds: int) -> list[int]:
+    """Passes of each width in rounds (the first round unrecorded); their widths in order."""
+    n = runtime.n_vocab
+    runtime.forward([(1000 + i) % n for i in range(PREFIX)], last_only=True)
+    base = runtime.n_past
+    order = []
+    for r in range(rounds + 1):
+        for width in widths:
+            runtime.forward([(3000 + r + i) % n for i in range(width)])
+            runtime.rollback(base)
+            order.append(width)
+    return order
+
+
+def by_width(events: list[dict], order: list[int], skip: int) -> dict[int, dict]:
+    """Each recorded pass's wall time and its operators' kernel times, grouped by width."""
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e["name"] == "model_run"),
+        key=lambda e: e["ts"],
+    )[-len(order) :]
+    nodes = sorted(
+        (e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")),
+        key=lambda e: e["ts"],
+    )
+    walls: dict[int, list[float]] = collections.defaultdict(list)
+    ops: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
+    j = 0
+    for i, (run, width) in enumerate(zip(runs, order)):
+        while j < len(nodes) and nodes[j]["ts"] < run["ts"]:
+            j += 1
+        end = run["ts"] + run["dur"]
+        while j < len(nodes) and nodes[j]["ts"] <= end:
+            if i >= skip:
+                ops[width][nodes[j]["args"]["op_name"]] += nodes[j]["dur"]
+            j += 1
+        if i >= skip:
+            walls[width].append(run["dur"] / 1e3)
+    out = {}
+    for width, times in walls.items():
+        n = len(times)
+        out[width] = {
+            "ms": statistics.median(times),
+            "ops_ms": {op: us / n / 1e3 for op, us in ops[width].most_common()},
+        }
+    return out
+
+
+def table(result: dict[int, dict], widths: list[int], top: int = 6) -> str:
+    first = result[widths[0]]["ms"]
+    ops = list(result[widths[-1]]["ops_ms"])[:top]
+    lines = [
+        "| | " + " | ".join(f"width {w}" for w in widths) + " |",
+        "|---" * (len(widths) + 1) + "|",
+        "| pass (median ms) | " + " | ".join(f"{result[w]['ms']:.2f}" for w in widths) + " |",
+        "| t(n)/t(1) | " + " | ".join(f"{result[w]['ms'] / first:.3f}" for w in widths) + " |",
+    ]
+    for op in ops:
+        cells = " | ".join(f"{result[w]['ops_ms'].get(op, 0.0):.2f}" for w in widths)
+        lines.append(f"| {op} (ms) | {cells} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", type=Path, help="an ONNX model folder (edgespec export)")
+    ap.add_argument("--widths", default="1,2,3,4,5,8")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--accuracy", type=int, choices=[0, 1, 2, 3, 4])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    widths = [int(w) for w in args.widths.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model
+        if args.accuracy is not None:
+            model = with_accuracy(model, args.accuracy, Path(tmp) / "model")
+        runtime = profiled_runtime(model, args.threads, str(Path(tmp) / "profile"))
+        order = run_rounds(runtime, widths, args.rounds)
+        profile = runtime.session.end_profiling()
+        events = json.loads(Path(profile).read_text())
+    result = by_width(events, order, skip=len(widths))
+    print(machine_line(machine_info()))
+    print(f"{args.model}, accuracy {args.accuracy or 'as exported'}, {args.threads} threads")
+    print(table(result, widths))
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": machine_info(),
+                    "model": str(args.model),
+                    "accuracy": args.accuracy,
+                    "threads": args.threads,
+                    "rounds": args.rounds,
+                    "widths": {str(w): result[w] for w in widths},
+                },
+                indent=1,
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
