@@ -181,17 +181,32 @@ def test_a_bundle_with_a_cut_draft_decodes_as_plain(hf_pair, tmp_path):
     drafter = decoder.drafters["model"]
     kept = set(drafter.runtime.logit_ids.tolist())
     assert decoder.target.vocab_info().eog_ids <= kept
+    proposed = record_proposals(drafter)
+    decodes_as_plain(decoder, [SamplingParams(0.0), SamplingParams(0.9, top_k=40, seed=11)])
+    assert proposed and set(proposed) <= kept
+
+
+def record_proposals(drafter) -> list[int]:
+    """The list every token the drafter proposes from now on is appended to."""
     proposed: list[int] = []
     propose = drafter.propose
     drafter.propose = lambda *a: proposed.extend((d := propose(*a)).tokens.tolist()) or d
-    tokens = decoder.target.tokenize(PROMPT, special=True)
+    return proposed
+
+
+def decodes_as_plain(decoder, sps, max_tokens: int = 24, prompt: str = PROMPT) -> list:
+    """Asserts that each sampling setting's speculative output equals plain decoding's, with
+    drafts made; returns the speculative results."""
+    tokens = decoder.target.tokenize(prompt, special=True)
     plain = SpeculativeDecoder(decoder.target)
-    for sp in (SamplingParams(0.0), SamplingParams(0.9, top_k=40, seed=11)):
-        want = plain.generate(tokens, max_tokens=24, sp=sp, speculative=False).tokens
-        got = decoder.generate(tokens, max_tokens=24, sp=sp)
+    results = []
+    for sp in sps:
+        want = plain.generate(tokens, max_tokens=max_tokens, sp=sp, speculative=False).tokens
+        got = decoder.generate(tokens, max_tokens=max_tokens, sp=sp)
         assert got.tokens == want
         assert got.stats.n_draft_tokens > 0
-    assert proposed and set(proposed) <= kept
+        results.append(got)
+    return results
 
 
 def test_a_cut_draft_is_refused_as_a_target(hf_pair, tmp_path):

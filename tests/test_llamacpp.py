@@ -108,6 +108,13 @@ def test_sampling_on_llamacpp_matches_the_target_distribution(tiny_runtimes, sam
     one. Bound: tests.stats.assert_law (chi-square, false failure 1e-6), N = 500."""
     target, draft = tiny_runtimes
     sp = SamplingParams(temperature=1.5, top_k=3, sampler=sampler)
+    assert_first_tokens_follow_the_target(target, ModelDrafter(draft), sp)
+
+
+def assert_first_tokens_follow_the_target(target, drafter, sp: SamplingParams) -> dict:
+    """Speculative sampling after "the cat" with `drafter` at k = 3, 500 seeds: the first
+    three tokens' joint law equals the target's exact one (tests.stats.assert_law); returns
+    that exact law, {tokens: probability}."""
     prompt = target.tokenize("the cat", special=False)
     law: dict[tuple[int, ...], float] = {(): 1.0}
     for _ in range(3):
@@ -119,10 +126,9 @@ def test_sampling_on_llamacpp_matches_the_target_distribution(tiny_runtimes, sam
                 longer[(*prefix, int(t))] = mass * float(p[t])
         law = longer
     target.reset()
-    dec = SpeculativeDecoder(target, [ModelDrafter(draft)], FixedPolicy("model", 3))
-    n = 500
+    dec = SpeculativeDecoder(target, [drafter], FixedPolicy("model", 3))
     counts: dict[tuple[int, ...], int] = {}
-    for seed in range(n):
+    for seed in range(500):
         out = dec.generate(prompt, max_tokens=4, sp=replace(sp, seed=seed))
         assert out.stats.drafted_by_pos[2] >= 1  # the first step drafted 3
         key = tuple(out.tokens[:3])
@@ -130,6 +136,7 @@ def test_sampling_on_llamacpp_matches_the_target_distribution(tiny_runtimes, sam
     assert set(counts) <= set(law)
     cells = sorted(law)
     assert_law(np.array([counts.get(c, 0) for c in cells]), np.array([law[c] for c in cells]))
+    return law
 
 
 SEEDED = [SamplingParams(1.0, seed=1), SamplingParams(0.7, top_p=0.9, seed=2)]

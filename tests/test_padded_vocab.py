@@ -11,23 +11,21 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from edgespec.app.cli import main
-from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
-from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import VocabularyMismatchError
 from edgespec.loader import SpecOptions, load_decoder
 from edgespec.runtimes.base import token_text_hash
 from edgespec.runtimes.llamacpp import LlamaCppRuntime
-from edgespec.sampling import SamplingParams, logits_to_probs
+from edgespec.sampling import SamplingParams
 from tests import tiny_gguf
-from tests.stats import assert_law
+from tests.test_draft_vocab import decodes_as_plain, record_proposals
+from tests.test_llamacpp import assert_first_tokens_follow_the_target
 from tests.tiny_hf import make_tiny_hf, noisy_copy
 
 PAD = 24  # padding rows the longer model has
@@ -94,19 +92,12 @@ def test_greedy_and_seeded_speculation_on_padded_pairs_equal_plain(gguf_models, 
     drafter = decoder.drafters["model"]
     n_target = decoder.target.n_vocab
     assert (drafter.n_ids, n_target) == (n_target, decoder.target.vocab_info().n_vocab)
-    proposed: list[int] = []
-    propose = drafter.propose
-    drafter.propose = lambda *a: proposed.extend((d := propose(*a)).tokens.tolist()) or d
-    tokens = decoder.target.tokenize(PROMPT, special=True)
-    plain = SpeculativeDecoder(decoder.target)
-    emitted: list[int] = []
-    for sp in (SamplingParams(0.0), SamplingParams(1.5, seed=3), SamplingParams(1.5, seed=4)):
-        want = plain.generate(tokens, max_tokens=32, sp=sp, speculative=False).tokens
-        got = decoder.generate(tokens, max_tokens=32, sp=sp)
-        assert got.tokens == want
-        assert got.stats.n_draft_tokens > 0 and 0.0 < got.stats.acceptance_rate < 1.0
-        emitted += want
+    proposed = record_proposals(drafter)
+    sps = [SamplingParams(0.0), SamplingParams(1.5, seed=3), SamplingParams(1.5, seed=4)]
+    results = decodes_as_plain(decoder, sps, max_tokens=32, prompt=PROMPT)
+    assert all(0.0 < got.stats.acceptance_rate < 1.0 for got in results)
     assert proposed and max(proposed) < n_target
+    emitted = [t for got in results for t in got.tokens]
     if target == "target-padded":  # the target emits ids the draft has no row for
         assert max(emitted) >= n_target - PAD
 
@@ -120,30 +111,10 @@ def test_sampling_with_a_draft_padded_less_matches_the_target_distribution(gguf_
     target = LlamaCppRuntime(gguf_models["target-padded"], n_ctx=128)
     draft = LlamaCppRuntime(gguf_models["draft"], n_ctx=128)
     sp = SamplingParams(temperature=1.5, top_k=3, sampler=sampler)
-    prompt = target.tokenize("the cat", special=False)
-    law: dict[tuple[int, ...], float] = {(): 1.0}
-    for _ in range(3):
-        longer = {}
-        for prefix, mass in law.items():
-            target.reset()
-            p = logits_to_probs(target.forward([*prompt, *prefix])[-1], sp)
-            for t in np.flatnonzero(p):
-                longer[(*prefix, int(t))] = mass * float(p[t])
-        law = longer
+    drafter = ModelDrafter(draft, n_ids=target.n_vocab)
+    law = assert_first_tokens_follow_the_target(target, drafter, sp)
     padding = target.n_vocab - PAD
     assert sum(m for cell, m in law.items() if max(cell) >= padding) > 0.1
-    target.reset()
-    drafter = ModelDrafter(draft, n_ids=target.n_vocab)
-    dec = SpeculativeDecoder(target, [drafter], FixedPolicy("model", 3))
-    counts: dict[tuple[int, ...], int] = {}
-    for seed in range(500):
-        out = dec.generate(prompt, max_tokens=4, sp=replace(sp, seed=seed))
-        assert out.stats.drafted_by_pos[2] >= 1  # the first step drafted 3
-        key = tuple(out.tokens[:3])
-        counts[key] = counts.get(key, 0) + 1
-    assert set(counts) <= set(law)
-    cells = sorted(law)
-    assert_law(np.array([counts.get(c, 0) for c in cells]), np.array([law[c] for c in cells]))
 
 
 def test_q_rows_are_the_targets_width_and_zero_past_the_drafts_ids(gguf_models):
@@ -210,13 +181,7 @@ def test_an_onnx_bundle_of_a_padded_target_and_its_draft_decodes_as_plain(tmp_pa
     decoder = load_decoder(out, spec=SpecOptions(drafter="model", k=3))
     n_target = decoder.target.n_vocab
     assert (n_target, decoder.drafters["model"].runtime.n_vocab) == (384 + PAD, 384)
-    tokens = decoder.target.tokenize(PROMPT, special=True)
-    plain = SpeculativeDecoder(decoder.target)
-    for sp in (SamplingParams(0.0), SamplingParams(1.2, top_k=40, seed=11)):
-        want = plain.generate(tokens, max_tokens=24, sp=sp, speculative=False).tokens
-        got = decoder.generate(tokens, max_tokens=24, sp=sp)
-        assert got.tokens == want
-        assert got.stats.n_draft_tokens > 0
+    decodes_as_plain(decoder, [SamplingParams(0.0), SamplingParams(1.2, top_k=40, seed=11)])
 
 
 def test_a_gguf_bundle_of_a_padded_target_and_its_draft_decodes_as_plain(gguf_models, tmp_path):
@@ -227,7 +192,4 @@ def test_a_gguf_bundle_of_a_padded_target_and_its_draft_decodes_as_plain(gguf_mo
                       target_quant="q8_0", draft_quant="q8_0")
     )  # fmt: skip
     decoder = load_decoder(out, spec=SpecOptions(drafter="model", k=3))
-    tokens = decoder.target.tokenize(PROMPT, special=True)
-    want = SpeculativeDecoder(decoder.target).generate(tokens, max_tokens=24, speculative=False)
-    got = decoder.generate(tokens, max_tokens=24)
-    assert got.tokens == want.tokens and got.stats.n_draft_tokens > 0
+    decodes_as_plain(decoder, [SamplingParams(0.0)])
