@@ -29,17 +29,22 @@ from tests.test_llamacpp import assert_first_tokens_follow_the_target
 from tests.tiny_hf import make_tiny_hf, noisy_copy
 
 PAD = 24  # padding rows the longer model has
+GGUF_ROWS = ("token_embd.weight", "output.weight")
+HF_ROWS = ("model.embed_tokens.weight", "lm_head.weight")
 PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
 
 
-def padded(tensors: dict[str, np.ndarray], rows: int, seed: int) -> dict[str, np.ndarray]:
-    """The model with `rows` more vocabulary rows, their output logits 1.5x a real row's."""
+def padded(
+    tensors: dict[str, np.ndarray], names: tuple[str, str], rows: int, seed: int
+) -> dict[str, np.ndarray]:
+    """The model with `rows` more rows in its (embedding, output) tensors `names`: random, the
+    output rows at 1.5x a real row's spread, so that their logits win now and then."""
     rng = np.random.default_rng(seed)
     out = dict(tensors)
-    for name, scale in (("token_embd.weight", 1.0), ("output.weight", 1.5)):
+    for name, scale in zip(names, (1.0, 1.5)):
         w = tensors[name]
-        extra = rng.standard_normal((rows, w.shape[1])) * w.std() * scale
-        out[name] = np.concatenate([w, extra.astype(np.float32)])
+        extra = (rng.standard_normal((rows, w.shape[1])) * w.std() * scale).astype(np.float32)
+        out[name] = np.concatenate([w, extra])
     return out
 
 
@@ -50,16 +55,10 @@ def gguf_models(tmp_path_factory) -> dict[str, Path]:
     cfg = tiny_gguf.TinyConfig()
     n_real = len(tiny_gguf.vocabulary()[0])
     target = tiny_gguf.random_weights(cfg, n_real, seed=0)
-    rng = np.random.default_rng(1)
-    draft = {
-        name: (a + 0.3 * a.std() * rng.standard_normal(a.shape)).astype(np.float32)
-        if a.ndim == 2
-        else a
-        for name, a in target.items()
-    }
+    draft = tiny_gguf.noisy_weights(target, seed=1)
 
     def write(name: str, tensors: dict, rows: int) -> Path:
-        weights = padded(tensors, rows, seed=2) if rows else tensors
+        weights = padded(tensors, GGUF_ROWS, rows, seed=2) if rows else tensors
         pad_to = n_real + rows if rows else None
         return tiny_gguf.write_gguf(folder / f"{name}.gguf", cfg, weights, pad_to=pad_to)
 
@@ -155,12 +154,7 @@ def pad_checkpoint(hf: Path, out: Path, rows: int) -> Path:
     from safetensors.numpy import load_file, save_file
 
     shutil.copytree(hf, out)
-    tensors = load_file(hf / "model.safetensors")
-    rng = np.random.default_rng(9)
-    for name, scale in (("model.embed_tokens.weight", 1.0), ("lm_head.weight", 1.5)):
-        w = tensors[name]
-        extra = (rng.standard_normal((rows, w.shape[1])) * w.std() * scale).astype(np.float32)
-        tensors[name] = np.concatenate([w, extra])
+    tensors = padded(load_file(hf / "model.safetensors"), HF_ROWS, rows, seed=9)
     save_file(tensors, str(out / "model.safetensors"))
     config = json.loads((hf / "config.json").read_text())
     config["vocab_size"] += rows

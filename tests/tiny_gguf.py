@@ -157,18 +157,26 @@ def write_gguf(
     return path
 
 
+def noisy_weights(
+    tensors: dict[str, np.ndarray], seed: int, noise: float = 0.3
+) -> dict[str, np.ndarray]:
+    """Every 2-D weight plus noise relative to its spread: a draft that agrees often, not
+    always."""
+    rng = np.random.default_rng(seed)
+    return {
+        name: (a + noise * a.std() * rng.standard_normal(a.shape)).astype(np.float32)
+        if a.ndim == 2
+        else a
+        for name, a in tensors.items()
+    }
+
+
 def build_tiny_pair(folder: Path, seed: int = 0, noise: float = 0.3) -> tuple[Path, Path]:
     """(target.gguf, draft.gguf): the draft is the target's weights plus relative noise."""
     cfg = TinyConfig()
     n_vocab = len(vocabulary()[0])
     target = random_weights(cfg, n_vocab, seed)
-    rng = np.random.default_rng(seed + 1)
-    draft = {
-        name: (a + noise * a.std() * rng.standard_normal(a.shape)).astype(np.float32)
-        if a.ndim == 2
-        else a
-        for name, a in target.items()
-    }
+    draft = noisy_weights(target, seed + 1, noise)
     folder.mkdir(parents=True, exist_ok=True)
     return (
         write_gguf(folder / "tiny-target.gguf", cfg, target),
