@@ -20,7 +20,7 @@ from edgespec.controller import FixedPolicy, Policy
 from edgespec.drafters.base import Draft, Drafter
 from edgespec.drafters.model import common_prefix_len
 from edgespec.errors import ContextOverflowError, EdgespecError
-from edgespec.runtimes.base import Runtime
+from edgespec.runtimes.base import Runtime, TopRows, forward_top
 from edgespec.sampling import SamplingParams, request_params, row_dists
 from edgespec.textstream import TextStream
 from edgespec.verify import Verdict, verify_greedy, verify_gumbel, verify_stochastic
@@ -304,15 +304,11 @@ class SpeculativeDecoder:
         k = min(k, room - 1)
         draft = drafter.propose(tokens, k, sp) if drafter and k > 0 else Draft.empty()
         t1 = time.perf_counter()
-        logits = self.target.forward([tokens[-1], *draft.tokens.tolist()])  # [k+1, V]
+        rows = [tokens[-1], *draft.tokens.tolist()]
+        # greedy reads only each row's argmax: reduced on the device where the runtime can
+        scored = forward_top(self.target, rows) if sp.greedy else self.target.forward(rows)
         t2 = time.perf_counter()
-        if sp.greedy:
-            verdict = verify_greedy(draft.tokens, logits)
-        elif draft.gumbel or not len(draft.tokens):  # a plain step: its position's Gumbel-max
-            assert sp.seed is not None  # request_params
-            verdict = verify_gumbel(draft.tokens, row_dists(logits, sp), sp.seed, len(tokens))
-        else:
-            verdict = verify_stochastic(draft.tokens, draft.q, row_dists(logits, sp), rng)
+        verdict = judge(draft, scored, sp, rng, len(tokens))
         self.target.rollback(n0 + 1 + verdict.n_accepted)
         k = len(draft.tokens)
         drafted = drafter if k else None
@@ -363,3 +359,21 @@ class SpeculativeDecoder:
                 f"token id {bad[0]} is outside the vocabulary (0..{self.target.n_vocab - 1})"
             )
         return tokens
+
+
+def judge(
+    draft: Draft,
+    scored: TopRows | np.ndarray,
+    sp: SamplingParams,
+    rng: np.random.Generator,
+    position: int,
+) -> Verdict:
+    """Verify draft against the target's rows (TopRows when greedy, else logits [k+1, V]):
+    greedy compares argmaxes; a plain step or a Gumbel draft takes each position's
+    Gumbel-max; a draft with q, rejection sampling. position: where row 0's token goes."""
+    if isinstance(scored, TopRows):
+        return verify_greedy(draft.tokens, scored.ids)
+    if draft.gumbel or not len(draft.tokens):
+        assert sp.seed is not None  # request_params
+        return verify_gumbel(draft.tokens, row_dists(scored, sp), sp.seed, position)
+    return verify_stochastic(draft.tokens, draft.q, row_dists(scored, sp), rng)

@@ -24,13 +24,14 @@ class Verdict:
     tokens: np.ndarray  # [n_accepted + 1] int32: the accepted tokens, then one recovered or bonus
 
 
-def verify_greedy(draft: np.ndarray, target_logits: np.ndarray) -> Verdict:
-    """draft: [k] int32; target_logits: [k+1, V] float32, row i scores the token after draft[:i].
+def verify_greedy(draft: np.ndarray, target_argmax: np.ndarray) -> Verdict:
+    """draft: [k] int32; target_argmax: [k+1], row i's argmax, the target's token after
+    draft[:i] (forward_top: the rows reduced on the device where the runtime can).
 
     Every emitted token is the verify pass's argmax, so the output equals the target's own.
     """
     k = len(draft)
-    argmax = np.argmax(target_logits[: k + 1], axis=-1).astype(np.int32)  # [k+1]
+    argmax = np.asarray(target_argmax[: k + 1], dtype=np.int32)  # [k+1]
     mismatch = np.flatnonzero(argmax[:k] != draft)
     n_accepted = int(mismatch[0]) if mismatch.size else k
     return Verdict(n_accepted, argmax[: n_accepted + 1])

@@ -11,7 +11,11 @@ Inputs:  input_ids [1, n] int64; seqlens_k [1] int32 (= tokens in the cache afte
          - 1); total_sequence_length [] int32; logits_start [1] int64 (first row whose logits
          are wanted: 0 = all, n - 1 = the last only); past_key_values.{i}.key/value
          [1, n_kv_head, n_ctx, head_dim] float32.
-Outputs: logits [1, n - logits_start, V] float32; present.{i}.key/value (the same buffers).
+Outputs: logits [1, n - logits_start, V] float32; present.{i}.key/value (the same buffers);
+         with top_outputs (the default for fp16 compute, the CUDA export) also top_id
+         [1, n - logits_start] int64 and top_p [1, ...] float32: each row's argmax (the first
+         maximum) and its softmax probability, so a greedy step copies those to the host
+         instead of the logits. On the CPU they cost more than numpy's argmax saves.
 The two scalars feed only kernels that read them on the host, so on the CUDA EP every node
 stays on the GPU and a step can be captured as a CUDA graph.
 
@@ -82,6 +86,7 @@ class ModelInfo:
     # output layer keeps only its likeliest tokens (head_ranges); None: every id, column = id
     logit_ranges: list[list[int]] | None = None
     flavour: str = "ort"  # ort: ONNX Runtime's contrib ops; standard: TensorRT (onnx_standard)
+    top_outputs: bool = False  # the graph also outputs top_id and top_p (see above)
     model_file: str = MODEL_FILE
     format: str = "edgespec-onnx/1"
 
@@ -96,6 +101,7 @@ def export_onnx(
     accuracy_level: int = 4,
     builder: type[GraphBuilder] | None = None,
     logit_ranges: Sequence[tuple[int, int]] | None = None,
+    top_outputs: bool | None = None,
 ) -> Path:
     """Write out_dir/{model.onnx, model.onnx.data, model.json, tokenizer files}; return out_dir.
 
@@ -106,12 +112,15 @@ def export_onnx(
     builder: the graph's flavour: GraphBuilder (None; ONNX Runtime's contrib operators) or
     export/onnx_standard.py's StandardGraphBuilder (standard operators only, for TensorRT).
     logit_ranges: the token ids the output layer keeps, for a draft (head_ranges; None: all).
+    top_outputs: also output each row's argmax and its probability (None: with fp16 compute,
+    the CUDA export; the "ort" flavour only).
     """
     check_choices(quant, compute, block_size)
     ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(Path(source))
     write_onnx_model(
-        ckpt, Path(out_dir), quant, compute, block_size, accuracy_level, builder, logit_ranges
-    )
+        ckpt, Path(out_dir), quant, compute, block_size, accuracy_level, builder, logit_ranges,
+        top_outputs,
+    )  # fmt: skip
     return Path(out_dir)
 
 
@@ -135,6 +144,7 @@ def write_onnx_model(
     accuracy_level: int = 4,
     builder: type[GraphBuilder] | None = None,
     logit_ranges: Sequence[tuple[int, int]] | None = None,
+    top_outputs: bool | None = None,
 ) -> ModelInfo:
     """The model folder; returns what model.json holds (the weight-error report included).
     Each weight goes to the data file as it is quantized, a block of rows at a time."""
@@ -143,7 +153,8 @@ def write_onnx_model(
     check_choices(quant, compute, block_size)
     flavour = builder or GraphBuilder
     info = replace(model_info(ckpt, quant, compute, block_size, accuracy_level),
-                   flavour=flavour.FLAVOUR)  # fmt: skip
+                   flavour=flavour.FLAVOUR,
+                   top_outputs=wants_top_outputs(top_outputs, compute, flavour))  # fmt: skip
     if logit_ranges is not None:
         check_logit_ranges(logit_ranges, info.n_vocab)
         info = replace(info, logit_ranges=[[int(a), int(b)] for a, b in logit_ranges])
@@ -160,6 +171,16 @@ def write_onnx_model(
     (out_dir / "model.json").write_text(json.dumps(asdict(info), indent=1) + "\n")
     log.info("exported %s (%s weights, %s compute) to %s", ckpt.source, quant, compute, out_dir)
     return info
+
+
+def wants_top_outputs(asked: bool | None, compute: str, flavour: type[GraphBuilder]) -> bool:
+    """Top outputs by default where logits would cross from a GPU (fp16 compute); the
+    TensorRT flavour's runtime binds logits alone."""
+    if flavour.FLAVOUR != "ort":
+        if asked:
+            raise ValueError(f"top outputs are for the ONNX Runtime flavour, not {flavour.FLAVOUR}")
+        return False
+    return compute == "fp16" if asked is None else asked
 
 
 def head_ranges(n_vocab: int, keep: int, always: Iterable[int]) -> list[tuple[int, int]]:
@@ -557,6 +578,22 @@ def build_decoder(
     g.outputs.append(
         helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "n_logits", head.shape[0]])
     )
+    if info.top_outputs:
+        top_outputs(g, logits)
+
+
+def top_outputs(g: GraphBuilder, logits: str) -> None:
+    """top_id: each row's argmax (ArgMax keeps the first maximum, as np.argmax); top_p: its
+    softmax probability, 1 / sum(exp(logits - max))."""
+    from onnx import TensorProto, helper
+
+    peak = g.op("ReduceMax", logits, "axis_last", keepdims=1)
+    total = g.op("ReduceSum", g.op("Exp", g.op("Sub", logits, peak)), "axis_last", keepdims=0)
+    top = {"top_id": (g.op("ArgMax", logits, axis=-1, keepdims=0), TensorProto.INT64),
+           "top_p": (g.op("Reciprocal", total), TensorProto.FLOAT)}  # fmt: skip
+    for name, (value, dtype) in top.items():
+        g.nodes.append(helper.make_node("Identity", [value], [name], name=name))
+        g.outputs.append(helper.make_tensor_value_info(name, dtype, [1, "n_logits"]))
 
 
 def rms_norm(g: GraphBuilder, x: str, weight: np.ndarray, name: str) -> str:

@@ -30,7 +30,9 @@ class VocabInfo:
 class Runtime(Protocol):
     """A runtime may also have `logit_ids` (logit_ids() reads it): the token id of each
     logits column, where its output layer keeps only some token ids (a draft exported with
-    `--draft-vocab`); its rows are then [len(logit_ids)] wide. Such a runtime only drafts."""
+    `--draft-vocab`); its rows are then [len(logit_ids)] wide. Such a runtime only drafts.
+    And `top_outputs` (forward_top() reads it): true where `forward_top(tokens, last_only)`
+    returns TopRows with probabilities computed beside the logits, on the device."""
 
     n_vocab: int
     n_ctx: int
@@ -66,6 +68,41 @@ class Runtime(Protocol):
 
 
 # --- pieces every back-end shares -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopRows:
+    """What a greedy step needs of each logits row: its likeliest column and, where asked,
+    that column's softmax probability (a draft's confidence)."""
+
+    ids: np.ndarray  # [rows] int64: the first column holding the row's maximum
+    prob: np.ndarray | None  # [rows] float32, or None where not asked for
+
+
+def forward_top(
+    runtime: Runtime,
+    tokens: Sequence[int],
+    *,
+    last_only: bool = False,
+    with_prob: bool = False,
+    width: int | None = None,
+) -> TopRows:
+    """Runtime.forward's rows reduced to TopRows, over their first `width` columns (None:
+    all). A runtime with `top_outputs` (an ONNX graph exported for the GPU) computes them
+    where the logits are, so only [rows] ids and probabilities reach the host, not [rows, V]
+    floats; any other runtime, or a cut to `width`, reduces the logits here."""
+    if width is None and getattr(runtime, "top_outputs", False):
+        return runtime.forward_top(tokens, last_only=last_only)  # type: ignore[attr-defined]
+    return top_of(runtime.forward(tokens, last_only=last_only)[:, :width], with_prob)
+
+
+def top_of(logits: np.ndarray, with_prob: bool = True) -> TopRows:
+    """TopRows of [rows, V] logits on the host (np.argmax: the first maximum, as ArgMax)."""
+    ids = np.argmax(logits, axis=-1)
+    if not with_prob:
+        return TopRows(ids, None)
+    peak = logits.max(axis=-1, keepdims=True)
+    return TopRows(ids, (1.0 / np.exp(logits - peak).sum(axis=-1)).astype(np.float32))
 
 
 def logit_ids(runtime: Runtime) -> np.ndarray | None:
@@ -113,10 +150,7 @@ def forward_in_chunks(
     if n == 0:
         ids = logit_ids(runtime)
         return np.zeros((0, runtime.n_vocab if ids is None else len(ids)), dtype=np.float32)
-    if runtime.n_past + n > runtime.n_ctx:
-        raise RuntimeError(
-            f"forward of {n} tokens at position {runtime.n_past} overflows n_ctx={runtime.n_ctx}"
-        )
+    check_room(runtime, n)
     rows = []
     for start in range(0, n, n_batch):
         chunk = tokens[start : start + n_batch]
@@ -126,6 +160,14 @@ def forward_in_chunks(
         else:
             rows.append(run(chunk, 1 if last_only else len(chunk)))
     return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+
+def check_room(runtime: Runtime, n: int) -> None:
+    """RuntimeError where n more tokens at n_past would not fit in the context."""
+    if runtime.n_past + n > runtime.n_ctx:
+        raise RuntimeError(
+            f"forward of {n} tokens at position {runtime.n_past} overflows n_ctx={runtime.n_ctx}"
+        )
 
 
 def padding_text(token: int) -> bytes:

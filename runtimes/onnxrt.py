@@ -10,6 +10,10 @@ drafting, verify at any k) is captured as a CUDA graph of its own width on first
 replayed after: a graph fixes its host inputs, so captured steps pass the whole cache as
 total_sequence_length (seqlens_k, on the device, says how much of it is real). One graph per
 width, rather than padding every verify step to the widest, keeps k = 1 as cheap as it is.
+
+A graph exported for the GPU also outputs each row's argmax and its probability (`top_id`,
+`top_p`; export/onnx_export.py): a greedy step (forward_top) then copies [rows] numbers to
+the host instead of [rows, V] logits.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ import numpy as np
 
 from edgespec.errors import EdgespecError, ModelFileError
 from edgespec.runtimes.base import (
+    TopRows,
     VocabInfo,
     check_logit_ranges,
+    check_room,
     forward_in_chunks,
     logit_count,
     padding_text,
@@ -49,6 +55,7 @@ EOG_TEXTS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>
 NO_GRAPH = -1  # "gpu_graph_id" of an uncaptured run; a captured step's id is its width
 MAX_GRAPH_WIDTH = 17  # k + 1 for the controller's k_max = 16
 CACHED_WIDTHS = 16  # steps up to this width keep their bindings between calls
+TOP_OUTPUTS = {"top_id": np.int64, "top_p": np.float32}  # [1, rows] each, beside the logits
 
 
 def read_model_json(model_dir: Path) -> dict:
@@ -243,6 +250,8 @@ class OnnxRuntime:
             self.cuda_graph = False
         self.pad_to_width = pad_to_width or 0
         self.kv_dtype = kv_dtype(self.session)
+        outputs = {o.name for o in self.session.get_outputs()}
+        self.top_outputs = TOP_OUTPUTS.keys() <= outputs  # forward_top reads them (base.py)
         check_declared_sizes(self.path, self.info, self.session, self.cache_len, self.on_cuda)
         self.kv = self.allocate_cache()  # name -> OrtValue [1, n_kv, n_ctx, hd]
         self.steps: dict[tuple[int, int], Step] = {}  # (width, rows) -> bound step
@@ -348,13 +357,34 @@ class OnnxRuntime:
     def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
         return forward_in_chunks(self, tokens, last_only, self.n_batch, self.run)
 
+    def forward_top(self, tokens: Sequence[int], *, last_only: bool = False) -> TopRows:
+        """forward's rows as TopRows read from the graph's top_id and top_p outputs (only
+        where top_outputs: base.forward_top decides)."""
+        check_room(self, len(tokens))
+        if len(tokens) > self.n_batch:  # a long catch-up: the head as prefill chunks
+            if not last_only:
+                raise ValueError(f"forward_top returns at most n_batch={self.n_batch} rows")
+            split = len(tokens) - self.n_batch
+            self.forward(tokens[:split], last_only=True)
+            tokens = tokens[split:]
+        step, real = self.run_step(tokens, 1 if last_only else len(tokens))
+        ids, prob = (step.values[name].numpy()[0, real] for name in TOP_OUTPUTS)
+        return TopRows(ids.copy(), prob.copy())
+
     def run(self, tokens: Sequence[int], rows: int) -> np.ndarray:
         """One graph run at n_past; returns the logits of the last `rows` tokens [rows, V]."""
+        step, real = self.run_step(tokens, rows)
+        return np.array(self.read_logits(step)[real], dtype=np.float32)
+
+    def run_step(self, tokens: Sequence[int], rows: int) -> tuple[Step, slice]:
+        """One graph run at n_past; returns its step and which of its output rows hold the
+        last max(rows, 1) tokens' (padded steps return every row, the real ones first)."""
         n = len(tokens)
         width = self.padded_width(n)
         # rows=0 (a prefill chunk whose logits nobody reads) still computes one row: the graph
         # has no empty output; the last row is the cheapest choice that keeps shapes static
-        keep = max(rows, 1) if width == n else width
+        wanted = max(rows, 1)
+        keep = wanted if width == n else width
         step = self.step(width, keep)
         step.ids[0, :n] = tokens
         step.ids[0, n:] = 0
@@ -363,10 +393,7 @@ class OnnxRuntime:
         step.total[...] = self.cache_len if whole_cache else self.n_past + width
         self.launch(step)
         self.n_past += n
-        logits = self.read_logits(step)  # [keep, V]
-        if width != n:  # padded: the real rows come first
-            logits = logits[n - max(rows, 1) : n]
-        return np.array(logits[-max(rows, 1) :], dtype=np.float32)
+        return step, slice(n - wanted, n) if width != n else slice(0, wanted)
 
     def padded_width(self, n: int) -> int:
         w = self.pad_to_width
@@ -415,16 +442,12 @@ class OnnxRuntime:
                 )
             else:
                 values[name] = ort.OrtValue.ortvalue_from_numpy(array)
-        logits = None
-        if self.on_cuda:
-            values["logits"] = ort.OrtValue.ortvalue_from_shape_and_type(
-                (1, rows, self.n_logits), np.float32, "cuda", 0
-            )
-        else:
-            logits = np.empty((1, rows, self.n_logits), np.float32)
-            values["logits"] = ort.OrtValue.ortvalue_from_numpy(logits)
+        logits = None if self.on_cuda else np.empty((1, rows, self.n_logits), np.float32)
+        values["logits"] = self.output_value((1, rows, self.n_logits), np.float32, logits)
+        for name, dtype in TOP_OUTPUTS.items() if self.top_outputs else ():
+            values[name] = self.output_value((1, rows), dtype)
         for name, value in values.items():
-            if name == "logits":
+            if name == "logits" or name in TOP_OUTPUTS:
                 binding.bind_ortvalue_output(name, value)
             else:
                 binding.bind_ortvalue_input(name, value)
@@ -433,6 +456,13 @@ class OnnxRuntime:
             binding.bind_ortvalue_output(f"present.{key}", value)
         return Step(width, rows, ids, seqlens_k, total, logits_start, logits, values, binding,
                     graph_id)  # fmt: skip
+
+    def output_value(self, shape: tuple[int, ...], dtype: type, host: np.ndarray | None = None):
+        """An OrtValue to bind an output to: on the device (CUDA), else over a host array."""
+        if self.on_cuda:
+            return self.ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, "cuda", 0)
+        array = np.empty(shape, dtype) if host is None else host
+        return self.ort.OrtValue.ortvalue_from_numpy(array)
 
     def graph_id(self, width: int, rows: int) -> int:
         """Steps that return every row, up to max_graph_width tokens, are captured: the decode

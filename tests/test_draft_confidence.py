@@ -9,8 +9,8 @@ import pytest
 from edgespec.chat import chat_tokens
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
-from edgespec.drafters.model import top_probability
 from edgespec.engine import SpeculativeDecoder
+from edgespec.runtimes.base import top_of
 from edgespec.sampling import SamplingParams
 
 GREEDY = SamplingParams()
@@ -27,16 +27,18 @@ def greedy_chain(draft, prompt: list[int], n: int) -> tuple[list[int], list[floa
     tokens, probs = [], []
     for _ in range(n):
         tokens.append(int(np.argmax(logits)))
-        probs.append(top_probability(logits))
+        probs.append(float(top_of(logits[None]).prob[0]))
         logits = draft.forward([tokens[-1]], last_only=True)[-1]
     draft.reset()
     return tokens, probs
 
 
 def test_top_probability_is_the_softmax_of_the_largest_logit():
-    logits = np.array([2.0, 0.5, -1.0, 2.0 - np.log(3.0)], dtype=np.float32)
+    logits = np.array([[2.0, 0.5, -1.0, 2.0 - np.log(3.0)], [0.0, 3.0, 3.0, 1.0]], np.float32)
     e = np.exp(logits.astype(np.float64))
-    assert top_probability(logits) == pytest.approx(e[0] / e.sum(), rel=1e-6)
+    top = top_of(logits)
+    assert top.ids.tolist() == [0, 1]  # the first of two equal maxima, as ONNX's ArgMax
+    assert top.prob.tolist() == pytest.approx((e.max(1) / e.sum(1)).tolist(), rel=1e-6)
 
 
 def test_a_draft_ends_with_its_first_unsure_token_before_the_k_asked(tiny_runtimes):

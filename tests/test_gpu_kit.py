@@ -135,3 +135,32 @@ def test_llama_cpp_on_cuda_speculates_exactly(tiny_pair):
             PROMPT, max_tokens=40
         )
         assert out.tokens == plain.tokens
+
+
+def test_the_kit_compares_greedy_steps_with_and_without_top_outputs(tmp_path):
+    """measure.py's top_outputs: the same export's greedy decoding with each row's argmax
+    read from the graph and with the logits copied to the host; the switch is put back."""
+    pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime")
+    from edgespec.export.onnx_export import export_onnx
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+    from tests.tiny_hf import make_tiny_hf
+
+    hf = make_tiny_hf(tmp_path / "hf", seed=3)
+    with_top = OnnxRuntime(export_onnx(hf, tmp_path / "top", top_outputs=True), n_ctx=512)
+    bench = measure.Bench(with_top, None, measure.SMOKE, 0.0)
+    reference, _ = bench.plain()
+    found = bench.top_outputs(reference)
+    assert list(found) == [f"{way}, k={k}" for way in ("top outputs", "logits to host")
+                           for k in (0, 4)]  # fmt: skip
+    assert all(v["identical"] and v["tokens_per_second"] > 0 for v in found.values())
+    assert with_top.top_outputs
+    lines = measure.table([{
+        "label": "tiny", "backend": "onnx", "device": "cpu", "cuda_graphs": "off",
+        "machine": {}, "curve_ratio": [1.0], "curve_ms": [1.0], "draft_token_ms": 0.0,
+        "draft_over_target": 0.0, "plain": {"tokens_per_second": 1.0, "verify_ms_per_step": 1.0,
+        "loop_us_per_step": 1.0}, "loop": {}, "top_outputs": found, "oracle": [],
+        "settings": {"ks": [], "acceptance": []}, "goals": {},
+    }])  # fmt: skip
+    assert "greedy, logits to host, k=4:" in lines and "greedy, top outputs, k=0:" in lines
+    plain = OnnxRuntime(export_onnx(hf, tmp_path / "plain"), n_ctx=512)
+    assert measure.Bench(plain, None, measure.SMOKE, 0.0).top_outputs(reference) is None

@@ -1,4 +1,4 @@
-"""verify_greedy / verify_stochastic on hand-built logits (vLLM's rejection-sampler tests)."""
+"""verify_greedy on argmaxes; verify_stochastic on hand-built logits (vLLM's sampler tests)."""
 
 import numpy as np
 import pytest
@@ -7,31 +7,30 @@ from edgespec.sampling import TokenDist
 from edgespec.verify import residual, verify_greedy, verify_gumbel, verify_stochastic
 
 
-def one_hot_logits(winners, vocab=8):
-    logits = np.zeros((len(winners), vocab), dtype=np.float32)
-    logits[np.arange(len(winners)), winners] = 5.0
-    return logits
+def argmaxes(winners):
+    """What verify_greedy reads of the rows: each one's argmax (forward_top's ids)."""
+    return np.asarray(winners, np.int64)
 
 
 def test_greedy_perfect_match_emits_bonus():
-    v = verify_greedy(np.array([1, 2, 3], np.int32), one_hot_logits([1, 2, 3, 4]))
+    v = verify_greedy(np.array([1, 2, 3], np.int32), argmaxes([1, 2, 3, 4]))
     assert v.n_accepted == 3
     assert v.tokens.tolist() == [1, 2, 3, 4]
 
 
 def test_greedy_early_mismatch_emits_target_token():
-    v = verify_greedy(np.array([1, 7, 3], np.int32), one_hot_logits([1, 2, 3, 4]))
+    v = verify_greedy(np.array([1, 7, 3], np.int32), argmaxes([1, 2, 3, 4]))
     assert v.n_accepted == 1
     assert v.tokens.tolist() == [1, 2]
 
 
 def test_greedy_first_position_mismatch():
-    v = verify_greedy(np.array([6, 2], np.int32), one_hot_logits([1, 2, 3]))
+    v = verify_greedy(np.array([6, 2], np.int32), argmaxes([1, 2, 3]))
     assert (v.n_accepted, v.tokens.tolist()) == (0, [1])
 
 
 def test_greedy_empty_draft_is_plain_step():
-    v = verify_greedy(np.zeros(0, np.int32), one_hot_logits([5]))
+    v = verify_greedy(np.zeros(0, np.int32), argmaxes([5]))
     assert (v.n_accepted, v.tokens.tolist()) == (0, [5])
 
 

@@ -250,6 +250,35 @@ class Bench:
             }
         return out
 
+    def top_outputs(self, reference: list[int]) -> dict[str, dict] | None:
+        """Greedy plain decoding and k = 4 (acceptance 0.8, zero draft cost), each row's argmax
+        read from the graph's top outputs and then with the logits copied to the host instead:
+        what the top outputs save a step. None where the target's graph has none."""
+        if not getattr(self.target, "top_outputs", False):
+            return None
+        wrong = wrong_positions(0.8, len(reference))
+        out = {}
+        for way in ("top outputs", "logits to host"):
+            self.target.top_outputs = way == "top outputs"  # type: ignore[attr-defined]
+            try:
+                for k in (0, 4):
+                    runs = []
+                    for _ in range(self.settings.repeats + 1):  # the first binds: not timed
+                        oracle = OracleDrafter(self.prompt, reference, wrong, self.target.n_vocab)
+                        drafters, policy = ([oracle], FixedPolicy("model", k)) if k else ([], None)
+                        result = self.generate(drafters, policy or FixedPolicy(None, 0))
+                        runs.append(Run.of(result, reference))
+                    run = fastest(runs[1:] or runs)
+                    out[f"{way}, k={k}"] = {
+                        "tokens_per_second": round(run.tokens_per_second, 2),
+                        "verify_ms_per_step": round(run.verify_ms_per_step, 3),
+                        "loop_us_per_step": round(run.loop_us_per_step, 1),
+                        "identical": run.identical,
+                    }
+            finally:
+                self.target.top_outputs = True  # type: ignore[attr-defined]
+        return out
+
 
 def measure(args: argparse.Namespace) -> dict:
     settings = SMOKE if args.smoke else Settings()
@@ -268,6 +297,7 @@ def measure(args: argparse.Namespace) -> dict:
         "draft_token_ms": round(1e3 * draft_token_s, 4),
         "draft_over_target": round(draft_token_s / curve[0], 4),
         "plain": plain.__dict__, "loop": bench.loop_overhead(reference), "oracle": [],
+        "top_outputs": bench.top_outputs(reference),
     }  # fmt: skip
     for acceptance in settings.acceptance if args.grid == "full" else ():
         for real_cost in (False, True) if draft else (False,):
@@ -390,6 +420,10 @@ def table(reports: list[dict]) -> str:
             lines.append(f"loop, {name}: {v['loop_us_per_step']:.0f} us/step = "
                          f"{100 * v['share_of_verify']:.1f}% of a {v['verify_ms_per_step']:.2f} ms"
                          " verify (k=4)")  # fmt: skip
+        for name, v in (r.get("top_outputs") or {}).items():
+            lines.append(f"greedy, {name}: {v['tokens_per_second']:.1f} tok/s, verify "
+                         f"{v['verify_ms_per_step']:.2f} ms/step, loop {v['loop_us_per_step']:.0f}"
+                         " us/step" + ("" if v["identical"] else " *"))  # fmt: skip
         ks = [k for k in r["settings"]["ks"]] + ["auto"]
         if r["oracle"]:
             lines.append("speedup over plain | " + " | ".join(f"k={k}" for k in ks))

@@ -14,7 +14,7 @@ import numpy as np
 
 from edgespec.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
-from edgespec.runtimes.base import Runtime, logit_ids
+from edgespec.runtimes.base import Runtime, TopRows, forward_top, logit_ids
 from edgespec.sampling import SamplingParams, token_dist, uses_gumbel
 
 STAND_IN = 0  # what the draft reads for a token id it has no row for (a padding id)
@@ -89,7 +89,7 @@ class ModelDrafter:
         unsure = False
         t0 = time.perf_counter()
         keep = common_prefix_len(self.cached, context)
-        logits = self.catch_up(context, keep)  # [V]
+        scores = self.catch_up(context, keep, sp.greedy, gated)
         # a step after a drafted step re-forwards the bonus token (and the draft's last one):
         # more than that is catching up after idle steps, not the price of drafting
         t_catch_up = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0
@@ -101,21 +101,22 @@ class ModelDrafter:
         n_vocab = self.n_ids
         q = None if sp.greedy or gumbel else np.empty((k, n_vocab), dtype=np.float32)
         for i in range(k):
-            if sp.greedy:
-                column = int(np.argmax(logits))
+            if isinstance(scores, TopRows):  # greedy: the likeliest column, and how likely
+                column = int(scores.ids[-1])
                 tokens[i] = column if self.columns is None else self.columns[column]
+                prob = scores.prob
+                unsure = gated and prob is not None and bool(prob[-1] < self.confidence)
             else:
-                dist = token_dist(logits, sp).on_ids(self.columns)
+                dist = token_dist(scores, sp).on_ids(self.columns)
                 if q is None:  # argmax(log q + g) with the noise the target uses there
                     tokens[i] = dist.gumbel_max(seed, len(context) + i)
                 else:
                     q[i] = dist.dense(n_vocab)
                     tokens[i] = dist.sample(self.rng)
-            unsure = gated and top_probability(logits) < self.confidence
             if unsure or i + 1 == k:
                 k = i + 1  # an unsure token is the draft's last
                 break
-            logits = self.runtime.forward([int(tokens[i])])[-1, : self.width]
+            scores = self.score([int(tokens[i])], sp.greedy, gated)
         self.cached.extend(int(t) for t in tokens[: k - 1])
         return Draft(tokens[:k], None if q is None else q[:k], t_catch_up, gumbel, unsure)
 
@@ -139,14 +140,26 @@ class ModelDrafter:
         """Tokens of context the draft cache lacks: what the next proposal must forward."""
         return len(context) - common_prefix_len(self.cached, context)
 
-    def catch_up(self, context: Sequence[int], keep: int) -> np.ndarray:
+    def catch_up(
+        self, context: Sequence[int], keep: int, greedy: bool, gated: bool
+    ) -> np.ndarray | TopRows:
         """Make the cache hold context[:-1] plus the last token, keeping the first `keep`
-        cached tokens (the common prefix); return the next logits [V]."""
+        cached tokens (the common prefix); return the next token's scores (score)."""
         keep = min(keep, len(context) - 1)  # re-forward at least one token to get its logits
         self.runtime.rollback(keep)
-        logits = self.runtime.forward(self.readable(context[keep:]), last_only=True)
+        scores = self.score(self.readable(context[keep:]), greedy, gated)
         self.cached = list(context)
-        return logits[-1, : self.width]
+        return scores
+
+    def score(self, tokens: Sequence[int], greedy: bool, gated: bool) -> np.ndarray | TopRows:
+        """Forward tokens; the last one's logits row [V], or for a greedy draft only its
+        likeliest column and (gated) that column's probability, computed on the device where
+        the runtime can (forward_top)."""
+        if greedy:
+            return forward_top(
+                self.runtime, tokens, last_only=True, with_prob=gated, width=self.width
+            )
+        return self.runtime.forward(tokens, last_only=True)[-1, : self.width]
 
     def readable(self, tokens: Sequence[int]) -> Sequence[int]:
         """tokens with the ids the draft has no row for as STAND_IN: the target's padding ids
@@ -154,11 +167,6 @@ class ModelDrafter:
         if self.foreign_from is None:
             return tokens
         return [t if t < self.foreign_from else STAND_IN for t in tokens]
-
-
-def top_probability(logits: np.ndarray) -> float:
-    """The softmax probability of the most likely token (one pass over the vocabulary)."""
-    return float(1.0 / np.exp(logits - logits.max()).sum())
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
