@@ -342,3 +342,48 @@ def test_the_verify_ops_bench_times_each_width_by_operator(tmp_path):
     assert set(result) == {1, 3}
     assert all(r["ms"] > 0 and r["ops_ms"]["MatMulNBits"] > 0 for r in result.values())
     assert "| t(n)/t(1) | 1.000 |" in bench.table(result, [1, 3])
+
+
+def test_pass_times_splits_autos_decode_into_each_models_passes(tiny_pair):
+    """bench/pass_times.py on the tiny GGUF pair: plain and `auto` take turns, both models'
+    passes are logged, and auto's decode time is its target and draft passes plus the loop."""
+    pytest.importorskip("llama_cpp")
+    from edgespec.app.bench import Bench
+    from edgespec.controller import FixedPolicy
+    from edgespec.engine import SpeculativeDecoder
+    from edgespec.pair import open_pair
+    from tests.bench_scripts import load_bench_script
+
+    bench = load_bench_script("pass_times.py", "bench_pass_times")
+    pair = open_pair(*tiny_pair, RuntimeOptions(n_ctx=256, n_threads=1))
+    prompts = [prompt("math-01", "the the the theme"), prompt("math-02", "def f(x): return x")]
+    runner = Bench(pair)  # "auto" drafts with the model every step: both models' passes
+    drafters = list(runner.decoder.drafters.values())
+    runner.decoders[("auto", None)] = SpeculativeDecoder(
+        runner.target, drafters, FixedPolicy("model", 2)
+    )
+    passes, decode = bench.timed_runs(runner, prompts, 2, 16)
+    starts = [p[0] for p in passes if p[2] == 0]
+    assert starts == ["plain", "auto", "plain", "auto", "auto", "plain", "auto", "plain"]
+    assert {p[1] for p in passes if p[0] == "auto"} == {"target", "draft"}
+    assert {p[1] for p in passes if p[0] == "plain"} == {"target"}
+    assert decode["plain"][1] == decode["auto"][1] > 0  # float32 toys: the same tokens
+    report = bench.summary(passes, decode, 1)
+    split = report["auto"]
+    assert split["decode_s"] == pytest.approx(
+        split["target_s"] + split["draft_s"] + split["loop_s"], abs=3e-4
+    )
+    assert split["draft_s"] > 0 and split["loop_s"] > 0
+    assert {p[0] for p in passes} == {"plain", "auto", "plain-prefill", "auto-prefill"}
+    assert {r["model"] for r in report["auto_passes"]} == {"target", "draft"}
+
+
+def test_the_top_outputs_bench_times_the_exported_nodes_against_the_host():
+    pytest.importorskip("onnxruntime")
+    from tests.bench_scripts import load_bench_script
+
+    bench = load_bench_script("top_outputs.py", "bench_top_outputs")
+    rows = bench.measure(vocab=500, widths=[1, 3], threads=1, repeats=3)
+    assert [r["width"] for r in rows] == [1, 3]
+    names = {"graph", "graph + top outputs", "host argmax + probability", "host argmax"}
+    assert all(names < set(r) and all(r[n] > 0 for n in names) for r in rows)
