@@ -225,3 +225,15 @@ def test_cuda_steps_read_top_outputs_and_decode_as_plain(hf, pair, tmp_path):
             gpu, [ModelDrafter(pair["draft"])], FixedPolicy("model", k)
         ).generate(tokens, max_tokens=40)
         assert out.tokens == ref.tokens
+
+
+def test_doctor_says_what_a_greedy_step_copies(pair):
+    from edgespec.app.doctor import greedy_rows_status
+
+    assert greedy_rows_status(pair["target+top"]) == (
+        "greedy steps read each row's argmax from the graph"
+    )
+    assert greedy_rows_status(pair["target"]) == (
+        "greedy steps copy every row's logits to the host (it has no top outputs: export it "
+        "again with --device cuda)"
+    )

@@ -113,7 +113,7 @@ def cuda_graph_status(ort, model: str | None) -> str:
     if runtime.cuda_graph:
         return (
             f"active for {model}: steps of 1..{runtime.max_graph_width} tokens are captured, "
-            "one graph per width"
+            f"one graph per width; {greedy_rows_status(runtime)}"
         )
     if runtime.info.get("compute") != "fp16":
         return (
@@ -121,6 +121,16 @@ def cuda_graph_status(ort, model: str | None) -> str:
             "needs fp16; export it with --device cuda"
         )
     return f"inactive for {model}: ONNX Runtime could not capture its graph (see the log)"
+
+
+def greedy_rows_status(runtime) -> str:
+    """What a greedy step of this ONNX model copies from the device (docs/gpu.md)."""
+    if runtime.top_outputs:
+        return "greedy steps read each row's argmax from the graph"
+    return (
+        "greedy steps copy every row's logits to the host (it has no top outputs: export it "
+        "again with --device cuda)"
+    )
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
