@@ -100,17 +100,17 @@ MUTANTS = (
     Mutant(
         "q-before-top-p-token-after",
         "edgespec/drafters/model.py",
-        "q[i] = dist.dense(len(logits))\n                tokens[i] = dist.sample(self.rng)",
-        "q[i] = token_dist(logits, SamplingParams(sp.temperature, sp.top_k)).dense(len(logits))"
-        "\n                tokens[i] = dist.sample(self.rng)",
+        "q[i] = dist.dense(n_vocab)\n                    tokens[i] = dist.sample(self.rng)",
+        "q[i] = token_dist(scores, SamplingParams(sp.temperature, sp.top_k)).on_ids("
+        "self.columns).dense(n_vocab)\n                    tokens[i] = dist.sample(self.rng)",
         (ENGINE,),
     ),
     Mutant(
         "q-after-top-p-token-before",
         "edgespec/drafters/model.py",
-        "q[i] = dist.dense(len(logits))\n                tokens[i] = dist.sample(self.rng)",
-        "q[i] = dist.dense(len(logits))\n                tokens[i] = token_dist("
-        "logits, SamplingParams(sp.temperature, sp.top_k)).sample(self.rng)",
+        "q[i] = dist.dense(n_vocab)\n                    tokens[i] = dist.sample(self.rng)",
+        "q[i] = dist.dense(n_vocab)\n                    tokens[i] = token_dist(scores, "
+        "SamplingParams(sp.temperature, sp.top_k)).on_ids(self.columns).sample(self.rng)",
         (ENGINE,),
     ),
     Mutant(
@@ -165,8 +165,8 @@ MUTANTS = (
     Mutant(
         "plain-step-not-position-keyed",
         "edgespec/engine.py",
-        "elif draft.gumbel or not len(draft.tokens):",
-        "elif draft.gumbel:",
+        "if draft.gumbel or not len(draft.tokens):",
+        "if draft.gumbel:",
         (ENGINE,),
     ),
     Mutant(
@@ -228,7 +228,7 @@ MUTANTS = (
     Mutant(  # --exact on ONNX without the padded one-token pass: MLAS's one-row kernels
         "onnx-exact-not-padded",
         "runtimes/__init__.py",
-        'EXACT_ONNX: dict = {"min_width": 2}',
+        'EXACT_ONNX: dict = {"min_width": 2, "row_multiple": 2}',
         "EXACT_ONNX: dict = {}",
         ("tests/test_onnx.py",),
     ),
