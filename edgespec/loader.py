@@ -37,9 +37,11 @@ class SpecOptions:
     # prompt lookup also in the completions of the last N requests (a server's; 0 = off)
     lookup_history: int = 0
     # k chosen per step: a greedy draft model's draft ends at its first token it gives less
-    # than this probability (ModelDrafter's confidence; 0 = off; a fixed k is always drafted
-    # whole): 0.5-0.8 gave the same within 0.5% on open, chat, edit and code replayed on a
-    # CPU's curve, 0.7-0.8 the most on a GPU-like one (docs/benchmarks.md)
+    # than this probability, a seeded (Gumbel) one where its token wins by a smaller margin
+    # than that probability against one rival would give (ModelDrafter's confidence; 0 =
+    # off; a fixed k is always drafted whole): 0.5-0.8 gave the same within 0.5% on open,
+    # chat, edit and code replayed on a CPU's curve, 0.7-0.8 the most on a GPU-like one
+    # (docs/benchmarks.md)
     draft_confidence: float = 0.7
 
     def __post_init__(self) -> None:

@@ -162,10 +162,27 @@ class TokenDist:
         E = exp(-g) ~ Exp(1): one uniform per token that can be drawn, and the token follows
         p exactly. A drafter that takes argmax(log q + g) with the same g proposes the
         target's own token whenever the two agree (the coupling verify_gumbel relies on)."""
+        j = int(np.argmin(self.races(seed, position)))
+        return j if self.ids is None else int(self.ids[j])
+
+    def gumbel_max_margin(self, seed: int, position: int) -> tuple[int, float]:
+        """gumbel_max's token and how far it won: the gap between the largest and the second
+        largest log p + g, log(r2 / r1) of the two smallest E / p (inf where one token can be
+        drawn). A Gumbel draft's confidence: the target's p, close to q, keeps the draft's
+        token where its own perturbed scores keep that order, likelier the wider the gap."""
+        races = self.races(seed, position)
+        j = int(np.argmin(races))
+        token = j if self.ids is None else int(self.ids[j])
+        if len(races) < 2:
+            return token, math.inf
+        first, second = np.partition(races, 1)[:2]
+        return token, float(np.log(second / first))
+
+    def races(self, seed: int, position: int) -> np.ndarray:
+        """E / p per token of the support, E the position's Exp(1) noise: the smallest wins."""
         ids = self.ids if self.ids is not None else all_ids(len(self.probs))
         with np.errstate(divide="ignore"):  # p = 0 (an exp underflow): E / 0 = inf, never drawn
-            j = int(np.argmin(exponential_noise(seed, position, ids) / self.probs))
-        return j if self.ids is None else int(self.ids[j])
+            return exponential_noise(seed, position, ids) / self.probs
 
 
 # --- position-keyed randomness: the token at position i depends on (seed, i) alone ----------

@@ -471,6 +471,20 @@ MUTANTS = (
         ("tests/test_top_outputs.py", "tests/test_draft_confidence.py"),
     ),
     Mutant(
+        "gumbel-draft-never-unsure",
+        "edgespec/drafters/model.py",
+        "unsure = gated and margin < self.margin",
+        "unsure = False",
+        ("tests/test_draft_confidence.py",),
+    ),
+    Mutant(
+        "gumbel-margin-from-the-log-of-the-sum",
+        "edgespec/sampling.py",
+        "return token, float(np.log(second / first))",
+        "return token, float(np.log(second + first))",
+        ("tests/test_sampling.py", "tests/test_draft_confidence.py"),
+    ),
+    Mutant(
         "lookup-history-keeps-prompts",
         "edgespec/drafters/ngram.py",
         "completion = tuple(self.indexed[self.prompt_len :])",

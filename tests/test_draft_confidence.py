@@ -1,5 +1,6 @@
-"""ModelDrafter's confidence: a greedy draft runs while the draft model is sure of each token
-and ends with its first unsure one, on a real llama.cpp model; output stays the target's."""
+"""ModelDrafter's confidence: a greedy or seeded Gumbel draft runs while the draft model is
+sure of each token and ends with its first unsure one, on a real llama.cpp model; output stays
+the target's."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.runtimes.base import top_of
-from edgespec.sampling import SamplingParams
+from edgespec.sampling import SamplingParams, token_dist
 
 GREEDY = SamplingParams()
 
@@ -60,6 +61,58 @@ def test_a_draft_ends_with_its_first_unsure_token_before_the_k_asked(tiny_runtim
     sure.reset(np.random.default_rng(0))
     assert sure.propose(prompt, 5, GREEDY).tokens.tolist() == chain[:5]  # k is the cap
     assert sure.propose(prompt, 0, GREEDY).tokens.tolist() == []  # k = 0 stays a plain step
+
+
+SEEDED = SamplingParams(temperature=0.8, seed=5, sampler="gumbel")
+
+
+def gumbel_chain(draft, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
+    """The draft model's own seeded Gumbel continuation and each token's margin."""
+    draft.reset()
+    logits = draft.forward(prompt, last_only=True)[-1]
+    tokens, margins = [], []
+    for i in range(n):
+        token, margin = token_dist(logits, SEEDED).gumbel_max_margin(5, len(prompt) + i)
+        tokens.append(token)
+        margins.append(margin)
+        logits = draft.forward([token], last_only=True)[-1]
+    draft.reset()
+    return tokens, margins
+
+
+def test_a_gumbel_draft_ends_with_its_first_token_won_by_a_small_margin(tiny_runtimes):
+    """Seeded sampling: a token is unsure where its perturbed score leads the runner-up's
+    by less than log(c / (1 - c)); the draft ends there, before the k asked for."""
+    _, draft = tiny_runtimes
+    prompt = prompt_of(draft, "the theme of the week, in the ether")
+    chain, margins = gumbel_chain(draft, prompt, 16)
+    cut = float(np.median(margins))  # a margin inside the chain, so the gate stops in it
+    unsure = next(i for i, m in enumerate(margins) if m < cut)
+    confidence = 1.0 / (1.0 + np.exp(-cut))  # log(c / (1 - c)) = cut
+    for k in (unsure + 1, 16):
+        drafter = ModelDrafter(draft, confidence=confidence)
+        drafter.reset(np.random.default_rng(0))
+        got = drafter.propose(prompt, k, SEEDED)
+        assert got.tokens.tolist() == chain[: unsure + 1] and got.unsure_end
+        assert got.q is None and got.gumbel
+    ungated = ModelDrafter(draft)
+    ungated.reset(np.random.default_rng(0))
+    assert ungated.propose(prompt, 16, SEEDED).tokens.tolist() == chain
+
+
+def test_seeded_output_with_gated_gumbel_drafts_is_plain_decodings(tiny_runtimes):
+    target, draft = tiny_runtimes
+    prompt = prompt_of(target, "the theme of the week, in the ether")
+    plain = SpeculativeDecoder(target, [], FixedPolicy(None, 0))
+    want = plain.generate(prompt, max_tokens=60, sp=SEEDED).tokens
+    _, margins = gumbel_chain(draft, prompt, 16)
+    confidence = 1.0 / (1.0 + np.exp(-float(np.median(margins))))
+    spec = SpeculativeDecoder(target, [ModelDrafter(draft, confidence=confidence)],
+                              FixedPolicy("model", 8))  # fmt: skip
+    result = spec.generate(prompt, max_tokens=60, sp=SEEDED)
+    assert result.tokens == want
+    stats = result.stats  # drafts ended early, none longer than 8
+    assert stats.n_drafts < stats.n_draft_tokens < 8 * stats.n_drafts
 
 
 def test_sampled_drafts_keep_the_k_asked_for(tiny_runtimes):

@@ -113,6 +113,23 @@ def test_gumbel_max_follows_p(sparse):
     assert np.all(np.abs(counts / n - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-12)
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_gumbel_max_margin_is_the_gap_between_the_two_best_perturbed_scores(sparse):
+    """log p + g per token, g = -log E the position's noise: the winner is gumbel_max's and
+    the margin is its lead over the runner-up (float64, to 1e-9)."""
+    p = np.array([0.5, 0.0, 0.3, 0.15, 0.05], np.float32)
+    dist = TokenDist(np.array([0, 2, 3, 4]), p[[0, 2, 3, 4]]) if sparse else TokenDist(None, p)
+    for position in range(200):
+        noise = exponential_noise(3, position, np.arange(len(p)))
+        with np.errstate(divide="ignore"):
+            scores = np.log(p.astype(np.float64)) - np.log(noise)
+        second, first = np.sort(scores)[-2:]
+        token, margin = dist.gumbel_max_margin(3, position)
+        assert token == dist.gumbel_max(3, position) == int(np.argmax(scores))
+        assert margin == pytest.approx(first - second, abs=1e-9)
+    assert TokenDist(np.array([7]), np.ones(1, np.float32)).gumbel_max_margin(3, 0) == (7, np.inf)
+
+
 def test_request_params_fill_a_seed_and_settle_auto():
     seeded = request_params(SamplingParams(1.0, seed=4))
     assert (seeded.seed, seeded.sampler) == (4, "gumbel")

@@ -56,8 +56,9 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
         "--draft-confidence",
         type=float,
         default=SpecOptions.draft_confidence,
-        help="--k auto, greedy: a draft model's draft ends at its first token it gives less "
-        "than this probability (default %(default)s; 0: off)",
+        help="--k auto: a draft model's draft ends at its first token it gives less than "
+        "this probability (greedy; seeded sampling: by its Gumbel margin) (default "
+        "%(default)s; 0: off)",
     )
 
 

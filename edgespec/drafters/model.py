@@ -7,6 +7,7 @@ every outcome of verification (all accepted, early rejection) takes the same pat
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -40,10 +41,12 @@ class ModelDrafter:
         prefix of the new context and what the cache holds.
         confidence > 0: a greedy draft ends with its first token the draft model gives less
         than this probability (Draft.unsure_end), before the k asked for, which is then a
-        cap. Unsure tokens are mostly rejected, and every token after a rejected one is,
-        while sure ones are mostly kept (docs/benchmarks.md); the policy learns how often
-        drafts go on and what sure and unsure tokens keep (ByPosition), and prices longer
-        caps by it.
+        cap; a Gumbel draft with its first token whose perturbed score beats the runner-up's
+        by less than log(confidence / (1 - confidence)), what a top probability of
+        `confidence` against one rival gives (TokenDist.gumbel_max_margin). Unsure tokens
+        are mostly rejected, and every token after a rejected one is, while sure ones are
+        mostly kept (docs/benchmarks.md); the policy learns how often drafts go on and what
+        sure and unsure tokens keep (ByPosition), and prices longer caps by it.
         n_ids: the target's vocabulary size (default: the draft's), the width of the q rows
         verification reads. A family's models may pad their output layers to different sizes
         (token_text_hash): a draft with more rows than n_ids proposes from the first n_ids."""
@@ -59,6 +62,7 @@ class ModelDrafter:
         self.token_s = token_s
         self.keep_cache = keep_cache
         self.confidence = confidence
+        self.margin = math.log(confidence / (1 - confidence)) if confidence > 0 else -math.inf
         self.rng = np.random.default_rng(seed)
         self.cached: list[int] = []  # tokens in the draft runtime's KV cache
 
@@ -82,7 +86,8 @@ class ModelDrafter:
 
     def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
         room = self.runtime.n_ctx - len(context)
-        gated = self.confidence > 0 and sp.greedy
+        gumbel = not sp.greedy and uses_gumbel(sp, self.sampler)
+        gated = self.confidence > 0 and (sp.greedy or gumbel)
         k = min(k, room)
         if k <= 0:
             return Draft.empty()
@@ -93,7 +98,6 @@ class ModelDrafter:
         # a step after a drafted step re-forwards the bonus token (and the draft's last one):
         # more than that is catching up after idle steps, not the price of drafting
         t_catch_up = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0
-        gumbel = not sp.greedy and uses_gumbel(sp, self.sampler)
         seed = sp.seed if sp.seed is not None else -1
         if gumbel and seed < 0:
             raise ValueError("Gumbel drafting needs the request's seed (request_params sets it)")
@@ -109,7 +113,8 @@ class ModelDrafter:
             else:
                 dist = token_dist(scores, sp).on_ids(self.columns)
                 if q is None:  # argmax(log q + g) with the noise the target uses there
-                    tokens[i] = dist.gumbel_max(seed, len(context) + i)
+                    tokens[i], margin = dist.gumbel_max_margin(seed, len(context) + i)
+                    unsure = gated and margin < self.margin
                 else:
                     q[i] = dist.dense(n_vocab)
                     tokens[i] = dist.sample(self.rng)
