@@ -387,3 +387,18 @@ def test_the_top_outputs_bench_times_the_exported_nodes_against_the_host():
     assert [r["width"] for r in rows] == [1, 3]
     names = {"graph", "graph + top outputs", "host argmax + probability", "host argmax"}
     assert all(names < set(r) and all(r[n] > 0 for n in names) for r in rows)
+
+
+def test_bench_gives_auto_the_draft_confidence_asked_for(tiny_pair, capsys):
+    pytest.importorskip("llama_cpp")
+    from edgespec.app.bench import Bench
+    from edgespec.errors import EdgespecError
+    from edgespec.pair import open_pair
+
+    pair = open_pair(*tiny_pair, RuntimeOptions(n_ctx=256, n_threads=1))
+    for confidence in (0.0, 0.55):
+        assert Bench(pair, draft_confidence=confidence).decoder.drafters["model"].confidence == (
+            confidence
+        )
+    with pytest.raises(EdgespecError, match=r"--draft-confidence must be in \[0, 1\)"):
+        Bench(pair, draft_confidence=1.0)

@@ -296,10 +296,17 @@ def top2_gap(runtime: Runtime, context: Sequence[int]) -> float:
 class Bench:
     """Every method on one opened pair: the auto decoder's drafters, policy by method."""
 
-    def __init__(self, pair: ModelPair, k_max: int = 16, sp: SamplingParams = SamplingParams()):
+    def __init__(
+        self,
+        pair: ModelPair,
+        k_max: int = 16,
+        sp: SamplingParams = SamplingParams(),
+        draft_confidence: float = SpecOptions.draft_confidence,
+    ):
         self.pair = pair
         self.sp = sp  # every method samples alike: greedy, or seeded (one seed for all)
-        self.decoder = build_decoder(pair, SpecOptions("auto", None, k_max))
+        auto = SpecOptions("auto", None, k_max, draft_confidence=draft_confidence)
+        self.decoder = build_decoder(pair, auto)
         self.target = pair.target
         self.near_tie = near_tie(type(pair.target).__name__, pair.options.exact)
         policy = self.decoder.policy

@@ -29,6 +29,7 @@ from edgespec.app.models import resolve_model
 from edgespec.app.options import (
     DRAFT_HELP,
     TARGET_HELP,
+    add_draft_confidence_arg,
     add_runtime_args,
     add_sampling_args,
     runtime_options,
@@ -39,6 +40,7 @@ from edgespec.app.peer_genai import DRAFT_K, GENAI_DRAFT, GENAI_NGRAM, GENAI_PLA
 from edgespec.app.suites import SUITES, Prompt, load_suite
 from edgespec.engine import Result, Stats
 from edgespec.errors import EdgespecError
+from edgespec.loader import SpecOptions
 from edgespec.pair import ModelPair, open_pair
 from edgespec.progress import progress
 from edgespec.runtimes import RuntimeOptions
@@ -126,6 +128,7 @@ def bench_suites(
     repeat: int = 1,
     peer_ks: Sequence[int] = PEER_KS,
     sp: SamplingParams = SamplingParams(),
+    draft_confidence: float = SpecOptions.draft_confidence,
 ) -> Iterator[tuple[str, dict]]:
     """Each suite's JSON-ready report as it ends, all on one opened pair: each prompt under
     every variant in turn (plain, auto, ... then the next prompt), a suite `repeat` times."""
@@ -135,7 +138,7 @@ def bench_suites(
     check_bench_sampling(sp, variants)  # before the models load: minutes on a small CPU
     pair = open_pair(target, draft, opts)
     check_peer_targets(pair, variants)
-    bench = Bench(pair, k_max, sp)
+    bench = Bench(pair, k_max, sp, draft_confidence)
     peers = open_peers(bench, variants)
     try:
         for name, prompts in suites.items():
@@ -399,6 +402,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         repeat=args.repeat,
         peer_ks=peer_ks,
         sp=sampling_params(args),
+        draft_confidence=args.draft_confidence,
     )
     all_rows = {}
     for suite, report in reports:
@@ -457,6 +461,7 @@ def add_bench_parser(sub) -> None:
         help="num_pred_tokens for llama-cpp-python's prompt lookup (its README: 10, or 2 on CPUs)",
     )
     p.add_argument("--k-max", type=int, default=16, help="longest draft for method auto")
+    add_draft_confidence_arg(p)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--limit", type=int, default=None, help="first N prompts of each suite")
     p.add_argument(

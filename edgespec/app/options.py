@@ -52,6 +52,10 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
         "'auto' (default): chosen per step (0 = plain), up to --k-max",
     )
     p.add_argument("--k-max", type=int, default=16, help="longest draft --k auto tries")
+    add_draft_confidence_arg(p)
+
+
+def add_draft_confidence_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--draft-confidence",
         type=float,
