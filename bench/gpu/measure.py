@@ -232,17 +232,25 @@ class Bench:
             runs.append(Run.of(self.generate([drafter], policy_of()), reference))
         return fastest(runs)
 
+    def runs_at(self, k: int, reference: list[int], sp: SamplingParams = SamplingParams()):
+        """repeats + 1 generations (the first binds and captures: not timed): plain (k = 0), or
+        k = 4 drafts of the oracle at acceptance 0.8 and zero draft cost."""
+        wrong = wrong_positions(0.8, len(reference))
+        expected = reference if sp.greedy else None
+        runs = []
+        for _ in range(self.settings.repeats + 1):
+            oracle = OracleDrafter(self.prompt, reference, wrong, self.target.n_vocab)
+            policy = FixedPolicy("model", k) if k else FixedPolicy(None, 0)
+            result = self.generate([oracle] if k else [], policy, sp)
+            runs.append(Run.of(result, expected))
+        return runs[1:] or runs
+
     def loop_overhead(self, reference: list[int]) -> dict[str, dict]:
         """The loop's own time per step at k = 4 (acceptance 0.8, zero draft cost), greedy and
         sampled, against the verify pass it wraps."""
         out = {}
-        wrong = wrong_positions(0.8, len(reference))
         for name, sp in {"greedy": SamplingParams(), **SAMPLED}.items():
-            runs = []
-            for _ in range(self.settings.repeats + 1):
-                drafter = OracleDrafter(self.prompt, reference, wrong, self.target.n_vocab)
-                runs.append(Run.of(self.generate([drafter], FixedPolicy("model", 4), sp), None))
-            run = min(runs[1:] or runs, key=lambda r: r.loop_us_per_step)
+            run = min(self.runs_at(4, reference, sp), key=lambda r: r.loop_us_per_step)
             out[name] = {
                 "loop_us_per_step": round(run.loop_us_per_step, 1),
                 "verify_ms_per_step": round(run.verify_ms_per_step, 3),
@@ -256,19 +264,12 @@ class Bench:
         what the top outputs save a step. None where the target's graph has none."""
         if not getattr(self.target, "top_outputs", False):
             return None
-        wrong = wrong_positions(0.8, len(reference))
         out = {}
         for way in ("top outputs", "logits to host"):
             self.target.top_outputs = way == "top outputs"  # type: ignore[attr-defined]
             try:
                 for k in (0, 4):
-                    runs = []
-                    for _ in range(self.settings.repeats + 1):  # the first binds: not timed
-                        oracle = OracleDrafter(self.prompt, reference, wrong, self.target.n_vocab)
-                        drafters, policy = ([oracle], FixedPolicy("model", k)) if k else ([], None)
-                        result = self.generate(drafters, policy or FixedPolicy(None, 0))
-                        runs.append(Run.of(result, reference))
-                    run = fastest(runs[1:] or runs)
+                    run = fastest(self.runs_at(k, reference))
                     out[f"{way}, k={k}"] = {
                         "tokens_per_second": round(run.tokens_per_second, 2),
                         "verify_ms_per_step": round(run.verify_ms_per_step, 3),
