@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import EdgespecError, ModelFileError
+from edgespec.hugepages import lazy_zeros
 from edgespec.runtimes.base import (
     TopRows,
     VocabInfo,
@@ -324,7 +325,7 @@ class OnnxRuntime:
         kv = {}
         for i in range(int(self.info["n_layer"])):
             for kind in ("key", "value"):
-                zeros: np.ndarray = np.zeros(shape, self.kv_dtype)
+                zeros: np.ndarray = lazy_zeros(shape, self.kv_dtype)
                 if self.on_cuda:
                     value = self.ort.OrtValue.ortvalue_from_shape_and_type(
                         shape, self.kv_dtype, "cuda", 0

@@ -491,6 +491,41 @@ MUTANTS = (
         "completion = tuple(self.indexed)",
         ("tests/test_lookup_history.py",),
     ),
+    Mutant(
+        "kv-buffer-in-huge-pages",
+        "edgespec/hugepages.py",
+        "memory.madvise(mmap.MADV_NOHUGEPAGE)",
+        "memory.madvise(mmap.MADV_HUGEPAGE)",
+        ("tests/test_hugepages.py",),
+    ),
+    Mutant(
+        "kv-buffer-shared-with-a-fork",
+        "edgespec/hugepages.py",
+        "flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS",
+        "flags = mmap.MAP_SHARED | mmap.MAP_ANONYMOUS",
+        ("tests/test_hugepages.py",),
+    ),
+    Mutant(
+        "onnx-kv-cache-from-numpy",
+        "runtimes/onnxrt.py",
+        "zeros: np.ndarray = lazy_zeros(shape, self.kv_dtype)",
+        "zeros: np.ndarray = np.zeros(shape, self.kv_dtype)",
+        ("tests/test_hugepages.py",),
+    ),
+    Mutant(
+        "command-never-restarts-with-huge-pages",
+        "edgespec/app/cli.py",
+        "        hugepages.reexec_with_tunable()",
+        "        pass",
+        ("tests/test_hugepages.py",),
+    ),
+    Mutant(
+        "huge-pages-ignore-the-opt-out",
+        "edgespec/hugepages.py",
+        'if environ.get(ENV_OFF) == "0":',
+        'if environ.get(ENV_OFF) == "off":',
+        ("tests/test_hugepages.py",),
+    ),
 )
 
 

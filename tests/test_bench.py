@@ -344,6 +344,35 @@ def test_the_verify_ops_bench_times_each_width_by_operator(tmp_path):
     assert "| t(n)/t(1) | 1.000 |" in bench.table(result, [1, 3])
 
 
+def test_the_draft_layers_bench_exports_a_draft_without_some_layers(tmp_path):
+    """bench/draft_layers.py: the layers left out are gone, the rest renumbered in order with
+    their own weights, and the export runs; a layer the draft lacks is refused."""
+    import numpy as np
+
+    from edgespec.export.checkpoint import read_checkpoint
+    from edgespec.export.onnx_export import export_onnx
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+    from tests.bench_scripts import load_bench_script
+    from tests.tiny_hf import make_tiny_hf
+
+    bench = load_bench_script("draft_layers.py", "bench_draft_layers")
+    ckpt = read_checkpoint(make_tiny_hf(tmp_path / "hf", arch="qwen2", n_layer=3))
+    short = bench.without_layers(ckpt, (1,))
+    assert short.config["num_hidden_layers"] == 2
+    name = "model.layers.{}.mlp.down_proj.weight"
+    assert np.array_equal(short.weights[name.format(1)], ckpt.weights[name.format(2)])
+    assert np.array_equal(short.weights[name.format(0)], ckpt.weights[name.format(0)])
+    assert name.format(2) not in short.weights
+    assert len(short.weights) == len(ckpt.weights) - len(
+        [n for n in ckpt.weights if n.startswith("model.layers.1.")]
+    )
+    runtime = OnnxRuntime(export_onnx(short, tmp_path / "onnx"), n_ctx=64)
+    assert runtime.info["n_layer"] == 2
+    assert runtime.forward([1, 2, 3]).shape[0] == 3
+    with pytest.raises(SystemExit, match=r"--drop \(3,\): the draft has layers 0-2"):
+        bench.without_layers(ckpt, (3,))
+
+
 def test_pass_times_splits_autos_decode_into_each_models_passes(tiny_pair):
     """bench/pass_times.py on the tiny GGUF pair: plain and `auto` take turns, both models'
     passes are logged, and auto's decode time is its target and draft passes plus the loop."""

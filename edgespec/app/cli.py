@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import edgespec.interrupts as interrupts
+from edgespec import hugepages
 from edgespec.app.options import (
     DRAFT_HELP,
     TARGET_HELP,
@@ -27,6 +28,8 @@ from edgespec.errors import EdgespecError
 log = logging.getLogger("edgespec")
 
 
+# commands that load a model: the process starts again with huge pages (edgespec/hugepages.py)
+LOADS_MODELS = frozenset({"run", "tune", "bench", "demo", "serve", "doctor"})
 PROMPT_FILE_MAX_BYTES = 16 << 20  # millions of tokens: more than any context holds
 
 
@@ -197,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupts.install()  # Ctrl-C stops even inside llama.cpp: exit 130; SIGTERM: 143
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None and args.command in LOADS_MODELS:  # the command line, not a caller's list
+        hugepages.reexec_with_tunable()
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import platform
 
+from edgespec import hugepages
 from edgespec.calibrate import device_description
 from edgespec.paths import edgespec_home
 
@@ -24,6 +25,7 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
         ("device", device_description()),
         ("edgespec home", str(edgespec_home())),
         ("CPU threads", cpu_threads_status()),
+        ("huge pages", hugepages.status()),
     ]
     llama = module_version("llama_cpp")
     rows.append(("llama-cpp-python", llama or "missing: pip install 'edgespec[llama]'"))
