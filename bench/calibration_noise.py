@@ -19,6 +19,7 @@ import numpy as np
 from edgespec.app.bench import machine_info
 from edgespec.app.models import resolve_model
 from edgespec.calibrate import measure_curve, time_pass, warm_at_prefix
+from edgespec.hugepages import reexec_with_tunable
 from edgespec.pair import open_pair
 from edgespec.runtimes import RuntimeOptions
 from edgespec.runtimes.base import Runtime
@@ -96,4 +97,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()

@@ -14,6 +14,7 @@ import statistics
 
 from edgespec.app.models import resolve_model
 from edgespec.calibrate import measure_curve
+from edgespec.hugepages import reexec_with_tunable
 from edgespec.pair import open_pair
 from edgespec.runtimes import RuntimeOptions
 
@@ -47,4 +48,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()

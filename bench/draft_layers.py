@@ -42,6 +42,7 @@ from edgespec.app.bench import machine_info, machine_line  # noqa: E402
 from edgespec.export.checkpoint import Checkpoint, LazyTensors, read_checkpoint  # noqa: E402
 from edgespec.export.onnx_bundle import DRAFT_VOCAB, checkpoint_vocab, draft_head  # noqa: E402
 from edgespec.export.onnx_export import write_onnx_model  # noqa: E402
+from edgespec.hugepages import reexec_with_tunable  # noqa: E402
 from edgespec.loader import SpecOptions  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
 
@@ -160,4 +161,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()

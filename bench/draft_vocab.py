@@ -32,6 +32,7 @@ from edgespec.app.bench import machine_info, machine_line  # noqa: E402
 from edgespec.export.checkpoint import read_checkpoint  # noqa: E402
 from edgespec.export.onnx_bundle import checkpoint_vocab, draft_head  # noqa: E402
 from edgespec.export.onnx_export import write_onnx_model  # noqa: E402
+from edgespec.hugepages import reexec_with_tunable  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
 
 K = TypeVar("K", int, str)  # what the models are keyed by: a keep, a name
@@ -53,8 +54,9 @@ def export_cuts(source: Path, keeps: list[int], folder: Path) -> dict[int, Path]
 
 def time_passes(paths: dict[K, Path], threads: int | None, rounds: int) -> dict[K, dict]:
     """Median and quartiles of one-token pass times (ms), in rounds across the models. Each
-    round starts one model later: the model first in every round ran ~5% slow here (a draft
-    one layer short timed first: 15.4 ms; the whole draft, second and fourth: 15.0, 14.8)."""
+    round starts one model later, so none always follows the same one. Run as a script, it runs
+    with huge pages, as `edgespec` does: without them the model opened first ran ~7% slow
+    here (one draft opened first and third: 15.9 and 14.9 ms; with them 14.3 and 14.4)."""
     runtimes = {k: OnnxRuntime(p, n_ctx=4096, n_threads=threads) for k, p in paths.items()}
     n_vocab = min(rt.n_vocab for rt in runtimes.values())
     prompt = [(1000 + i) % n_vocab for i in range(PREFIX)]
@@ -125,4 +127,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()

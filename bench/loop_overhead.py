@@ -23,6 +23,7 @@ import numpy as np
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import Draft
 from edgespec.engine import SpeculativeDecoder
+from edgespec.hugepages import reexec_with_tunable
 from edgespec.runtimes.base import VocabInfo
 from edgespec.sampling import SamplingParams
 
@@ -124,4 +125,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from edgespec.calibrate import device_description, measure_curve
+from edgespec.hugepages import reexec_with_tunable
 
 
 def curve_entry(name: str, runtime, n_max: int, prefix: int, reps: int) -> dict:
@@ -78,4 +79,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()

@@ -23,6 +23,7 @@ from collections import defaultdict
 
 from edgespec.app.bench import Bench
 from edgespec.app.suites import load_suite
+from edgespec.hugepages import reexec_with_tunable
 from edgespec.pair import open_pair
 from edgespec.runtimes import RuntimeOptions
 
@@ -149,4 +150,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()

@@ -28,6 +28,7 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.export.orchestrator import ExportOptions, export_bundle
+from edgespec.hugepages import reexec_with_tunable
 from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
 COMBOS = [
@@ -129,4 +130,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()

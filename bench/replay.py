@@ -57,6 +57,7 @@ from edgespec.drafters.base import Drafter
 from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter
 from edgespec.engine import SpeculativeDecoder
+from edgespec.hugepages import reexec_with_tunable
 from edgespec.loader import SpecOptions, make_policy
 from edgespec.pair import open_pair
 from edgespec.runtimes import RuntimeOptions
@@ -735,4 +736,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()

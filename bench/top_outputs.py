@@ -23,6 +23,7 @@ import numpy as np
 
 from edgespec.app.bench import machine_info
 from edgespec.export.onnx_export import GraphBuilder, top_outputs
+from edgespec.hugepages import reexec_with_tunable
 from edgespec.runtimes.base import top_of
 
 
@@ -117,4 +118,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()

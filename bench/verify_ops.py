@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from edgespec.app.bench import machine_info, machine_line  # noqa: E402
+from edgespec.hugepages import reexec_with_tunable  # noqa: E402
 
 PREFIX = 400  # tokens in the cache when passes are timed (a prompt and some output)
 
@@ -177,4 +178,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    reexec_with_tunable()  # time passes in the memory the edgespec command gives them
     main()
