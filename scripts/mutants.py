@@ -158,8 +158,8 @@ MUTANTS = (
     Mutant(  # the output stays exact; only acceptance falls, which a test must see
         "gumbel-drafter-noise-off-by-one",
         "edgespec/drafters/model.py",
-        "gumbel_max(seed, len(context) + i)",
-        "gumbel_max(seed, len(context) + i + 1)",
+        "dist.gumbel_max_margin(seed, len(context) + i)",
+        "dist.gumbel_max_margin(seed, len(context) + i + 1)",
         (ENGINE,),
     ),
     Mutant(
@@ -417,8 +417,8 @@ MUTANTS = (
     Mutant(
         "cut-draft-gumbel-on-columns",
         "edgespec/drafters/model.py",
-        "tokens[i] = dist.gumbel_max(seed, len(context) + i)",
-        "tokens[i] = token_dist(scores, sp).gumbel_max(seed, len(context) + i)",
+        "tokens[i], margin = dist.gumbel_max_margin(seed, len(context) + i)",
+        "tokens[i], margin = token_dist(scores, sp).gumbel_max_margin(seed, len(context) + i)",
         ("tests/test_draft_vocab.py",),
     ),
     Mutant(
