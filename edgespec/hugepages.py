@@ -115,7 +115,10 @@ def reexec_with_tunable() -> None:
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, sys.orig_argv, with_tunable(os.environ))
+    try:
+        os.execve(sys.executable, sys.orig_argv, with_tunable(os.environ))
+    except OSError:  # the interpreter cannot be run again (gone, or not executable): go on
+        pass
 
 
 def lazy_zeros(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
@@ -128,5 +131,8 @@ def lazy_zeros(shape: tuple[int, ...], dtype: np.dtype | type) -> np.ndarray:
     # private: a fork's copy is its own (mmap's default, shared, would be written by both)
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
     memory = mmap.mmap(-1, nbytes, flags=flags)  # the array holds it: unmapped with it
-    memory.madvise(mmap.MADV_NOHUGEPAGE)
+    try:
+        memory.madvise(mmap.MADV_NOHUGEPAGE)
+    except OSError:  # EINVAL from a kernel built without THP: its pages are small anyway
+        pass
     return np.frombuffer(memory, dtype).reshape(shape)
