@@ -33,6 +33,7 @@ from edgespec.export.checkpoint import read_checkpoint  # noqa: E402
 from edgespec.export.onnx_bundle import checkpoint_vocab, draft_head  # noqa: E402
 from edgespec.export.onnx_export import write_onnx_model  # noqa: E402
 from edgespec.hugepages import reexec_with_tunable  # noqa: E402
+from edgespec.runtimes.base import Runtime  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
 
 K = TypeVar("K", int, str)  # what the models are keyed by: a keep, a name
@@ -53,11 +54,18 @@ def export_cuts(source: Path, keeps: list[int], folder: Path) -> dict[int, Path]
 
 
 def time_passes(paths: dict[K, Path], threads: int | None, rounds: int) -> dict[K, dict]:
-    """Median and quartiles of one-token pass times (ms), in rounds across the models. Each
-    round starts one model later, so none always follows the same one. Run as a script, it runs
-    with huge pages, as `edgespec` does: without them the model opened first ran ~7% slow
-    here (one draft opened first and third: 15.9 and 14.9 ms; with them 14.3 and 14.4)."""
+    """timed_rounds of each ONNX model, and the columns of its output layer."""
     runtimes = {k: OnnxRuntime(p, n_ctx=4096, n_threads=threads) for k, p in paths.items()}
+    timing = timed_rounds(runtimes, rounds)
+    return {k: {"columns": runtimes[k].n_logits, **timing[k]} for k in runtimes}
+
+
+def timed_rounds(runtimes: dict[K, Runtime], rounds: int, passes: int = PASSES) -> dict[K, dict]:
+    """Median and quartiles of one-token pass times (ms) after a PREFIX-token prefill, in
+    rounds of `passes` per model across the models. Each round starts one model later, so
+    none always follows the same one. Run as a script, it runs with huge pages, as `edgespec`
+    does: without them the model opened first ran ~7% slow here (one draft opened first and
+    third: 15.9 and 14.9 ms; with them 14.3 and 14.4)."""
     n_vocab = min(rt.n_vocab for rt in runtimes.values())
     prompt = [(1000 + i) % n_vocab for i in range(PREFIX)]
     for rt in runtimes.values():
@@ -65,18 +73,18 @@ def time_passes(paths: dict[K, Path], threads: int | None, rounds: int) -> dict[
     times: dict[K, list[float]] = {k: [] for k in runtimes}
     order = list(runtimes)
     for r in range(rounds):
-        for keep in order[r % len(order) :] + order[: r % len(order)]:
-            rt = runtimes[keep]
+        for key in order[r % len(order) :] + order[: r % len(order)]:
+            rt = runtimes[key]
             rt.rollback(PREFIX)
-            for i in range(PASSES):
+            for i in range(passes):
                 t0 = time.perf_counter()
-                rt.forward([(2000 + r * PASSES + i) % n_vocab], last_only=True)
-                times[keep].append(time.perf_counter() - t0)
+                rt.forward([(2000 + r * passes + i) % n_vocab], last_only=True)
+                times[key].append(time.perf_counter() - t0)
     out = {}
-    for keep, ts in times.items():
-        q1, med, q3 = np.percentile(np.asarray(ts[PASSES:]) * 1e3, [25, 50, 75])  # round 1 warms
-        out[keep] = {"columns": runtimes[keep].n_logits, "ms": round(med, 3),
-                     "q1_ms": round(q1, 3), "q3_ms": round(q3, 3)}  # fmt: skip
+    for key, ts in times.items():
+        q1, med, q3 = np.percentile(np.asarray(ts[passes:]) * 1e3, [25, 50, 75])  # round 1 warms
+        out[key] = {"ms": round(float(med), 3), "q1_ms": round(float(q1), 3),
+                    "q3_ms": round(float(q3), 3)}  # fmt: skip
     return out
 
 

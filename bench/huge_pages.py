@@ -7,8 +7,8 @@ allocations under GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which `edgespec` sets f
 model-loading commands (edgespec/hugepages.py). This times the demo pair's one-token passes in
 child processes with the setting off and on, alternately, per back-end: the target and draft
 each prefilled with 400 tokens, then rounds of one-token passes across the two, rolled back
-after each round. It prints the medians, their ratio and each child's resident and huge-page
-memory.
+after each round (bench/draft_vocab.timed_rounds). It prints the medians, their ratio and
+each child's resident and huge-page memory.
 
     python bench/huge_pages.py [--backends onnx,llama] [--rounds 4] [--threads 2] [--json F]
 
@@ -24,16 +24,17 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from draft_vocab import timed_rounds  # noqa: E402
 
 from edgespec.app.bench import machine_info, machine_line  # noqa: E402
-from edgespec.hugepages import ENV_OFF, TUNABLE, with_tunable  # noqa: E402
+from edgespec.hugepages import TUNABLE, with_tunable  # noqa: E402
 from edgespec.paths import edgespec_home  # noqa: E402
 
-PREFIX = 400  # tokens in each cache when passes are timed
 PASSES = 6  # one-token passes per model per round
 ROUNDS = 12  # rounds per child; the first warms
 
@@ -53,18 +54,8 @@ def child(backend: str, threads: int | None) -> dict:
         role: open_runtime(path, RuntimeOptions(n_ctx=4096, n_threads=threads))
         for role, path in pair_paths(backend).items()
     }
-    for rt in runtimes.values():
-        rt.forward([1000 + i for i in range(PREFIX)], last_only=True)
-    times: dict[str, list[float]] = {role: [] for role in runtimes}
-    for r in range(ROUNDS):
-        for role, rt in runtimes.items():
-            rt.rollback(PREFIX)
-            for i in range(PASSES):
-                t0 = time.perf_counter()
-                rt.forward([2000 + r * PASSES + i], last_only=True)
-                times[role].append(time.perf_counter() - t0)
-    out = {role: round(statistics.median(ts[PASSES:]) * 1e3, 3) for role, ts in times.items()}
-    return out | memory_kib()
+    timing = timed_rounds(runtimes, ROUNDS, PASSES)
+    return {role: timing[role]["ms"] for role in runtimes} | memory_kib()
 
 
 def memory_kib() -> dict[str, int]:
@@ -74,9 +65,8 @@ def memory_kib() -> dict[str, int]:
 
 
 def run_child(backend: str, huge: bool, threads: int | None) -> dict:
-    env = with_tunable(os.environ) if huge else dict(os.environ, **{ENV_OFF: "0"})
-    if not huge:
-        env.pop("GLIBC_TUNABLES", None)
+    bare = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env = with_tunable(os.environ) if huge else bare
     cmd = [sys.executable, __file__, "--child", backend]
     if threads:
         cmd += ["--threads", str(threads)]
