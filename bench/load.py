@@ -14,16 +14,21 @@ Jobs: busy (one busy loop), busy-low (one at nice 19), busy-all (one per core),
 bandwidth (numpy streaming copies of 256 MB arrays, one thread), blas (numpy matmuls on a
 multi-threaded BLAS with a thread per core).
 Waiting settings: llama.cpp `default` (libgomp's), `passive` (OMP_WAIT_POLICY=PASSIVE),
-`spin-N` (GOMP_SPINCOUNT=N); ONNX Runtime `shared` (edgespec's default: the process-wide
-pool, spinning), `shared-stop` (the same, its spinning stopped after each run:
-session.force_spinning_stop), `own` (a session pool, spinning off), `own-spin` (a session
-pool, spinning).
+`spin-N` (GOMP_SPINCOUNT=N); ONNX Runtime (runtimes/onnxrt.ThreadPool) `default`
+(edgespec's), `shared` (the process-wide pool, spinning by ONNX Runtime's count),
+`shared-stop` (the same, its spinning stopped after each run: session.force_spinning_stop),
+`own` (a pool per session, spinning off), `own-spin` (spinning by ONNX Runtime's count),
+`own-spin-N` (spinning at most N microseconds).
 Thread policies (llama.cpp): `load-aware` (edgespec's default: a thread fewer per core other
 work holds, runtimes/threads.py), `fixed` (--fixed-threads). Each run records how many
 passes ran at each thread count.
 
     python bench/load.py --target demo-target --onnx-target ~/bundles/demo-onnx/target \
         --draft demo-draft --threads 2 --llama-policy load-aware,fixed --json load.json
+
+With --draft (llama.cpp) or --onnx-draft (ONNX Runtime) each configuration also runs `auto`.
+The job `quiet` is a turn with nothing beside: `--jobs quiet,quiet,quiet` compares the
+configurations' quiet speed over many interleaved turns.
 
 Every configuration's worker holds its model(s) for the whole run (1-2 GB each for the demo
 pair): name a few configurations per run, not every combination.
@@ -44,7 +49,7 @@ PROMPT = (
     "Explain, in a few paragraphs, how a refrigerator moves heat from its inside to the room, "
     "and why the back of it feels warm."
 )
-ONNX_WAITS = ("shared", "shared-stop", "own", "own-spin")
+ONNX_WAITS = ("default", "shared", "shared-stop", "own", "own-spin", "own-spin-N")
 LLAMA_POLICIES = ("load-aware", "fixed")
 JOBS = ("busy", "busy-low", "busy-all", "bandwidth", "blas")
 BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end:\n    pass\n"
@@ -65,7 +70,7 @@ class Config:
     backend: str  # llama | onnx
     model: str
     threads: int
-    wait: str  # llama: default | passive | spin-N; onnx: shared | own | own-spin
+    wait: str  # llama: default | passive | spin-N; onnx: ONNX_WAITS
     tokens: int
     n_ctx: int = 1024
     policy: str = "fixed"  # llama: load-aware | fixed; onnx: fixed (its pool is sized once)
@@ -80,8 +85,8 @@ class Config:
 def check_config(config: Config) -> None:
     """Waits, thread policies and drafts each back-end takes, before any worker starts."""
     worker_env(config)  # refuses an unknown wait
-    if config.backend == "onnx" and (config.policy != "fixed" or config.draft):
-        raise SystemExit("ONNX Runtime here: policy fixed, no draft (its pool is sized once)")
+    if config.backend == "onnx" and config.policy != "fixed":
+        raise SystemExit("ONNX Runtime here: policy fixed (its pool is sized once)")
     if config.policy not in LLAMA_POLICIES:
         raise SystemExit(f"llama.cpp policy {config.policy!r}: {', '.join(LLAMA_POLICIES)}")
 
@@ -96,9 +101,28 @@ def worker_env(config: Config) -> dict[str, str]:
             env["GOMP_SPINCOUNT"] = config.wait.removeprefix("spin-")
         elif config.wait != "default":
             raise SystemExit(f"llama.cpp wait {config.wait!r}: default, passive or spin-N")
-    elif config.wait not in ONNX_WAITS:
-        raise SystemExit(f"ONNX Runtime wait {config.wait!r}: {', '.join(ONNX_WAITS)}")
+    else:
+        onnx_pool(config.wait)
     return env
+
+
+def onnx_pool(wait: str):
+    """The ThreadPool an ONNX Runtime wait names (None: edgespec's default)."""
+    from edgespec.runtimes.onnxrt import SHARED_POOL, ThreadPool
+
+    named = {
+        "default": None,
+        "shared": SHARED_POOL,
+        "shared-stop": ThreadPool(shared=True, spin_us=None, stop_after_run=True),
+        "own": ThreadPool(spin_us=0),
+        "own-spin": ThreadPool(spin_us=None),
+    }
+    if wait in named:
+        return named[wait]
+    spin = wait.removeprefix("own-spin-")
+    if wait.startswith("own-spin-") and spin.isdigit() and int(spin) > 0:
+        return ThreadPool(spin_us=int(spin))
+    raise SystemExit(f"ONNX Runtime wait {wait!r}: {', '.join(ONNX_WAITS)}")
 
 
 def job_command(job: str, seconds: float) -> list[list[str]]:
@@ -114,6 +138,8 @@ def job_command(job: str, seconds: float) -> list[list[str]]:
         return [[py, "-c", BANDWIDTH.format(s=seconds)]]
     if job == "blas":
         return [[py, "-c", BLAS.format(s=seconds)]]
+    if job == "quiet":
+        return []
     raise SystemExit(f"unknown job {job!r}; choose from quiet, {', '.join(JOBS)}")
 
 
@@ -135,25 +161,24 @@ def open_decoder(config: Config):
     from edgespec.controller import FixedPolicy
     from edgespec.engine import SpeculativeDecoder
     from edgespec.loader import SpecOptions, build_decoder
-    from edgespec.pair import open_pair
+    from edgespec.pair import ModelPair, open_pair
     from edgespec.runtimes import RuntimeOptions
 
-    if config.backend == "onnx":
-        from edgespec.runtimes.onnxrt import OnnxRuntime
-
-        spinning = {"own": False, "own-spin": True}.get(config.wait)
-        target = OnnxRuntime(
-            config.model,
-            n_ctx=config.n_ctx,
-            n_threads=config.threads,
-            spinning=spinning,
-            force_spinning_stop=config.wait == "shared-stop",
-        )
-        return SpeculativeDecoder(target, [], FixedPolicy(None, 0)), [target]
     opts = RuntimeOptions(
         n_ctx=config.n_ctx, n_threads=config.threads, load_aware_threads=config.policy != "fixed"
     )
-    pair = open_pair(config.model, config.draft, opts)
+    if config.backend == "onnx":  # opened here: the pool is not a RuntimeOptions choice
+        from edgespec.runtimes.onnxrt import OnnxRuntime
+
+        def onnx(path: str) -> OnnxRuntime:
+            pool = onnx_pool(config.wait)
+            return OnnxRuntime(path, n_ctx=config.n_ctx, n_threads=config.threads, pool=pool)
+
+        draft = Path(config.draft) if config.draft else None
+        target = onnx(config.model)
+        pair = ModelPair(target, draft and onnx(str(draft)), Path(config.model), draft, opts)
+    else:
+        pair = open_pair(config.model, config.draft, opts)
     if config.draft:
         decoder = build_decoder(pair, SpecOptions("auto", None, 16))
     else:
@@ -322,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llama-wait", default="default", help="e.g. default,passive,spin-10000")
     p.add_argument("--llama-policy", default="load-aware,fixed", help="thread policies")
     p.add_argument("--draft", help="GGUF draft (or demo-draft): llama.cpp runs `auto` too")
-    p.add_argument("--onnx-wait", default="shared", help=f"of {','.join(ONNX_WAITS)}")
+    p.add_argument("--onnx-draft", help="exported ONNX draft folder: ONNX Runtime runs `auto` too")
+    p.add_argument("--onnx-wait", default="default", help=f"of {','.join(ONNX_WAITS)}")
     p.add_argument("--jobs", default=",".join(JOBS))
     p.add_argument("--tokens", type=int, default=48)
     p.add_argument("--load-seconds", type=float, default=120.0, help="each job's own limit")
@@ -349,7 +375,9 @@ def main(argv: list[str] | None = None) -> int:
                         for w in args.llama_wait.split(",")
                         for policy in args.llama_policy.split(",")]  # fmt: skip
         if args.onnx_target:
-            configs += [Config("onnx", args.onnx_target, threads, w, args.tokens)
+            drafts = [None, args.onnx_draft] if args.onnx_draft else [None]
+            configs += [Config("onnx", args.onnx_target, threads, w, args.tokens, draft=d)
+                        for d in drafts
                         for w in args.onnx_wait.split(",")]  # fmt: skip
     if not configs:
         raise SystemExit("give --target (GGUF) and/or --onnx-target (ONNX folder)")
@@ -367,4 +395,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from edgespec.hugepages import reexec_with_tunable
+
+    reexec_with_tunable()  # workers inherit it: they decode in the memory the command gives
     sys.exit(main())

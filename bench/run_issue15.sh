@@ -82,6 +82,7 @@ for stage in ${STAGES:-llama onnx peers server load}; do
       done ;;
     load)
       $PY bench/load.py --target "$TARGET" --draft "$DRAFT" --onnx-target "$BUNDLE/target.int4" \
+        --onnx-draft "$BUNDLE/draft.int4" \
         --threads "$THREADS" --llama-policy load-aware,fixed --load-seconds 300 \
         --json "$OUT/i15-load.json" ;;
     *) echo "unknown stage $stage (llama onnx peers server load)" >&2; exit 2 ;;

@@ -44,13 +44,10 @@ def logits_graph(vocab: int, with_top: bool):
 def session(vocab: int, with_top: bool, threads: int):
     import onnxruntime as ort
 
-    from edgespec.runtimes.onnxrt import use_shared_thread_pool
+    from edgespec.runtimes.onnxrt import configure_threads, default_pool
 
     opts = ort.SessionOptions()
-    if use_shared_thread_pool(threads):  # the pool the runtime's sessions run on
-        opts.use_per_session_threads = False
-    else:
-        opts.intra_op_num_threads = threads
+    configure_threads(opts, default_pool(), threads)  # the pool the runtime's sessions take
     opts.log_severity_level = 3
     model = logits_graph(vocab, with_top).SerializeToString()
     return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])

@@ -196,14 +196,11 @@ class OnnxRuntime:
         pad_to_width: int | None = None,
         min_width: int = 1,
         row_multiple: int = 1,
-        spinning: bool | None = None,
-        force_spinning_stop: bool = False,
+        pool: ThreadPool | None = None,
     ) -> None:
-        """spinning: None (default) runs on the process's shared intra-op pool, whose workers
-        spin between tasks; False or True gives this session a pool of its own with spinning
-        off or on. force_spinning_stop: the pool stops spinning after each run (it spins only
-        within one), ONNX Runtime's session.force_spinning_stop. bench/load.py compares these
-        beside competing work.
+        """pool: where the session's threads run and how they wait (ThreadPool; None: a pool
+        of the session's own whose workers spin SPIN_US, or the shared pool where that cannot
+        be had). bench/load.py compares these beside competing work.
         max_graph_width: the widest step captured as a CUDA graph.
         pad_to_width: pad steps of 2..pad_to_width tokens to that width and pass the whole
         cache as total_sequence_length (one graph for every verify width, at the cost of the
@@ -242,8 +239,7 @@ class OnnxRuntime:
             with_cuda_graph(p) if self.cuda_graph else p
             for p in providers or ["CPUExecutionProvider"]
         ]
-        self.spinning = spinning
-        self.force_spinning_stop = force_spinning_stop
+        self.pool = pool or default_pool()
         self.session = self.open_session(n_threads)
         self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
         if wants_cuda and not self.on_cuda:
@@ -283,21 +279,7 @@ class OnnxRuntime:
         ort = self.ort
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if self.spinning is not None and _shared_pool_threads:
-            raise ValueError(
-                f"spinning={self.spinning} needs a thread pool of this session's own, but this "
-                "process already runs ONNX Runtime's shared pool; open it in a fresh process"
-            )
-        if self.spinning is None and use_shared_thread_pool(n_threads or default_threads()):
-            opts.use_per_session_threads = False
-        else:  # per-session pools: spinning would steal the cores a draft session needs
-            opts.intra_op_num_threads = n_threads or default_threads()
-            opts.inter_op_num_threads = 1
-            spin = "1" if self.spinning else "0"
-            opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
-            opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
-        if self.force_spinning_stop:
-            opts.add_session_config_entry("session.force_spinning_stop", "1")
+        configure_threads(opts, self.pool, n_threads or default_threads())
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.log_severity_level = 3
         # fold DequantizeLinear of constant weights (fp8) into float32 at load, as Cast (fp16)
@@ -589,16 +571,96 @@ def eog_ids(tokenizer, n_vocab: int, eos: int | None, generation_config: dict | 
     return {t for t in eog if 0 <= t < n_vocab}
 
 
+# An idle worker of a session's own pool spins this long before it sleeps: long enough to
+# stay awake between one pass's kernels, short enough to be asleep while the loop's Python
+# runs or the other model passes. ONNX Runtime's own count spins ~30 ms after each run: a
+# target's and a draft's pools then took each other's cores (a step 36% slower than on one
+# shared pool), and beside other work a spinning worker is timesliced like a busy loop where
+# a sleeping one is woken first. docs/benchmarks.md, "Second session of 2026-11-25".
+SPIN_US = 50
+SPIN_US_SINCE = (1, 26)  # session.intra_op.spin_duration_us appeared in ONNX Runtime 1.26
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThreadPool:
+    """Where a session's intra-op threads run and how they wait between tasks.
+
+    shared: the process's one pool, which ONNX Runtime makes once with the first session's
+    thread count and which spins by its own count; otherwise a pool of the session's own,
+    spinning at most spin_us microseconds (0: never; None: ONNX Runtime's count).
+    stop_after_run: spinning stops when a run ends (session.force_spinning_stop)."""
+
+    shared: bool = False
+    spin_us: int | None = SPIN_US
+    stop_after_run: bool = False
+
+    def __post_init__(self) -> None:
+        if self.shared and self.spin_us is not None:
+            raise ValueError("the shared pool spins by ONNX Runtime's count: give spin_us=None")
+        if self.spin_us is not None and self.spin_us < 0:
+            raise ValueError(f"spin_us must be 0 or more, not {self.spin_us}")
+
+
+SHARED_POOL = ThreadPool(shared=True, spin_us=None)
+
+
+def default_pool() -> ThreadPool:
+    """A pool of the session's own with bounded spinning, where ONNX Runtime can bound it and
+    this process has not made the shared pool (ONNX Runtime then refuses any other)."""
+    import onnxruntime as ort
+
+    if _shared_pool_threads or onnxruntime_version(ort.__version__) < SPIN_US_SINCE:
+        return SHARED_POOL
+    return ThreadPool()
+
+
+def thread_pool_status() -> str:
+    """What `doctor` says of the pool edgespec's sessions would take in a new process."""
+    import onnxruntime as ort
+
+    if onnxruntime_version(ort.__version__) < SPIN_US_SINCE:
+        return (
+            f"one shared pool, its idle workers spinning ~30 ms: onnxruntime {ort.__version__} "
+            "cannot bound that, and beside other work a spinning worker loses its core; "
+            "onnxruntime 1.26+ lets them sleep after 50 us: pip install -U onnxruntime"
+        )
+    return f"a pool per model, its idle workers asleep after {SPIN_US} us"
+
+
+def onnxruntime_version(text: str) -> tuple[int, int]:
+    major, minor = (text.split(".") + ["0"])[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def configure_threads(opts, pool: ThreadPool, n_threads: int) -> None:
+    """Put the session (its SessionOptions) on the pool."""
+    if pool.shared and use_shared_thread_pool(n_threads):
+        opts.use_per_session_threads = False
+    else:
+        if _shared_pool_threads:
+            raise ValueError(
+                f"{pool} needs a thread pool of this session's own, but this process already "
+                "runs ONNX Runtime's shared pool; open it in a fresh process"
+            )
+        opts.intra_op_num_threads = n_threads
+        opts.inter_op_num_threads = 1
+        spin = "0" if pool.spin_us == 0 else "1"
+        opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
+        opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
+        if pool.spin_us:
+            opts.add_session_config_entry("session.intra_op.spin_duration_us", str(pool.spin_us))
+    if pool.stop_after_run:
+        opts.add_session_config_entry("session.force_spinning_stop", "1")
+
+
 _shared_pool_threads: int | None = None  # the process-wide pool's size, once made
 
 
 def use_shared_thread_pool(n_threads: int) -> bool:
-    """One intra-op thread pool for every session in the process, made on first use.
+    """The process's one intra-op thread pool (ThreadPool.shared), made on first use.
 
-    A target and its draft run by turns; with a pool each, the idle pool's threads spin on the
-    cores the busy one needs (2 cores, draft 4 tokens + verify 5: 13-18 ms a step with two
-    spinning pools, 10 ms with spinning off, 8 ms on one shared pool that keeps spinning).
-    ONNX Runtime sizes that pool once per process: the first runtime's n_threads wins."""
+    ONNX Runtime sizes that pool once per process (the first runtime's n_threads wins) and
+    refuses a session a pool of its own once it exists."""
     global _shared_pool_threads
     if _shared_pool_threads is None:
         from onnxruntime.capi._pybind_state import set_global_thread_pool_sizes

@@ -526,6 +526,27 @@ MUTANTS = (
         'if environ.get(ENV_OFF) == "off":',
         ("tests/test_hugepages.py",),
     ),
+    Mutant(
+        "onnx-pool-spins-unbounded",
+        "runtimes/onnxrt.py",
+        'opts.add_session_config_entry("session.intra_op.spin_duration_us", str(pool.spin_us))',
+        "pass",
+        ("tests/test_load.py",),
+    ),
+    Mutant(
+        "onnx-default-pool-is-the-shared-one",
+        "runtimes/onnxrt.py",
+        "    if _shared_pool_threads or onnxruntime_version(ort.__version__) < SPIN_US_SINCE:",
+        "    if True:",
+        ("tests/test_load.py",),
+    ),
+    Mutant(
+        "onnx-bounded-spin-on-old-onnxruntime",
+        "runtimes/onnxrt.py",
+        "SPIN_US_SINCE = (1, 26)",
+        "SPIN_US_SINCE = (1, 20)",
+        ("tests/test_load.py",),
+    ),
 )
 
 

@@ -167,6 +167,7 @@ def test_doctor_says_why_cuda_graphs_are_off(capsys):
     assert main(["doctor"]) == 0
     lines = {line[:24].strip(): line[25:] for line in capsys.readouterr().out.splitlines()}
     assert lines["onnxruntime providers"] == ", ".join(ort.get_available_providers())
+    assert lines["onnxruntime threads"] == "a pool per model, its idle workers asleep after 50 us"
     assert lines["CUDA graphs"] == (
         f"inactive: onnxruntime {ort.__version__} has no CUDA execution provider (the CPU "
         "build); install onnxruntime-gpu: pip install 'edgespec[onnx-gpu]'"

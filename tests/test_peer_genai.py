@@ -40,15 +40,14 @@ def onnx_pair(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def session(path: Path):
-    """A bare session, on the process's shared thread pool as edgespec's own sessions run
-    (ONNX Runtime refuses a pool of a session's own once that pool exists)."""
+    """A bare session on the pool edgespec's own sessions take (ONNX Runtime refuses a pool
+    of a session's own once the process runs the shared pool)."""
     import onnxruntime as ort
 
-    from edgespec.runtimes.onnxrt import use_shared_thread_pool
+    from edgespec.runtimes.onnxrt import configure_threads, default_pool
 
     opts = ort.SessionOptions()
-    if use_shared_thread_pool(1):
-        opts.use_per_session_threads = False
+    configure_threads(opts, default_pool(), 1)
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 

@@ -39,7 +39,10 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
     if ort:
         import onnxruntime
 
+        from edgespec.runtimes.onnxrt import thread_pool_status
+
         rows.append(("onnxruntime providers", ", ".join(onnxruntime.get_available_providers())))
+        rows.append(("onnxruntime threads", thread_pool_status()))
         rows.append(("CUDA graphs", cuda_graph_status(onnxruntime, model)))
     return rows + tensorrt_report()
 
