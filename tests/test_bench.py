@@ -431,3 +431,19 @@ def test_bench_gives_auto_the_draft_confidence_asked_for(tiny_pair, capsys):
         )
     with pytest.raises(EdgespecError, match=r"--draft-confidence must be in \[0, 1\)"):
         Bench(pair, draft_confidence=1.0)
+
+
+def test_pool_ab_runs_edgespec_on_the_pool_named(monkeypatch):
+    pytest.importorskip("onnxruntime")
+    import edgespec.app.cli as cli
+    from edgespec.runtimes import onnxrt
+    from tests.bench_scripts import load_bench_script
+
+    bench = load_bench_script("pool_ab.py", "bench_pool_ab")
+    monkeypatch.setattr(onnxrt, "default_pool", onnxrt.default_pool)  # restored after
+    seen: list = []
+    monkeypatch.setattr(cli, "main", lambda args: seen.append((args, onnxrt.default_pool())) or 0)
+    assert bench.main(["shared", "bench", "--suite", "chat"]) == 0
+    assert seen == [(["bench", "--suite", "chat"], onnxrt.SHARED_POOL)]
+    with pytest.raises(SystemExit, match="pool 'own': shared or default"):
+        bench.main(["own", "bench"])
