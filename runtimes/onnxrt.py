@@ -574,9 +574,10 @@ def eog_ids(tokenizer, n_vocab: int, eos: int | None, generation_config: dict | 
 # An idle worker of a session's own pool spins this long before it sleeps: long enough to
 # stay awake between one pass's kernels, short enough to be asleep while the loop's Python
 # runs or the other model passes. ONNX Runtime's own count spins ~30 ms after each run: a
-# target's and a draft's pools then took each other's cores (a step 36% slower than on one
-# shared pool), and beside other work a spinning worker is timesliced like a busy loop where
-# a sleeping one is woken first. docs/benchmarks.md, "Second session of 2026-11-25".
+# target's and a draft's pools then took each other's cores (13-18 ms a step against 8 ms on
+# one shared pool, which edgespec used until then), and beside other work a spinning worker
+# is timesliced like a busy loop where a sleeping one is woken first. docs/benchmarks.md,
+# "Second session of 2026-11-25".
 SPIN_US = 50
 SPIN_US_SINCE = (1, 26)  # session.intra_op.spin_duration_us appeared in ONNX Runtime 1.26
 
@@ -620,8 +621,8 @@ def thread_pool_status() -> str:
 
     if onnxruntime_version(ort.__version__) < SPIN_US_SINCE:
         return (
-            f"one shared pool, its idle workers spinning ~30 ms: onnxruntime {ort.__version__} "
-            "cannot bound that, and beside other work a spinning worker loses its core; "
+            f"one shared pool, its idle workers spinning for milliseconds: onnxruntime "
+            f"{ort.__version__} cannot bound that, and beside other work they lose their cores; "
             "onnxruntime 1.26+ lets them sleep after 50 us: pip install -U onnxruntime"
         )
     return f"a pool per model, its idle workers asleep after {SPIN_US} us"
