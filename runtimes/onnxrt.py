@@ -608,9 +608,7 @@ SHARED_POOL = ThreadPool(shared=True, spin_us=None)
 def default_pool() -> ThreadPool:
     """A pool of the session's own with bounded spinning, where ONNX Runtime can bound it and
     this process has not made the shared pool (ONNX Runtime then refuses any other)."""
-    import onnxruntime as ort
-
-    if _shared_pool_threads or onnxruntime_version(ort.__version__) < SPIN_US_SINCE:
+    if _shared_pool_threads or not spin_can_be_bounded():
         return SHARED_POOL
     return ThreadPool()
 
@@ -619,18 +617,23 @@ def thread_pool_status() -> str:
     """What `doctor` says of the pool edgespec's sessions would take in a new process."""
     import onnxruntime as ort
 
-    if onnxruntime_version(ort.__version__) < SPIN_US_SINCE:
+    if not spin_can_be_bounded():
         return (
             f"one shared pool, its idle workers spinning for milliseconds: onnxruntime "
             f"{ort.__version__} cannot bound that, and beside other work they lose their cores; "
-            "onnxruntime 1.26+ lets them sleep after 50 us: pip install -U onnxruntime"
+            f"onnxruntime 1.26+ lets them sleep after {SPIN_US} us: pip install -U onnxruntime"
         )
     return f"a pool per model, its idle workers asleep after {SPIN_US} us"
 
 
-def onnxruntime_version(text: str) -> tuple[int, int]:
-    major, minor = (text.split(".") + ["0"])[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+def spin_can_be_bounded() -> bool:
+    """Whether the installed ONNX Runtime takes session.intra_op.spin_duration_us (older ones
+    accept the key and spin by their own count)."""
+    import onnxruntime as ort
+
+    major, minor = (ort.__version__.split(".") + ["0"])[:2]
+    version = int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+    return version >= SPIN_US_SINCE
 
 
 def configure_threads(opts, pool: ThreadPool, n_threads: int) -> None:

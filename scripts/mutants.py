@@ -536,7 +536,7 @@ MUTANTS = (
     Mutant(
         "onnx-default-pool-is-the-shared-one",
         "runtimes/onnxrt.py",
-        "    if _shared_pool_threads or onnxruntime_version(ort.__version__) < SPIN_US_SINCE:",
+        "    if _shared_pool_threads or not spin_can_be_bounded():",
         "    if True:",
         ("tests/test_load.py",),
     ),
