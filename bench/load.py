@@ -30,6 +30,12 @@ With --draft (llama.cpp) or --onnx-draft (ONNX Runtime) each configuration also 
 The job `quiet` is a turn with nothing beside: `--jobs quiet,quiet,quiet` compares the
 configurations' quiet speed over many interleaved turns.
 
+Jobs run in this command's session unless `--apart` starts each in a session of its own, as
+a job started from another terminal or by a service is. Where the kernel's autogroup
+scheduling is on (/proc/sys/kernel/sched_autogroup_enabled, as many distributions' kernels
+have it), a session's threads share the CPU as one group against another session's,
+so the two placements load the decoder differently; the report records which ran.
+
 Every configuration's worker holds its model(s) for the whole run (1-2 GB each for the demo
 pair): name a few configurations per run, not every combination.
 """
@@ -244,8 +250,20 @@ class Worker:
             self.proc.kill()
 
 
-def start_job(job: str, seconds: float) -> list[subprocess.Popen]:
-    return [subprocess.Popen(cmd, env=job_env(job)) for cmd in job_command(job, seconds)]
+def start_job(job: str, seconds: float, apart: bool = False) -> list[subprocess.Popen]:
+    """The job's processes; apart: in a session of their own (see --apart)."""
+    return [
+        subprocess.Popen(cmd, env=job_env(job), start_new_session=apart)
+        for cmd in job_command(job, seconds)
+    ]
+
+
+def autogroup_enabled() -> bool | None:
+    """Whether the kernel schedules each session as one group (None: no such setting)."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return None
 
 
 def stop_job(procs: list[subprocess.Popen]) -> None:
@@ -273,7 +291,9 @@ def turn_order(n: int, turn: int) -> list[int]:
     return order[::-1] if (turn // 2) % 2 else order
 
 
-def measure(configs: list[Config], jobs: list[str], load_seconds: float, ramp: float) -> list:
+def measure(
+    configs: list[Config], jobs: list[str], load_seconds: float, ramp: float, apart: bool = False
+) -> list:
     """Every configuration decodes once per turn, under the same instance of the turn's job."""
     workers: list[Worker] = []
     runs: list[list[dict]] = [[] for _ in configs]
@@ -281,7 +301,7 @@ def measure(configs: list[Config], jobs: list[str], load_seconds: float, ramp: f
         for config in configs:
             workers.append(Worker(config))
         for turn, job in enumerate(schedule(jobs)):
-            procs = [] if job == "quiet" else start_job(job, load_seconds)
+            procs = [] if job == "quiet" else start_job(job, load_seconds, apart)
             try:
                 time.sleep(ramp if procs else 0.0)
                 for i in turn_order(len(workers), turn):
@@ -353,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=48)
     p.add_argument("--load-seconds", type=float, default=120.0, help="each job's own limit")
     p.add_argument("--ramp", type=float, default=1.0, help="seconds a job runs before decoding")
+    p.add_argument("--apart", action="store_true", help="start each job in a session of its own")
     p.add_argument("--json")
     args = p.parse_args(argv)
     if args.worker:
@@ -385,11 +406,15 @@ def main(argv: list[str] | None = None) -> int:
         check_config(config)
     machine = machine_info()
     print(machine_line(machine))
-    rows = measure(configs, jobs, args.load_seconds, args.ramp)
+    placement = {"apart": args.apart, "autogroup": autogroup_enabled()}
+    print(f"jobs {'apart, in sessions of their own' if args.apart else 'in this session'}; "
+          f"autogroup scheduling: {placement['autogroup']}")  # fmt: skip
+    rows = measure(configs, jobs, args.load_seconds, args.ramp, args.apart)
     print("\n".join(table(rows, jobs)))
     if args.json:
+        report = {"machine": machine, "jobs": placement, "rows": rows}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps(report, indent=1))
         print(f"wrote {args.json}")
     return 0
 

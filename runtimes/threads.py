@@ -26,6 +26,9 @@ WINDOW_SECONDS = 0.25
 # An average over a longer gap (between requests) says little about now: then the processes
 # running at this instant stand in for it (a request's first pass is its prefill).
 STALE_SECONDS = 1.0
+# How long a finding that niced work does (not) compete with us stands: it takes a scan of
+# /proc's running tasks (about 1 ms for 80 threads), made only while niced time shows.
+GROUP_SECONDS = 2.0
 
 
 def usable_cores() -> int:
@@ -64,10 +67,8 @@ def bounded_threads(n_threads: int) -> int:
 
 
 def busy_seconds(stat_text: str, cpus: Collection[int], count_nice: bool) -> float:
-    """CPU time the given CPUs have spent running anything, from /proc/stat's per-CPU lines.
-
-    Time at nice > 0 counts only when count_nice: a niced process yields its core to an
-    un-niced one, so it takes nothing from us unless we are niced too."""
+    """CPU time the given CPUs have spent running anything, from /proc/stat's per-CPU lines;
+    time at nice > 0 only when count_nice (OtherWork decides whether niced work competes)."""
     ticks = 0
     for line in stat_text.splitlines():
         name, _, fields = line.partition(" ")
@@ -114,6 +115,43 @@ def own_running_tasks() -> int:
 
 
 NICE_FIELD = 16  # in task_fields: field 19 of proc(5)'s stat, counted from the state (3)
+AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
+
+
+def sched_group(pid: int | str = "self") -> tuple[str, str] | None:
+    """What the kernel shares CPU time between for this process: its cpu cgroup and, where
+    autogroup scheduling is on, its autogroup (a session: another terminal's, a service's).
+    Nice only orders threads inside one such group; None where /proc cannot tell."""
+    try:
+        cgroup = cpu_cgroup(Path(f"/proc/{pid}/cgroup").read_text())
+        autogroup = ""
+        if AUTOGROUP.exists() and AUTOGROUP.read_text().strip() == "1":
+            autogroup = Path(f"/proc/{pid}/autogroup").read_text().split(" ")[0]
+    except OSError:  # the process ended, or no such files here
+        return None
+    return cgroup, autogroup
+
+
+def cpu_cgroup(cgroup_text: str) -> str:
+    """The cgroup path that sets a process's CPU share: cgroup v1's cpu controller line,
+    else v2's unified one ("0::/path")."""
+    unified = ""
+    for line in cgroup_text.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return path
+        if controllers == "":
+            unified = path
+    return unified
+
+
+def yields_to_us(pid: int, ours: tuple[str, str] | None) -> bool:
+    """Whether a niced process's threads yield their cores to ours: only inside our own
+    scheduling group. A niced loop started from another terminal gets its session's full
+    share (with autogroup scheduling on, most distributions' default), and beside it two
+    llama.cpp threads kept 2-8% of their speed (docs/benchmarks.md). Where either group
+    cannot be read, it is taken to compete: a thread fewer costs far less than a collapse."""
+    return ours is not None and sched_group(pid) == ours
 
 
 def others_running_niceness() -> Iterator[tuple[int, int]]:
@@ -128,18 +166,34 @@ def others_running_niceness() -> Iterator[tuple[int, int]]:
             yield int(pid), int(fields[NICE_FIELD])
 
 
-def others_running_unniced(limit: int, running: Iterable[tuple[int, int]] | None = None) -> int:
-    """Threads of other processes running now at nice <= 0, counted up to `limit` (the scan
-    stops there). /proc/stat's procs_running counts niced ones too, which yield their core
-    to us: beside a niced busy loop, reading it after each prefill put llama.cpp at one
-    thread for the next pass (4 of 49 passes, docs/benchmarks.md). `running`: the (pid, nice)
-    pairs to count instead of /proc's."""
+def others_running_competing(
+    limit: int,
+    running: Iterable[tuple[int, int]] | None = None,
+    yields: Callable[[int], bool] | None = None,
+) -> int:
+    """Threads of other processes running now that compete for our cores, counted up to
+    `limit` (the scan stops there): those at nice <= 0, and niced ones outside our scheduling
+    group (yields_to_us). /proc/stat's procs_running counts niced ones of our own group too,
+    which yield their core to us: beside such a loop, reading it after each prefill put
+    llama.cpp at one thread for the next pass (4 of 49 passes, docs/benchmarks.md).
+    `running`: the (pid, nice) pairs to count instead of /proc's; `yields`: whether a
+    niced pid yields (default: yields_to_us against this process's group)."""
+    if yields is None:
+        ours = sched_group()
+        yields = lambda pid: yields_to_us(pid, ours)  # noqa: E731
     found = 0
-    for _, nice in others_running_niceness() if running is None else running:
-        found += nice <= 0
+    for pid, nice in others_running_niceness() if running is None else running:
+        found += nice <= 0 or not yields(pid)
         if found >= limit:
             break
     return found
+
+
+def niced_work_competes() -> bool:
+    """Whether a thread of another process running niced now is outside our scheduling group
+    (and so takes its share of the cores from us)."""
+    ours = sched_group()
+    return any(nice > 0 and not yields_to_us(pid, ours) for pid, nice in others_running_niceness())
 
 
 def read_proc_stat() -> str | None:
@@ -151,10 +205,12 @@ def read_proc_stat() -> str | None:
 
 class OtherWork:
     """Cores other processes keep busy on this process's CPUs over the last window: the
-    CPUs' busy time less this process's own CPU time. Re-measured at most once a window;
-    between measurements the last figure stands, so asking costs a clock read. After a gap
-    of more than STALE_SECONDS, the tasks running now other than this process's threads
-    (and, unless this process is niced, other than niced ones)."""
+    CPUs' busy time less this process's own CPU time, niced time counted where niced work
+    competes with us (this process is niced too, or a niced thread runs outside its
+    scheduling group: yields_to_us, re-checked at most once every GROUP_SECONDS while niced
+    time shows). Re-measured at most once a window; between measurements the last figure
+    stands, so asking costs a clock read. After a gap of more than STALE_SECONDS, the tasks
+    running now other than this process's threads and niced ones that yield to us."""
 
     def __init__(
         self,
@@ -164,28 +220,43 @@ class OtherWork:
         read_stat: Callable[[], str | None] = read_proc_stat,
         own_seconds: Callable[[], float] = time.process_time,
         own_running: Callable[[], int] = own_running_tasks,
-        others_unniced: Callable[[int], int] = others_running_unniced,
+        others_competing: Callable[[int], int] = others_running_competing,
+        niced_competes: Callable[[], bool] = niced_work_competes,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cpus = frozenset(cpus) if cpus is not None else usable_cpus()
         self.window = window
         self.read_stat, self.own_seconds, self.clock = read_stat, own_seconds, clock
-        self.own_running, self.others_unniced = own_running, others_unniced
+        self.own_running, self.others_competing = own_running, others_competing
+        self.niced_competes = niced_competes
         self.count_nice = niceness() > 0
+        self.niced_checked: tuple[float, bool] | None = None  # (clock, verdict)
         self.figure = 0.0
-        self.last = self.sample() if self.cpus else None  # (clock, busy, own, running)
+        self.last = self.sample() if self.cpus else None  # (clock, busy, niced, own, running)
 
     @property
     def available(self) -> bool:
         """Whether other work can be measured here (a /proc/stat and a CPU affinity)."""
         return self.last is not None
 
-    def sample(self) -> tuple[float, float, float, int] | None:
+    def sample(self) -> tuple[float, float, float, float, int] | None:
         text = self.read_stat()
         if text is None:
             return None
-        busy = busy_seconds(text, self.cpus, self.count_nice)
-        return self.clock(), busy, self.own_seconds(), running_now(text)
+        busy = busy_seconds(text, self.cpus, count_nice=False)
+        niced = busy_seconds(text, self.cpus, count_nice=True) - busy
+        return self.clock(), busy, niced, self.own_seconds(), running_now(text)
+
+    def niced_time_counts(self, niced_seconds: float) -> bool:
+        """Whether the window's niced CPU time is other work that competes with us."""
+        if self.count_nice:
+            return True
+        if niced_seconds <= 0:
+            return False
+        now = self.clock()
+        if self.niced_checked is None or now - self.niced_checked[0] > GROUP_SECONDS:
+            self.niced_checked = now, self.niced_competes()
+        return self.niced_checked[1]
 
     def cores(self) -> float:
         """Cores held by other processes (0.0 where /proc/stat cannot be read)."""
@@ -200,15 +271,18 @@ class OtherWork:
         now = self.sample()
         if now is None:
             return self.figure
-        (t0, busy0, own0, _), (t1, busy1, own1, running) = self.last, now
+        (t0, busy0, niced0, own0, _), (t1, busy1, niced1, own1, running) = self.last, now
         if stale:
             ours = max(ours_before, self.own_running())
             others = max(0, running - ours)
-            if others and not self.count_nice:  # niced ones yield to us: scan for them
-                others = self.others_unniced(others)  # counts up to `others`
+            if others and not self.count_nice:  # niced ones of our group yield: scan for them
+                others = self.others_competing(others)  # counts up to `others`
             self.figure = float(min(len(self.cpus), others))
         else:
-            self.figure = max(0.0, (busy1 - busy0) - (own1 - own0)) / (t1 - t0)
+            busy = busy1 - busy0
+            if self.niced_time_counts(niced1 - niced0):
+                busy += niced1 - niced0
+            self.figure = max(0.0, busy - (own1 - own0)) / (t1 - t0)
         self.last = now
         return self.figure
 

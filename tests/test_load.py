@@ -77,6 +77,24 @@ def test_every_job_stops_by_itself(job):
         assert done.returncode == 0
 
 
+@pytest.mark.parametrize("apart", [False, True])
+def test_apart_jobs_run_in_a_session_of_their_own(apart):
+    import os
+
+    load = load_module()
+    procs = load.start_job("busy-all", 30, apart)
+    try:
+        sessions = {os.getsid(p.pid) for p in procs}
+        assert len(procs) == (os.cpu_count() or 1)
+        if apart:  # each its own session's leader: a group of its own under autogroup
+            assert sessions == {p.pid for p in procs}
+        else:
+            assert sessions == {os.getsid(0)}
+    finally:
+        load.stop_job(procs)
+    assert all(p.returncode is not None for p in procs)
+
+
 def check_report(path: Path, backend: str, labels: list[str]) -> None:
     rows = json.loads(path.read_text())["rows"]
     assert [(r["backend"], r["label"]) for r in rows] == [(backend, w) for w in labels]

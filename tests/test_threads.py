@@ -20,10 +20,14 @@ from edgespec.runtimes.threads import (
     LoadAwareThreads,
     OtherWork,
     busy_seconds,
+    cpu_cgroup,
+    niced_work_competes,
+    others_running_competing,
     others_running_niceness,
-    others_running_unniced,
     own_running_tasks,
+    sched_group,
     usable_cpus,
+    yields_to_us,
 )
 
 TICK = 1 / 100  # SC_CLK_TCK on Linux
@@ -63,22 +67,31 @@ def scripted_other_work(
     clock: Clock,
     running: list[int] | None = None,
     ours_running: int = 1,
-    unniced: int | None = None,
+    competing: int | None = None,
+    niced_ticks: list[int] | None = None,
+    niced_competes: bool = False,
 ) -> OtherWork:
-    """An OtherWork over cpu0 and cpu1 whose /proc/stat and own CPU time follow the scripts."""
+    """An OtherWork over cpu0 and cpu1 whose /proc/stat and own CPU time follow the scripts
+    (niced_ticks: cpu1's nice column; niced_competes: what a scan of niced threads finds)."""
     reads = iter(busy_ticks)
+    niced = iter(niced_ticks or [0] * len(busy_ticks))
     owns = iter(own)
     runs = iter(running or [1] * len(busy_ticks))
-    return OtherWork(
+    work = OtherWork(
         {0, 1},
         window=0.25,
-        read_stat=lambda: f"cpu1 {next(reads)} 0 0 0 0 0 0 0 0 0\nprocs_running {next(runs)}\n",
+        read_stat=lambda: (
+            f"cpu1 {next(reads)} {next(niced)} 0 0 0 0 0 0 0 0\nprocs_running {next(runs)}\n"
+        ),
         own_seconds=lambda: next(owns),
         own_running=lambda: ours_running,
-        # the scan for niced tasks: `unniced` of the others are not niced (default: all)
-        others_unniced=lambda limit: limit if unniced is None else min(limit, unniced),
+        # the scan of running tasks: `competing` of the others compete (default: all)
+        others_competing=lambda limit: limit if competing is None else min(limit, competing),
+        niced_competes=lambda: (work.scans.append(clock()), niced_competes)[1],
         clock=clock,
     )
+    work.scans = []  # type: ignore[attr-defined]
+    return work
 
 
 def test_other_work_is_busy_time_less_our_own_and_read_once_a_window():
@@ -121,12 +134,32 @@ def test_after_a_long_gap_our_own_running_threads_are_not_other_work():
     assert cores_after_a_gap(2, ours_running=2) == 0.0  # (the reader alone as ours: 1.0)
 
 
-def test_after_a_long_gap_niced_tasks_running_now_are_not_other_work():
-    """A niced busy loop yields its core to us: procs_running counts it, the scan does not
-    (unless we are niced too, when it takes its share of the cores from us)."""
-    assert cores_after_a_gap(2, unniced=0) == 0.0
-    assert cores_after_a_gap(3, unniced=1) == 1.0  # two others run now, one of them niced
-    assert cores_after_a_gap(2, unniced=0, niced=True) == 1.0
+def test_after_a_long_gap_niced_tasks_of_our_group_running_now_are_not_other_work():
+    """A niced busy loop of our scheduling group yields its core to us: procs_running counts
+    it, the scan does not (unless we are niced too, when it takes its share from us)."""
+    assert cores_after_a_gap(2, competing=0) == 0.0
+    assert cores_after_a_gap(3, competing=1) == 1.0  # two others run now, one of them niced
+    assert cores_after_a_gap(2, competing=0, niced=True) == 1.0
+
+
+def test_niced_time_counts_only_where_niced_work_competes_and_the_finding_stands_a_while():
+    clock = Clock()
+    # a core's worth of niced time in every 0.5 s window (50 ticks), nothing else
+    ticks = [0, 50, 100, 150, 200, 250, 300, 350]
+    own = [0.0] * len(ticks)
+    for competes, figure in ((False, 0.0), (True, 1.0)):
+        work = scripted_other_work([0] * 8, own, clock, niced_ticks=ticks, niced_competes=competes)
+        for _ in range(6):  # 3 s of windows: one scan, then another after GROUP_SECONDS
+            clock.t += 0.5
+            assert work.cores() == pytest.approx(figure)
+        assert len(work.scans) == 2 and work.scans[1] - work.scans[0] > 2.0
+    quiet = scripted_other_work([0, 50], [0.0, 0.5], clock)  # no niced time: no scan at all
+    clock.t += 0.5
+    assert quiet.cores() == 0.0 and quiet.scans == []
+    ours_niced = scripted_other_work([0, 0], [0.0, 0.0], clock, niced_ticks=[0, 50])
+    ours_niced.count_nice = True  # we are niced: niced time competes, nothing to scan
+    clock.t += 0.5
+    assert ours_niced.cores() == pytest.approx(1.0) and ours_niced.scans == []
 
 
 def test_our_running_threads_are_counted_from_proc():
@@ -207,10 +240,30 @@ def stop(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-def test_the_scan_counts_tasks_at_nice_0_or_below_and_stops_at_its_limit():
+def test_the_scan_counts_tasks_at_nice_0_or_below_and_niced_ones_that_do_not_yield():
     running = [(10, 19), (11, 0), (12, -5), (13, 1), (14, 0)]
-    assert others_running_unniced(8, running) == 3
-    assert others_running_unniced(2, iter(running)) == 2
+    assert others_running_competing(8, running, yields=lambda pid: True) == 3
+    assert others_running_competing(8, running, yields=lambda pid: pid != 13) == 4
+    assert others_running_competing(2, iter(running), yields=lambda pid: True) == 2
+
+
+def test_the_cpu_share_is_set_by_the_cpu_cgroup_of_v1_or_else_v2():
+    v1 = "12:pids:/a\n4:cpu,cpuacct:/system.slice/camera.service\n0::/user.slice\n"
+    assert cpu_cgroup(v1) == "/system.slice/camera.service"
+    assert cpu_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n") == (
+        "/user.slice/user-1000.slice/session-3.scope"
+    )
+
+
+def test_a_niced_process_yields_only_inside_our_group_and_unreadable_ones_compete(monkeypatch):
+    groups = {1: ("/", "/autogroup-7"), 2: ("/", "/autogroup-9"), 3: ("/x", "/autogroup-7")}
+    monkeypatch.setattr("edgespec.runtimes.threads.sched_group", lambda pid: groups.get(pid))
+    ours = ("/", "/autogroup-7")
+    assert yields_to_us(1, ours)
+    assert not yields_to_us(2, ours)  # another session: its own share, whatever its nice
+    assert not yields_to_us(3, ours)  # another cgroup
+    assert not yields_to_us(4, ours)  # gone, or unreadable
+    assert not yields_to_us(1, None)
 
 
 def test_the_scan_reads_each_running_task_s_niceness_from_proc():
@@ -227,6 +280,54 @@ def test_the_scan_reads_each_running_task_s_niceness_from_proc():
         assert os.getpid() not in seen  # ours are counted apart (own_running_tasks)
     finally:
         stop([plain, niced])
+
+
+def skip_unless_autogroup() -> None:
+    path = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    if not path.exists() or path.read_text().strip() != "1":
+        pytest.skip("autogroup scheduling is off here: sessions are not groups of their own")
+
+
+def niced_loops(apart: bool) -> list[subprocess.Popen]:
+    """A niced busy loop per core, in this session or each in a session of its own."""
+    cmd = [sys.executable, "-c", NICED_BUSY]
+    return [subprocess.Popen(cmd, start_new_session=apart) for _ in usable_cpus()]
+
+
+def test_a_niced_loop_started_in_another_session_competes_and_one_in_ours_yields():
+    skip_unless_autogroup()
+    ours = sched_group()
+    assert ours is not None and ours[1].startswith("/autogroup-")
+    same = subprocess.Popen([sys.executable, "-c", NICED_BUSY])
+    apart = subprocess.Popen([sys.executable, "-c", NICED_BUSY], start_new_session=True)
+    try:
+        assert yields_to_us(same.pid, ours)
+        assert not yields_to_us(apart.pid, ours)
+        end = time.monotonic() + 5.0  # until the loop apart is seen running niced
+        while time.monotonic() < end and not niced_work_competes():
+            time.sleep(0.01)
+        assert niced_work_competes() or time.monotonic() < end
+    finally:
+        stop([same, apart])
+
+
+@needs_two_cores
+@pytest.mark.parametrize("apart", [False, True])
+def test_niced_loops_are_other_work_only_when_started_in_another_session(apart):
+    skip_unless_autogroup()
+    skip_unless_quiet()
+    work = OtherWork(window=0.25)
+    procs = niced_loops(apart)
+    try:
+        time.sleep(0.6)
+        work.cores()
+        time.sleep(0.3)
+        if apart:  # each its session's full share: beside them two threads kept 2-8%
+            assert work.cores() >= len(work.cpus) - 1
+        else:  # they yield to us: every thread stays
+            assert work.cores() < 0.5
+    finally:
+        stop(procs)
 
 
 def skip_unless_quiet() -> None:
