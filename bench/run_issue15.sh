@@ -15,7 +15,8 @@
 #   llama  ~105 (edit 29, chat 14, open 40, code 22)   onnx   ~80 (+ ~10: the export, once)
 #   peers  ~110 (edit 40, open 70; 4 runs a prompt)    server ~115 (edit 39, open 77; 4 modes)
 #                                                        + ~15 to build llama-server, once
-#   load   ~10 (5 configurations x 9 decodes of 48 tokens; collapses take longer)
+#   load   ~25 (jobs in this session: 6 configurations x 11 decodes of 48 tokens, collapses
+#          of fixed threads longer; then jobs apart, --apart, 4 configurations)
 #   genai  ~80 on the EPYC (plain ~24 tok/s on ONNX Runtime): edit 22, open 35, code 20
 #          (not in the default STAGES: it needs edgespec[peers])
 # Results: $OUT/i15-*.json (tables on stdout).
@@ -84,7 +85,12 @@ for stage in ${STAGES:-llama onnx peers server load}; do
       $PY bench/load.py --target "$TARGET" --draft "$DRAFT" --onnx-target "$BUNDLE/target.int4" \
         --onnx-draft "$BUNDLE/draft.int4" \
         --threads "$THREADS" --llama-policy load-aware,fixed --load-seconds 300 \
-        --json "$OUT/i15-load.json" ;;
+        --json "$OUT/i15-load.json"
+      # the same jobs started as another program's are, each in a session of its own
+      $PY bench/load.py --target "$TARGET" --draft "$DRAFT" --onnx-target "$BUNDLE/target.int4" \
+        --onnx-draft "$BUNDLE/draft.int4" \
+        --threads "$THREADS" --llama-policy load-aware --load-seconds 300 --apart \
+        --json "$OUT/i15-load-apart.json" ;;
     *) echo "unknown stage $stage (llama onnx peers server load)" >&2; exit 2 ;;
   esac
 done
