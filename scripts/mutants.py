@@ -242,8 +242,8 @@ MUTANTS = (
     Mutant(
         "threads-count-our-own-time-as-other-work",
         "runtimes/threads.py",
-        "max(0.0, (busy1 - busy0) - (own1 - own0))",
-        "max(0.0, busy1 - busy0)",
+        "max(0.0, busy - (own1 - own0))",
+        "max(0.0, busy)",
         ("tests/test_threads.py",),
     ),
     Mutant(
@@ -308,6 +308,27 @@ MUTANTS = (
         "SHADOW_JUDGED_AFTER = 2",
         "SHADOW_JUDGED_AFTER = 1",
         ("tests/test_controller.py",),
+    ),
+    Mutant(
+        "niced-work-of-another-session-yields",
+        "runtimes/threads.py",
+        "return ours is not None and sched_group(pid) == ours",
+        "return True",
+        ("tests/test_threads.py",),
+    ),
+    Mutant(
+        "niced-time-never-counts-unless-we-are-niced",
+        "runtimes/threads.py",
+        "        return self.niced_checked[1]",
+        "        return False",
+        ("tests/test_threads.py",),
+    ),
+    Mutant(
+        "niced-group-scanned-every-window",
+        "runtimes/threads.py",
+        "now - self.niced_checked[0] > GROUP_SECONDS",
+        "True",
+        ("tests/test_threads.py",),
     ),
     Mutant(
         "niced-tasks-counted-after-a-gap",
