@@ -121,7 +121,10 @@ AUTOGROUP = Path("/proc/sys/kernel/sched_autogroup_enabled")
 def sched_group(pid: int | str = "self") -> tuple[str, str] | None:
     """What the kernel shares CPU time between for this process: its cpu cgroup and, where
     autogroup scheduling is on, its autogroup (a session: another terminal's, a service's).
-    Nice only orders threads inside one such group; None where /proc cannot tell."""
+    Nice only orders threads inside one such group; None where /proc cannot tell. Processes
+    whose pairs differ are taken to be in different groups, also where the kernel would not
+    weigh them apart (a cgroup v2 tree without the cpu controller, autogroups outside the
+    root cgroup): the safe side, where a niced job costs a thread, not our speed."""
     try:
         cgroup = cpu_cgroup(Path(f"/proc/{pid}/cgroup").read_text())
         autogroup = ""
@@ -148,8 +151,8 @@ def cpu_cgroup(cgroup_text: str) -> str:
 def yields_to_us(pid: int, ours: tuple[str, str] | None) -> bool:
     """Whether a niced process's threads yield their cores to ours: only inside our own
     scheduling group. A niced loop started from another terminal gets its session's full
-    share (with autogroup scheduling on, most distributions' default), and beside it two
-    llama.cpp threads kept 2-8% of their speed (docs/benchmarks.md). Where either group
+    share (where autogroup scheduling is on, as in many distributions' kernels), and beside
+    it two llama.cpp threads kept 2-8% of their speed (docs/benchmarks.md). Where either group
     cannot be read, it is taken to compete: a thread fewer costs far less than a collapse."""
     return ours is not None and sched_group(pid) == ours
 
