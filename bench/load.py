@@ -258,14 +258,6 @@ def start_job(job: str, seconds: float, apart: bool = False) -> list[subprocess.
     ]
 
 
-def autogroup_enabled() -> bool | None:
-    """Whether the kernel schedules each session as one group (None: no such setting)."""
-    try:
-        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
-    except OSError:
-        return None
-
-
 def stop_job(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         p.terminate()
@@ -382,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from edgespec.app.bench import machine_info, machine_line
     from edgespec.app.models import resolve_model
+    from edgespec.runtimes.threads import autogroup_enabled
 
     jobs = [j for j in args.jobs.split(",") if j]
     for job in jobs:

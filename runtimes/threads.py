@@ -128,11 +128,19 @@ def sched_group(pid: int | str = "self") -> tuple[str, str] | None:
     try:
         cgroup = cpu_cgroup(Path(f"/proc/{pid}/cgroup").read_text())
         autogroup = ""
-        if AUTOGROUP.exists() and AUTOGROUP.read_text().strip() == "1":
+        if autogroup_enabled():
             autogroup = Path(f"/proc/{pid}/autogroup").read_text().split(" ")[0]
     except OSError:  # the process ended, or no such files here
         return None
     return cgroup, autogroup
+
+
+def autogroup_enabled() -> bool | None:
+    """Whether the kernel schedules each session as one group (None: no such setting)."""
+    try:
+        return AUTOGROUP.read_text().strip() == "1"
+    except OSError:
+        return None
 
 
 def cpu_cgroup(cgroup_text: str) -> str:

@@ -19,6 +19,7 @@ import pytest
 from edgespec.runtimes.threads import (
     LoadAwareThreads,
     OtherWork,
+    autogroup_enabled,
     busy_seconds,
     cpu_cgroup,
     niced_work_competes,
@@ -283,8 +284,7 @@ def test_the_scan_reads_each_running_task_s_niceness_from_proc():
 
 
 def skip_unless_autogroup() -> None:
-    path = Path("/proc/sys/kernel/sched_autogroup_enabled")
-    if not path.exists() or path.read_text().strip() != "1":
+    if not autogroup_enabled():
         pytest.skip("autogroup scheduling is off here: sessions are not groups of their own")
 
 
