@@ -124,7 +124,8 @@ def sched_group(pid: int | str = "self") -> tuple[str, str] | None:
     Nice only orders threads inside one such group; None where /proc cannot tell. Processes
     whose pairs differ are taken to be in different groups, also where the kernel would not
     weigh them apart (a cgroup v2 tree without the cpu controller, autogroups outside the
-    root cgroup): the safe side, where a niced job costs a thread, not our speed."""
+    root cgroup): the safe side, where a niced job costs a thread, not our speed. The
+    autogroup of init's session, which the kernel leaves unnamed, reads as ""."""
     try:
         cgroup = cpu_cgroup(Path(f"/proc/{pid}/cgroup").read_text())
         autogroup = ""

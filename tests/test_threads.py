@@ -265,6 +265,22 @@ def test_a_niced_process_yields_only_inside_our_group_and_unreadable_ones_compet
     assert not yields_to_us(3, ours)  # another cgroup
     assert not yields_to_us(4, ours)  # gone, or unreadable
     assert not yields_to_us(1, None)
+    groups[5] = ("/", "")  # init's session, whose autogroup has no name
+    assert yields_to_us(5, ("/", ""))
+    assert not yields_to_us(1, ("/", ""))
+
+
+def test_init_s_session_reads_as_an_unnamed_autogroup_and_a_new_session_as_a_named_one():
+    skip_unless_autogroup()
+    if not os.access("/proc/1/autogroup", os.R_OK):
+        pytest.skip("pid 1's autogroup cannot be read here")
+    apart = subprocess.Popen([sys.executable, "-c", BUSY], start_new_session=True)
+    try:
+        init, new = sched_group(1), sched_group(apart.pid)
+        assert init is not None and init[1] == ""
+        assert new is not None and new[1].startswith("/autogroup-")
+    finally:
+        stop([apart])
 
 
 def test_the_scan_reads_each_running_task_s_niceness_from_proc():
@@ -296,8 +312,8 @@ def niced_loops(apart: bool) -> list[subprocess.Popen]:
 
 def test_a_niced_loop_started_in_another_session_competes_and_one_in_ours_yields():
     skip_unless_autogroup()
-    ours = sched_group()
-    assert ours is not None and ours[1].startswith("/autogroup-")
+    ours = sched_group()  # ("/", "") in init's session (as CI runs), whose autogroup has no name
+    assert ours is not None
     same = subprocess.Popen([sys.executable, "-c", NICED_BUSY])
     apart = subprocess.Popen([sys.executable, "-c", NICED_BUSY], start_new_session=True)
     try:
