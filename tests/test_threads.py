@@ -270,17 +270,16 @@ def test_a_niced_process_yields_only_inside_our_group_and_unreadable_ones_compet
     assert not yields_to_us(1, ("/", ""))
 
 
-def test_init_s_session_reads_as_an_unnamed_autogroup_and_a_new_session_as_a_named_one():
+def test_a_new_session_is_a_named_autogroup_apart_from_ours_and_a_child_shares_ours():
     skip_unless_autogroup()
-    if not os.access("/proc/1/autogroup", os.R_OK):
-        pytest.skip("pid 1's autogroup cannot be read here")
+    child = subprocess.Popen([sys.executable, "-c", BUSY])
     apart = subprocess.Popen([sys.executable, "-c", BUSY], start_new_session=True)
     try:
-        init, new = sched_group(1), sched_group(apart.pid)
-        assert init is not None and init[1] == ""
+        new = sched_group(apart.pid)
         assert new is not None and new[1].startswith("/autogroup-")
+        assert new != sched_group() == sched_group(child.pid)  # ours may be init's, unnamed
     finally:
-        stop([apart])
+        stop([child, apart])
 
 
 def test_the_scan_reads_each_running_task_s_niceness_from_proc():
