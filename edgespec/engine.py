@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,8 +20,8 @@ from edgespec.controller import FixedPolicy, Policy
 from edgespec.drafters.base import Draft, Drafter
 from edgespec.drafters.model import common_prefix_len
 from edgespec.errors import ContextOverflowError, EdgespecError
-from edgespec.runtimes.base import Runtime, TopRows, forward_top
-from edgespec.sampling import SamplingParams, request_params, row_dists
+from edgespec.runtimes.base import Runtime, TopRows, forward_dists, forward_top
+from edgespec.sampling import SamplingParams, TokenDist, request_params
 from edgespec.textstream import TextStream
 from edgespec.verify import Verdict, verify_greedy, verify_gumbel, verify_stochastic
 
@@ -305,8 +305,12 @@ class SpeculativeDecoder:
         draft = drafter.propose(tokens, k, sp) if drafter and k > 0 else Draft.empty()
         t1 = time.perf_counter()
         rows = [tokens[-1], *draft.tokens.tolist()]
-        # greedy reads only each row's argmax: reduced on the device where the runtime can
-        scored = forward_top(self.target, rows) if sp.greedy else self.target.forward(rows)
+        # greedy reads each row's argmax, sampling its likeliest columns: reduced on the
+        # device where the runtime can
+        if sp.greedy:
+            scored: TopRows | Callable[[int], TokenDist] = forward_top(self.target, rows)
+        else:
+            scored = forward_dists(self.target, rows, sp)
         t2 = time.perf_counter()
         verdict = judge(draft, scored, sp, rng, len(tokens))
         self.target.rollback(n0 + 1 + verdict.n_accepted)
@@ -363,17 +367,18 @@ class SpeculativeDecoder:
 
 def judge(
     draft: Draft,
-    scored: TopRows | np.ndarray,
+    scored: TopRows | Callable[[int], TokenDist],
     sp: SamplingParams,
     rng: np.random.Generator,
     position: int,
 ) -> Verdict:
-    """Verify draft against the target's rows (TopRows when greedy, else logits [k+1, V]):
+    """Verify draft against the target's rows (TopRows when greedy, else i -> row i's
+    distribution, base.forward_dists):
     greedy compares argmaxes; a plain step or a Gumbel draft takes each position's
     Gumbel-max; a draft with q, rejection sampling. position: where row 0's token goes."""
     if isinstance(scored, TopRows):
         return verify_greedy(draft.tokens, scored.ids)
     if draft.gumbel or not len(draft.tokens):
         assert sp.seed is not None  # request_params
-        return verify_gumbel(draft.tokens, row_dists(scored, sp), sp.seed, position)
-    return verify_stochastic(draft.tokens, draft.q, row_dists(scored, sp), rng)
+        return verify_gumbel(draft.tokens, scored, sp.seed, position)
+    return verify_stochastic(draft.tokens, draft.q, scored, rng)

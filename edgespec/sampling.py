@@ -287,6 +287,12 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         elif sp.min_p > 0.0:  # the cut below, found with one compare over the vocabulary
             ids = np.flatnonzero(probs >= np.float32(sp.min_p) * probs.max())
             probs = probs[ids]
+    return cut_tail(ids, probs, sp)
+
+
+def cut_tail(ids: np.ndarray | None, probs: np.ndarray, sp: SamplingParams) -> TokenDist:
+    """The last of token_dist: top-p and min-p cut the candidates (ids ascending, None: the
+    whole row), what is left is renormalized, and tokens at probability 0 leave the support."""
     if sp.top_p < 1.0:
         probs = cut_top_p(probs, sp.top_p)
     if sp.min_p > 0.0:
@@ -296,6 +302,47 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         return TokenDist(None, probs)
     support = probs > 0  # cut tokens and exp underflows leave the support
     return TokenDist(ids[support], probs[support])
+
+
+def candidate_dist(
+    values: np.ndarray, ids: np.ndarray, lse: float, n_columns: int, sp: SamplingParams
+) -> TokenDist | None:
+    """token_dist of a row from its likeliest logits alone, as a sampling head returns them
+    (runtimes/sampling_head.py): values [m + 1] in descending order, their columns ids, and
+    lse = log(sum(exp(row / temperature))) over all n_columns. None where these cannot
+    decide: the last value is a spare that must lie strictly below the others in row /
+    temperature (so every column left out is below every one kept), top-k must fit in the
+    m, top-p's mass must be reached inside them (top_p_candidates' own rule), min-p's cut must
+    fall inside them, and temperature alone can draw any token.
+
+    With top-k on, the result is token_dist's bit for bit: the same k logits in the same
+    order. Otherwise the probabilities are exp(z - lse), within float32 rounding of
+    token_dist's softmax over the whole row (the same row takes the same way every time, so
+    speculative and plain decoding still draw alike)."""
+    temperature = np.float32(sp.temperature)
+    z = np.divide(values, temperature, dtype=np.float32)  # the host's row / temperature
+    m = len(z) - 1
+    if not z[m - 1] > z[m]:  # a tie across the boundary (or NaN): the whole row decides
+        return None
+    order = np.argsort(ids[:m], kind="stable")  # ascending ids, as upper_set gives them
+    ids, z = ids[:m][order].astype(np.int64), z[:m][order]
+    if 0 < sp.top_k < n_columns:
+        if sp.top_k > m:
+            return None
+        keep = np.sort(np.argsort(-z, kind="stable")[: sp.top_k])  # as top_k() keeps them
+        check_scaled(float(z[keep].max()), sp)
+        return cut_tail(ids[keep], softmax(z[keep]), sp)
+    if sp.top_p >= 1.0 and sp.min_p <= 0.0:
+        return None  # temperature alone: every token can be drawn
+    check_scaled(float(values[0] / temperature), sp)
+    probs = np.exp(z - np.float32(lse)).astype(np.float32)
+    spare = np.float32(np.exp(np.float32(values[m] / temperature) - np.float32(lse)))
+    if sp.top_p < 1.0:
+        if not np.cumsum(np.sort(probs)[::-1])[-1] >= sp.top_p + 2.0**-20:
+            return None
+    elif not spare < np.float32(sp.min_p) * probs.max():
+        return None
+    return cut_tail(ids, probs, sp)
 
 
 def row_dists(logits: np.ndarray, sp: SamplingParams) -> Callable[[int], TokenDist]:

@@ -13,6 +13,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from edgespec.sampling import SamplingParams, TokenDist, row_dists
+
 
 @dataclass(frozen=True)
 class VocabInfo:
@@ -94,6 +96,24 @@ def forward_top(
     if width is None and getattr(runtime, "top_outputs", False):
         return runtime.forward_top(tokens, last_only=last_only)  # type: ignore[attr-defined]
     return top_of(runtime.forward(tokens, last_only=last_only)[:, :width], with_prob)
+
+
+def forward_dists(
+    runtime: Runtime,
+    tokens: Sequence[int],
+    sp: SamplingParams,
+    *,
+    last_only: bool = False,
+    width: int | None = None,
+) -> Callable[[int], TokenDist]:
+    """Runtime.forward's rows, over their first `width` columns (None: all), as i -> the
+    distribution row i's token is drawn from (sampling.token_dist), each computed when first
+    asked for. A runtime with a sampling head (ONNX Runtime on a GPU) reduces the rows where
+    they are, so only each row's likeliest columns reach the host; any other runtime, or a
+    cut to `width`, reduces the logits here."""
+    if width is None and getattr(runtime, "sampling_head", None) is not None:
+        return runtime.forward_dists(tokens, sp, last_only=last_only)  # type: ignore[attr-defined]
+    return row_dists(runtime.forward(tokens, last_only=last_only)[:, :width], sp)
 
 
 def top_of(logits: np.ndarray, with_prob: bool = True) -> TopRows:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,9 @@ from edgespec.runtimes.base import (
     padding_text,
     token_text_hash,
 )
+from edgespec.runtimes.sampling_head import SamplingHead, head_dists
 from edgespec.runtimes.threads import default_threads
+from edgespec.sampling import SamplingParams, TokenDist
 from edgespec.schema import Field, check_fields
 
 log = logging.getLogger(__name__)
@@ -197,6 +199,7 @@ class OnnxRuntime:
         min_width: int = 1,
         row_multiple: int = 1,
         pool: ThreadPool | None = None,
+        sampling_head: bool | None = None,
     ) -> None:
         """pool: where the session's threads run and how they wait (ThreadPool; None: a pool
         of the session's own whose workers spin SPIN_US, or the shared pool where that cannot
@@ -210,7 +213,9 @@ class OnnxRuntime:
         they take the same kernels as verify passes (MLAS has a one-row path); the cache
         keeps room for the padding rows.
         row_multiple: pad every step to a multiple of this many tokens (MLAS's AVX-512 int8
-        kernels take rows in pairs and the odd one out by another path)."""
+        kernels take rows in pairs and the odd one out by another path).
+        sampling_head: reduce a sampled step's logits to each row's likeliest columns where
+        they are (runtimes/sampling_head.py); None: where they are on a GPU."""
         import onnxruntime as ort
 
         self.ort = ort
@@ -249,6 +254,11 @@ class OnnxRuntime:
         self.kv_dtype = kv_dtype(self.session)
         outputs = {o.name for o in self.session.get_outputs()}
         self.top_outputs = TOP_OUTPUTS.keys() <= outputs  # forward_top reads them (base.py)
+        self.sampling_head = None  # forward_dists runs it (base.py)
+        if self.on_cuda if sampling_head is None else sampling_head:
+            head_providers = [without_cuda_graph(p) for p in self.providers]
+            self.sampling_head = SamplingHead(ort, self.n_logits, head_providers)
+        self.passes = 0  # graph runs so far: what a step's rows are read against
         check_declared_sizes(self.path, self.info, self.session, self.cache_len, self.on_cuda)
         self.kv = self.allocate_cache()  # name -> OrtValue [1, n_kv, n_ctx, hd]
         self.steps: dict[tuple[int, int], Step] = {}  # (width, rows) -> bound step
@@ -343,16 +353,43 @@ class OnnxRuntime:
     def forward_top(self, tokens: Sequence[int], *, last_only: bool = False) -> TopRows:
         """forward's rows as TopRows read from the graph's top_id and top_p outputs (only
         where top_outputs: base.forward_top decides)."""
+        step, real = self.last_step(tokens, last_only, "forward_top")
+        ids, prob = (step.values[name].numpy()[0, real] for name in TOP_OUTPUTS)
+        return TopRows(ids.copy(), prob.copy())
+
+    def forward_dists(
+        self, tokens: Sequence[int], sp: SamplingParams, *, last_only: bool = False
+    ) -> Callable[[int], TokenDist]:
+        """forward's rows as the distributions sampling draws from, from the candidates the
+        sampling head reduces them to where they are (only where sampling_head: base.
+        forward_dists decides); a row the candidates cannot decide copies the logits. Rows
+        are read before the runtime's next pass."""
+        step, real = self.last_step(tokens, last_only, "forward_dists")
+        assert self.sampling_head is not None
+        found = self.sampling_head.run(step.values["logits"], sp.temperature)
+        passes = self.passes
+        copied: list[np.ndarray] = []  # the step's logits, once a row needs them
+
+        def read_row(i: int) -> np.ndarray:
+            if not copied:
+                if self.passes != passes:
+                    raise RuntimeError("a step's rows were read after the runtime's next pass")
+                copied.append(np.array(self.read_logits(step)[real], dtype=np.float32))
+            return copied[0][i]
+
+        return head_dists(found.rows(real), read_row, self.n_logits, sp)
+
+    def last_step(self, tokens: Sequence[int], last_only: bool, caller: str) -> tuple[Step, slice]:
+        """run_step over tokens whose rows are read where they are (forward_top,
+        forward_dists): a long catch-up's head first, as prefill chunks."""
         check_room(self, len(tokens))
-        if len(tokens) > self.n_batch:  # a long catch-up: the head as prefill chunks
+        if len(tokens) > self.n_batch:
             if not last_only:
-                raise ValueError(f"forward_top returns at most n_batch={self.n_batch} rows")
+                raise ValueError(f"{caller} returns at most n_batch={self.n_batch} rows")
             split = len(tokens) - self.n_batch
             self.forward(tokens[:split], last_only=True)
             tokens = tokens[split:]
-        step, real = self.run_step(tokens, 1 if last_only else len(tokens))
-        ids, prob = (step.values[name].numpy()[0, real] for name in TOP_OUTPUTS)
-        return TopRows(ids.copy(), prob.copy())
+        return self.run_step(tokens, 1 if last_only else len(tokens))
 
     def run(self, tokens: Sequence[int], rows: int) -> np.ndarray:
         """One graph run at n_past; returns the logits of the last `rows` tokens [rows, V]."""
@@ -464,6 +501,7 @@ class OnnxRuntime:
             if self.cuda_graph:  # -1: run this width uncaptured
                 options.add_run_config_entry("gpu_graph_id", str(step.graph_id))
         self.session.run_with_iobinding(step.binding, options)
+        self.passes += 1
 
     def read_logits(self, step: Step) -> np.ndarray:
         if step.logits is not None:

@@ -36,6 +36,7 @@ TIME_LIMIT_S = int(os.environ.get("EDGESPEC_MUTANT_TIME_LIMIT_S", "300"))
 PYTEST = ["-q", "-p", "no:cacheprovider", "-rf", "-m", "not real and not gpu and not slow"]
 ENGINE, VERIFY = "tests/test_engine.py", "tests/test_verify.py"
 SAMPLING = "tests/test_sampling.py"
+HEAD = "tests/test_sampling_head.py"
 
 
 @dataclass(frozen=True)
@@ -567,6 +568,48 @@ MUTANTS = (
         "SPIN_US_SINCE = (1, 26)",
         "SPIN_US_SINCE = (1, 20)",
         ("tests/test_load.py",),
+    ),
+    Mutant(  # a column left out may then tie or beat one kept
+        "head-spare-not-checked",
+        "edgespec/sampling.py",
+        "    if not z[m - 1] > z[m]:  # a tie across the boundary (or NaN): the whole row decides",
+        "    if False:",
+        (HEAD,),
+    ),
+    Mutant(
+        "head-top-k-past-the-candidates",
+        "edgespec/sampling.py",
+        "        if sp.top_k > m:\n            return None\n",
+        "",
+        (HEAD,),
+    ),
+    Mutant(  # normalized over the candidates: top-p's mass reached too early
+        "head-ignores-log-sum-exp",
+        "edgespec/sampling.py",
+        "    probs = np.exp(z - np.float32(lse)).astype(np.float32)",
+        "    probs = softmax(z)",
+        (HEAD,),
+    ),
+    Mutant(
+        "head-top-p-mass-not-checked",
+        "edgespec/sampling.py",
+        "        if not np.cumsum(np.sort(probs)[::-1])[-1] >= sp.top_p + 2.0**-20:",
+        "        if False:",
+        (HEAD,),
+    ),
+    Mutant(  # ids in the head's order (by value), not ascending as TokenDist keeps them
+        "head-ids-unsorted",
+        "edgespec/sampling.py",
+        '    order = np.argsort(ids[:m], kind="stable")  # ascending ids, as upper_set gives them',
+        "    order = np.arange(m)",
+        (HEAD,),
+    ),
+    Mutant(  # correct, but every sampled row's logits copied to the host again
+        "head-never-used",
+        "runtimes/base.py",
+        '    if width is None and getattr(runtime, "sampling_head", None) is not None:',
+        "    if False:",
+        (HEAD,),
     ),
 )
 

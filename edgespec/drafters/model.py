@@ -15,8 +15,8 @@ import numpy as np
 
 from edgespec.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
-from edgespec.runtimes.base import Runtime, TopRows, forward_top, logit_ids
-from edgespec.sampling import SamplingParams, token_dist, uses_gumbel
+from edgespec.runtimes.base import Runtime, TopRows, forward_dists, forward_top, logit_ids
+from edgespec.sampling import SamplingParams, TokenDist, uses_gumbel
 
 STAND_IN = 0  # what the draft reads for a token id it has no row for (a padding id)
 
@@ -94,7 +94,7 @@ class ModelDrafter:
         unsure = False
         t0 = time.perf_counter()
         keep = common_prefix_len(self.cached, context)
-        scores = self.catch_up(context, keep, sp.greedy, gated)
+        scores = self.catch_up(context, keep, sp, gated)
         # a step after a drafted step re-forwards the bonus token (and the draft's last one):
         # more than that is catching up after idle steps, not the price of drafting
         t_catch_up = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0
@@ -111,7 +111,7 @@ class ModelDrafter:
                 prob = scores.prob
                 unsure = gated and prob is not None and bool(prob[-1] < self.confidence)
             else:
-                dist = token_dist(scores, sp).on_ids(self.columns)
+                dist = scores.on_ids(self.columns)
                 if q is None:  # argmax(log q + g) with the noise the target uses there
                     tokens[i], margin = dist.gumbel_max_margin(seed, len(context) + i)
                     unsure = gated and margin < self.margin
@@ -121,7 +121,7 @@ class ModelDrafter:
             if unsure or i + 1 == k:
                 k = i + 1  # an unsure token is the draft's last
                 break
-            scores = self.score([int(tokens[i])], sp.greedy, gated)
+            scores = self.score([int(tokens[i])], sp, gated)
         self.cached.extend(int(t) for t in tokens[: k - 1])
         return Draft(tokens[:k], None if q is None else q[:k], t_catch_up, gumbel, unsure)
 
@@ -146,25 +146,25 @@ class ModelDrafter:
         return len(context) - common_prefix_len(self.cached, context)
 
     def catch_up(
-        self, context: Sequence[int], keep: int, greedy: bool, gated: bool
-    ) -> np.ndarray | TopRows:
+        self, context: Sequence[int], keep: int, sp: SamplingParams, gated: bool
+    ) -> TokenDist | TopRows:
         """Make the cache hold context[:-1] plus the last token, keeping the first `keep`
         cached tokens (the common prefix); return the next token's scores (score)."""
         keep = min(keep, len(context) - 1)  # re-forward at least one token to get its logits
         self.runtime.rollback(keep)
-        scores = self.score(self.readable(context[keep:]), greedy, gated)
+        scores = self.score(self.readable(context[keep:]), sp, gated)
         self.cached = list(context)
         return scores
 
-    def score(self, tokens: Sequence[int], greedy: bool, gated: bool) -> np.ndarray | TopRows:
-        """Forward tokens; the last one's logits row [V], or for a greedy draft only its
-        likeliest column and (gated) that column's probability, computed on the device where
-        the runtime can (forward_top)."""
-        if greedy:
+    def score(self, tokens: Sequence[int], sp: SamplingParams, gated: bool) -> TokenDist | TopRows:
+        """Forward tokens; the next token's distribution over the logits columns, or for a
+        greedy draft only its likeliest column and (gated) that column's probability, each
+        computed on the device where the runtime can (forward_dists, forward_top)."""
+        if sp.greedy:
             return forward_top(
                 self.runtime, tokens, last_only=True, with_prob=gated, width=self.width
             )
-        return self.runtime.forward(tokens, last_only=True)[-1, : self.width]
+        return forward_dists(self.runtime, tokens, sp, last_only=True, width=self.width)(0)
 
     def readable(self, tokens: Sequence[int]) -> Sequence[int]:
         """tokens with the ids the draft has no row for as STAND_IN: the target's padding ids

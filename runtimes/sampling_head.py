@@ -1,0 +1,125 @@
+"""A sampled step's logits reduced where they are: each row's likeliest columns, not [rows, V].
+
+On a GPU a verify pass takes milliseconds, and a sampled step used to copy every row's
+logits to the host ([k + 1, 151,936] float32: 3 MB at k = 4) and reduce them there. The
+sampling head is a second ONNX graph without weights, run on the pass's logits in device
+memory: each row's CANDIDATES + 1 largest logits with their columns, and log-sum-exp of the
+row over the temperature. sampling.candidate_dist turns those into the row's distribution
+where top-k, top-p or min-p confine it to the candidates (and says where they do not: the
+row's logits are then copied as before).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgespec.sampling import SamplingParams, TokenDist, candidate_dist, token_dist
+
+CANDIDATES = 128  # columns a row's distribution may draw from without its whole row (top-k <= this)
+OPSET = 17
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """A pass's rows as the head returns them: values [rows, CANDIDATES + 1] descending,
+    their columns, and each row's log-sum-exp over the temperature."""
+
+    values: np.ndarray  # float32
+    ids: np.ndarray  # int64
+    lse: np.ndarray  # [rows] float32
+
+    def rows(self, which: slice) -> Candidates:
+        return Candidates(self.values[which], self.ids[which], self.lse[which])
+
+
+def head_model(n_columns: int, candidates: int = CANDIDATES) -> bytes:
+    """The head's graph: logits [1, rows, n_columns] float32 and inv_temperature [1] in;
+    values, ids [1, rows, candidates + 1] and lse [1, rows] out. lse is computed as
+    max + log(sum(exp(z - max))): a sum of exp(z) alone overflows at low temperatures."""
+    from onnx import TensorProto, helper
+
+    rows = "rows"
+    k = min(candidates + 1, n_columns)
+    nodes = [
+        helper.make_node("TopK", ["logits", "k"], ["values", "ids"], axis=-1, largest=1, sorted=1),
+        helper.make_node("Mul", ["logits", "inv_temperature"], ["z"]),
+        helper.make_node("ReduceMax", ["z"], ["z_max"], axes=[-1], keepdims=1),
+        helper.make_node("Sub", ["z", "z_max"], ["shifted"]),
+        helper.make_node("Exp", ["shifted"], ["e"]),
+        helper.make_node("ReduceSum", ["e", "last_axis"], ["total"], keepdims=0),
+        helper.make_node("Log", ["total"], ["log_total"]),
+        helper.make_node("Squeeze", ["z_max", "last_axis"], ["z_max_row"]),
+        helper.make_node("Add", ["log_total", "z_max_row"], ["lse"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "edgespec_sampling_head",
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, rows, n_columns]),
+            helper.make_tensor_value_info("inv_temperature", TensorProto.FLOAT, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, rows, k]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1, rows, k]),
+            helper.make_tensor_value_info("lse", TensorProto.FLOAT, [1, rows]),
+        ],
+        initializer=[
+            helper.make_tensor("k", TensorProto.INT64, [1], [k]),
+            helper.make_tensor("last_axis", TensorProto.INT64, [1], [-1]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8  # what onnxruntime 1.20+ reads
+    return model.SerializeToString()
+
+
+def head_dists(
+    found: Candidates, read_row: Callable[[int], np.ndarray], n_columns: int, sp: SamplingParams
+) -> Callable[[int], TokenDist]:
+    """i -> row i's distribution (sampling.token_dist), from its candidates where they decide
+    it (candidate_dist), else from read_row(i), the row's logits copied to the host."""
+
+    def dist(i: int) -> TokenDist:
+        lse = float(found.lse[i])
+        row = candidate_dist(found.values[i], found.ids[i], lse, n_columns, sp)
+        return token_dist(read_row(i), sp) if row is None else row
+
+    return dist
+
+
+class SamplingHead:
+    """The head as a session of its own on the providers of the model it serves (without
+    CUDA graphs: its shapes change with the pass width)."""
+
+    def __init__(
+        self,
+        ort: Any,
+        n_columns: int,
+        providers: Sequence[str | tuple[str, dict]],
+        candidates: int = CANDIDATES,
+    ) -> None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # a few ops over [rows, V]; on a GPU, none on the CPU
+        self.ort = ort
+        self.n_columns = n_columns
+        self.session = ort.InferenceSession(
+            head_model(n_columns, candidates), options, providers=list(providers)
+        )
+        self.inv_temperature = np.zeros(1, np.float32)
+
+    def run(self, logits: Any, temperature: float) -> Candidates:
+        """Candidates of logits (an OrtValue [1, rows, n_columns], on the device or the
+        host); only they are copied to the host."""
+        self.inv_temperature[0] = 1.0 / np.float32(temperature)
+        binding = self.session.io_binding()
+        binding.bind_ortvalue_input("logits", logits)
+        binding.bind_cpu_input("inv_temperature", self.inv_temperature)
+        for name in ("values", "ids", "lse"):
+            binding.bind_output(name, "cpu")
+        self.session.run_with_iobinding(binding)
+        values, ids, lse = (v.numpy()[0] for v in binding.get_outputs())
+        return Candidates(values, ids, lse)
