@@ -164,3 +164,37 @@ def test_the_kit_compares_greedy_steps_with_and_without_top_outputs(tmp_path):
     assert "greedy, logits to host, k=4:" in lines and "greedy, top outputs, k=0:" in lines
     plain = OnnxRuntime(export_onnx(hf, tmp_path / "plain"), n_ctx=512)
     assert measure.Bench(plain, None, measure.SMOKE, 0.0).top_outputs(reference) is None
+
+
+def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_path):
+    """measure.py's sampling_head: the same runtime's sampled decoding with each row read
+    from the head's candidates and with the logits copied to the host; the head is put back."""
+    pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime")
+    from edgespec.export.onnx_export import export_onnx
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+    from tests.tiny_hf import make_tiny_hf
+
+    folder = export_onnx(make_tiny_hf(tmp_path / "hf", seed=3), tmp_path / "onnx")
+    with_head = OnnxRuntime(folder, n_ctx=512, sampling_head=True)
+    head = with_head.sampling_head
+    bench = measure.Bench(with_head, None, measure.SMOKE, 0.0)
+    reference, _ = bench.plain()
+    found = bench.sampling_head(reference)
+    assert list(found) == [
+        f"{name}, {way}, k={k}"
+        for name in ("temperature 0.8, top-k 40, top-p 0.9", "temperature 0.8, top-p 0.9")
+        for way in ("sampling head", "logits to host")
+        for k in (0, 4)
+    ]
+    assert all(v["tokens_per_second"] > 0 for v in found.values())
+    assert with_head.sampling_head is head
+    lines = measure.table([{
+        "label": "tiny", "backend": "onnx", "device": "cpu", "cuda_graphs": "off",
+        "machine": {}, "curve_ratio": [1.0], "curve_ms": [1.0], "draft_token_ms": 0.0,
+        "draft_over_target": 0.0, "plain": {"tokens_per_second": 1.0, "verify_ms_per_step": 1.0,
+        "loop_us_per_step": 1.0}, "loop": {}, "sampling_head": found, "oracle": [],
+        "settings": {"ks": [], "acceptance": []}, "goals": {},
+    }])  # fmt: skip
+    assert "sampled, temperature 0.8, top-p 0.9, sampling head, k=4:" in lines
+    plain = OnnxRuntime(folder, n_ctx=512)
+    assert measure.Bench(plain, None, measure.SMOKE, 0.0).sampling_head(reference) is None

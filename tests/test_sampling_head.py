@@ -253,3 +253,47 @@ def test_seeded_output_is_the_same_with_the_head_plain_and_speculative(folders, 
 
 def test_a_runtime_on_the_cpu_has_no_head_unless_asked(folders):
     assert OnnxRuntime(folders["target"], n_ctx=64).sampling_head is None
+
+
+def test_doctor_says_what_a_sampled_step_copies(folders):
+    from edgespec.app.doctor import sampled_rows_status
+
+    head = OnnxRuntime(folders["target"], n_ctx=64, sampling_head=True)
+    assert sampled_rows_status(head) == (
+        "sampled steps read each row's 128 likeliest logits from a sampling head (every logit "
+        "where temperature alone, or a top-p wider than those, needs them)"
+    )
+    plain = OnnxRuntime(folders["target"], n_ctx=64)
+    assert sampled_rows_status(plain) == "sampled steps copy every row's logits to the host"
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_head_decides_sampled_rows_as_the_host_does(folders, tmp_path):
+    """On the CUDA EP (CUDA graphs on), an fp16-compute export: the head's candidates are the
+    largest of the same pass's logits, and seeded output with the head equals seeded output
+    without it, in plain decoding and at k = 4 (top-k: the same distributions, bit for bit)."""
+    from tests.test_onnx import TOKENS, cuda_available
+
+    reason = cuda_available()
+    if reason:
+        pytest.skip(f"the sampling head on CUDA not tested: {reason}")
+    hf = make_tiny_hf(tmp_path / "hf", arch="qwen2", seed=3)
+    folder = export_onnx(hf, tmp_path / "fp16", quant="fp16", compute="fp16")
+    gpu = OnnxRuntime(folder, n_ctx=256, providers=["CUDAExecutionProvider"])
+    assert gpu.on_cuda and gpu.cuda_graph and gpu.sampling_head is not None
+    sp = SamplingParams(0.8, top_k=40, top_p=0.9, seed=0)
+    for n in (1, 3, 5):
+        gpu.reset()
+        logits = gpu.forward(TOKENS[:n])
+        found = head_of(logits, sp.temperature, gpu.sampling_head)
+        assert np.array_equal(found.values, -np.sort(-logits, axis=-1)[:, : CANDIDATES + 1])
+    tokens = gpu.tokenize(PROMPT, special=True)
+    head = gpu.sampling_head
+    for k in (0, 4):
+        outs = []
+        for gpu.sampling_head in (head, None, head):
+            draft = OnnxRuntime(folders["draft"], n_ctx=256)
+            drafters = [ModelDrafter(draft)] if k else []
+            decoder = SpeculativeDecoder(gpu, drafters, FixedPolicy("model" if k else None, k))
+            outs.append(decoder.generate(tokens, max_tokens=40, sp=sp).tokens)
+        assert outs[0] == outs[1] == outs[2], k

@@ -68,6 +68,7 @@ def load(path):
 """
 SAMPLED = {
     "temperature 0.8, top-k 40, top-p 0.9": SamplingParams(0.8, 40, 0.9, seed=0),
+    "temperature 0.8, top-p 0.9": SamplingParams(0.8, top_p=0.9, seed=0),  # OpenAI clients'
     "temperature 0.8": SamplingParams(0.8, seed=0),
 }
 
@@ -280,6 +281,29 @@ class Bench:
                 self.target.top_outputs = True  # type: ignore[attr-defined]
         return out
 
+    def sampling_head(self, reference: list[int]) -> dict[str, dict] | None:
+        """Sampled plain decoding and k = 4 (acceptance 0.8, zero draft cost), each row's
+        distribution from the sampling head's candidates and then from the logits copied to
+        the host instead: what the head saves a step. None where the target has no head."""
+        head = getattr(self.target, "sampling_head", None)
+        if head is None:
+            return None
+        out = {}
+        for name, sp in list(SAMPLED.items())[:2]:  # temperature alone takes every logit
+            for way in ("sampling head", "logits to host"):
+                self.target.sampling_head = head if way == "sampling head" else None  # type: ignore[attr-defined]
+                try:
+                    for k in (0, 4):
+                        run = fastest(self.runs_at(k, reference, sp))
+                        out[f"{name}, {way}, k={k}"] = {
+                            "tokens_per_second": round(run.tokens_per_second, 2),
+                            "verify_ms_per_step": round(run.verify_ms_per_step, 3),
+                            "loop_us_per_step": round(run.loop_us_per_step, 1),
+                        }
+                finally:
+                    self.target.sampling_head = head  # type: ignore[attr-defined]
+        return out
+
 
 def measure(args: argparse.Namespace) -> dict:
     settings = SMOKE if args.smoke else Settings()
@@ -299,6 +323,7 @@ def measure(args: argparse.Namespace) -> dict:
         "draft_over_target": round(draft_token_s / curve[0], 4),
         "plain": plain.__dict__, "loop": bench.loop_overhead(reference), "oracle": [],
         "top_outputs": bench.top_outputs(reference),
+        "sampling_head": bench.sampling_head(reference),
     }  # fmt: skip
     for acceptance in settings.acceptance if args.grid == "full" else ():
         for real_cost in (False, True) if draft else (False,):
@@ -425,6 +450,10 @@ def table(reports: list[dict]) -> str:
             lines.append(f"greedy, {name}: {v['tokens_per_second']:.1f} tok/s, verify "
                          f"{v['verify_ms_per_step']:.2f} ms/step, loop {v['loop_us_per_step']:.0f}"
                          " us/step" + ("" if v["identical"] else " *"))  # fmt: skip
+        for name, v in (r.get("sampling_head") or {}).items():
+            lines.append(f"sampled, {name}: {v['tokens_per_second']:.1f} tok/s, verify "
+                         f"{v['verify_ms_per_step']:.2f} ms/step, loop {v['loop_us_per_step']:.0f}"
+                         " us/step")  # fmt: skip
         ks = [k for k in r["settings"]["ks"]] + ["auto"]
         if r["oracle"]:
             lines.append("speedup over plain | " + " | ".join(f"k={k}" for k in ks))

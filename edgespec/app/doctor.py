@@ -118,7 +118,7 @@ def cuda_graph_status(ort, model: str | None) -> str:
     if runtime.cuda_graph:
         return (
             f"active for {model}: steps of 1..{runtime.max_graph_width} tokens are captured, "
-            f"one graph per width; {greedy_rows_status(runtime)}"
+            f"one graph per width; {greedy_rows_status(runtime)}; {sampled_rows_status(runtime)}"
         )
     if runtime.info.get("compute") != "fp16":
         return (
@@ -126,6 +126,18 @@ def cuda_graph_status(ort, model: str | None) -> str:
             "needs fp16; export it with --device cuda"
         )
     return f"inactive for {model}: ONNX Runtime could not capture its graph (see the log)"
+
+
+def sampled_rows_status(runtime) -> str:
+    """What a sampled step of this ONNX model copies from the device (docs/gpu.md)."""
+    from edgespec.runtimes.sampling_head import CANDIDATES
+
+    if runtime.sampling_head is None:
+        return "sampled steps copy every row's logits to the host"
+    return (
+        f"sampled steps read each row's {CANDIDATES} likeliest logits from a sampling head "
+        "(every logit where temperature alone, or a top-p wider than those, needs them)"
+    )
 
 
 def greedy_rows_status(runtime) -> str:
