@@ -418,6 +418,20 @@ def test_the_top_outputs_bench_times_the_exported_nodes_against_the_host():
     assert all(names < set(r) and all(r[n] > 0 for n in names) for r in rows)
 
 
+def test_the_sampling_head_bench_times_both_ways_on_rows_the_candidates_decide():
+    pytest.importorskip("onnxruntime")
+    from tests.bench_scripts import load_bench_script
+
+    bench = load_bench_script("sampling_head.py", "bench_sampling_head")
+    rng = bench.np.random.default_rng(0)
+    rows = bench.measure({1: bench.peaked(1, 4000, rng), 3: bench.peaked(3, 4000, rng)}, 3)
+    assert [(r["width"], r["params"]) for r in rows] == [
+        (n, name) for n in (1, 3) for name in bench.PARAMS
+    ]
+    assert all(r["head"] > 0 and r["host"] > 0 for r in rows)
+    assert rows[0]["rows decided"] == "1/1"
+
+
 def test_bench_gives_auto_the_draft_confidence_asked_for(tiny_pair, capsys):
     pytest.importorskip("llama_cpp")
     from edgespec.app.bench import Bench
