@@ -97,6 +97,31 @@ def measure(rows_by_width: dict[int, np.ndarray], repeats: int) -> list[dict]:
     return out
 
 
+COVERAGE = {  # sampling settings assistants use: the share of rows the candidates decide
+    f"T{t} top-p {p}": SamplingParams(t, top_p=p) for t in (0.7, 1.0) for p in (0.9, 0.95)
+} | {"T1.0 min-p 0.05": SamplingParams(1.0, min_p=0.05)}
+
+
+def coverage(x: np.ndarray) -> dict[str, float]:
+    """For each COVERAGE setting, the share of rows x [n, V] the head's candidates decide."""
+    import onnxruntime as ort
+
+    from edgespec.runtimes.sampling_head import SamplingHead
+
+    head = SamplingHead(ort, x.shape[-1], ["CPUExecutionProvider"])
+    value = ort.OrtValue.ortvalue_from_numpy(x[None])
+    out = {}
+    for name, sp in COVERAGE.items():
+        found = head.run(value, sp.temperature)
+        decided = [
+            candidate_dist(found.values[i], found.ids[i], float(found.lse[i]), x.shape[-1], sp)
+            is not None
+            for i in range(len(x))
+        ]
+        out[name] = round(float(np.mean(decided)), 4)
+    return out
+
+
 def model_rows(bundle: str, prompt: str, n: int) -> np.ndarray:
     """[n, V] logits of a real model's greedy decoding: one row per generated token."""
     from edgespec.runtimes import RuntimeOptions, open_runtime
@@ -119,13 +144,16 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--model", help="rows of this model's greedy decoding instead of made-up ones")
     ap.add_argument("--prompt", default=PROMPT)
+    ap.add_argument("--coverage-rows", type=int, default=128, help="--model rows to cover")
     ap.add_argument("--json")
     args = ap.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
+    shares = None
     if args.model:
-        pool = model_rows(args.model, args.prompt, sum(widths))
+        pool = model_rows(args.model, args.prompt, max(sum(widths), args.coverage_rows))
         ends = np.cumsum([0, *widths])
         by_width = {n: pool[ends[i] : ends[i + 1]] for i, n in enumerate(widths)}
+        shares = coverage(pool)
     else:
         rng = np.random.default_rng(0)
         by_width = {n: peaked(n, args.vocab, rng) for n in widths}
@@ -137,8 +165,12 @@ def main() -> None:
     for r in rows:
         print(f"| {r['width']} | {r['params']} | {r['rows decided']} | {r['head']:.3f} | "
               f"{r['host']:.3f} |")  # fmt: skip
+    if shares:
+        print(f"rows the candidates decide, of the model's {len(pool)}: "
+              + ", ".join(f"{name} {share:.0%}" for name, share in shares.items()))  # fmt: skip
     if args.json:
-        report = {"machine": machine_info(), "rows": source, "prompt": args.prompt, "table": rows}
+        report = {"machine": machine_info(), "rows": source, "prompt": args.prompt,
+                  "table": rows, "coverage": shares}  # fmt: skip
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
 
