@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+import sys
 from functools import partial
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from top_outputs import median_ms  # noqa: E402
 
 from edgespec.app.bench import machine_info
 from edgespec.hugepages import reexec_with_tunable
@@ -55,15 +59,6 @@ def by_head(head, value, x: np.ndarray, sp: SamplingParams) -> list[TokenDist]:
 
 def by_host(x: np.ndarray, sp: SamplingParams) -> list[TokenDist]:
     return [token_dist(row, sp) for row in x]
-
-
-def median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
 
 
 def measure(rows_by_width: dict[int, np.ndarray], repeats: int) -> list[dict]:

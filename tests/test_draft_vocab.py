@@ -23,7 +23,7 @@ from edgespec.export.onnx_export import head_ranges
 from edgespec.sampling import SamplingParams, logits_to_probs
 from tests.fakes import FakeRuntime
 from tests.stats import assert_law
-from tests.test_engine import JOINT_PROMPT, exact_joint
+from tests.test_engine import JOINT_PROMPT, exact_joint, joint_counts
 
 KEPT = np.array([0, 2, 3])  # of a 5-token vocabulary: 1 and 4 can never be drafted
 
@@ -77,12 +77,7 @@ def test_a_cut_draft_keeps_the_target_joint_law(sampler, sp):
     rt.eog = 999
     draft = ModelDrafter(KeptColumnsRuntime(KEPT, n_vocab=n_vocab, n_ctx=64, seed=8, scale=1.5))
     dec = SpeculativeDecoder(rt, [draft], FixedPolicy("model", 3))
-    counts = np.zeros((n_vocab,) * 3)
-    drafted = np.zeros(3)
-    for seed in range(n):
-        out = dec.generate(JOINT_PROMPT, max_tokens=4, sp=replace(sp, seed=seed, sampler=sampler))
-        counts[tuple(out.tokens[:3])] += 1
-        drafted += out.stats.drafted_by_pos[:3]
+    counts, drafted = joint_counts(dec, replace(sp, sampler=sampler), n, n_vocab)
     assert drafted[2] >= n
     exact = exact_joint(rt, JOINT_PROMPT, replace(sp, seed=0))
     cut = np.ones(n_vocab, bool)

@@ -197,6 +197,18 @@ def exact_joint(rt, prompt, sp, n_tokens=3):
     return law
 
 
+def joint_counts(dec, sp, n: int, n_vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first three tokens of n requests for JOINT_PROMPT (seeds 0..n-1, max_tokens 4) as
+    counts [V, V, V], and how many drafted tokens each of draft positions 0-2 held."""
+    counts = np.zeros((n_vocab,) * 3)
+    drafted = np.zeros(3)
+    for seed in range(n):
+        out = dec.generate(JOINT_PROMPT, max_tokens=4, sp=replace(sp, seed=seed))
+        counts[tuple(out.tokens[:3])] += 1
+        drafted += out.stats.drafted_by_pos[:3]
+    return counts, drafted
+
+
 JOINT_CASES = [  # (sampler, drafter, sampling params): every sampler, drafter and filter
     ("rejection", "model", SamplingParams(1.0)),
     ("rejection", "model", SamplingParams(0.7, top_k=3)),
@@ -227,13 +239,7 @@ def test_first_three_tokens_follow_the_target_joint_law(sampler, drafter, sp):
     else:
         d = NgramDrafter(2)
     dec = SpeculativeDecoder(rt, [d], FixedPolicy(d.name, 3))
-    counts = np.zeros((n_vocab,) * 3)
-    drafted = np.zeros(3)
-    for seed in range(n):
-        sp_seeded = replace(sp, seed=seed, sampler=sampler)
-        out = dec.generate(JOINT_PROMPT, max_tokens=4, sp=sp_seeded)
-        counts[tuple(out.tokens[:3])] += 1
-        drafted += out.stats.drafted_by_pos[:3]
+    counts, drafted = joint_counts(dec, replace(sp, sampler=sampler), n, n_vocab)
     assert drafted[2] >= n  # position 2 was drafted in every request's first step
     assert_law(counts, exact_joint(rt, JOINT_PROMPT, replace(sp, seed=0)))
 

@@ -137,6 +137,17 @@ def test_llama_cpp_on_cuda_speculates_exactly(tiny_pair):
         assert out.tokens == plain.tokens
 
 
+def tiny_report(**parts) -> dict:
+    """A measure.py report with nothing measured but `parts`, for its table."""
+    return {
+        "label": "tiny", "backend": "onnx", "device": "cpu", "cuda_graphs": "off",
+        "machine": {}, "curve_ratio": [1.0], "curve_ms": [1.0], "draft_token_ms": 0.0,
+        "draft_over_target": 0.0, "plain": {"tokens_per_second": 1.0, "verify_ms_per_step": 1.0,
+        "loop_us_per_step": 1.0}, "loop": {}, "oracle": [],
+        "settings": {"ks": [], "acceptance": []}, "goals": {}, **parts,
+    }  # fmt: skip
+
+
 def test_the_kit_compares_greedy_steps_with_and_without_top_outputs(tmp_path):
     """measure.py's top_outputs: the same export's greedy decoding with each row's argmax
     read from the graph and with the logits copied to the host; the switch is put back."""
@@ -154,13 +165,7 @@ def test_the_kit_compares_greedy_steps_with_and_without_top_outputs(tmp_path):
                            for k in (0, 4)]  # fmt: skip
     assert all(v["identical"] and v["tokens_per_second"] > 0 for v in found.values())
     assert with_top.top_outputs
-    lines = measure.table([{
-        "label": "tiny", "backend": "onnx", "device": "cpu", "cuda_graphs": "off",
-        "machine": {}, "curve_ratio": [1.0], "curve_ms": [1.0], "draft_token_ms": 0.0,
-        "draft_over_target": 0.0, "plain": {"tokens_per_second": 1.0, "verify_ms_per_step": 1.0,
-        "loop_us_per_step": 1.0}, "loop": {}, "top_outputs": found, "oracle": [],
-        "settings": {"ks": [], "acceptance": []}, "goals": {},
-    }])  # fmt: skip
+    lines = measure.table([tiny_report(top_outputs=found)])
     assert "greedy, logits to host, k=4:" in lines and "greedy, top outputs, k=0:" in lines
     plain = OnnxRuntime(export_onnx(hf, tmp_path / "plain"), n_ctx=512)
     assert measure.Bench(plain, None, measure.SMOKE, 0.0).top_outputs(reference) is None
@@ -188,13 +193,7 @@ def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_p
     ]
     assert all(v["tokens_per_second"] > 0 for v in found.values())
     assert with_head.sampling_head is head
-    lines = measure.table([{
-        "label": "tiny", "backend": "onnx", "device": "cpu", "cuda_graphs": "off",
-        "machine": {}, "curve_ratio": [1.0], "curve_ms": [1.0], "draft_token_ms": 0.0,
-        "draft_over_target": 0.0, "plain": {"tokens_per_second": 1.0, "verify_ms_per_step": 1.0,
-        "loop_us_per_step": 1.0}, "loop": {}, "sampling_head": found, "oracle": [],
-        "settings": {"ks": [], "acceptance": []}, "goals": {},
-    }])  # fmt: skip
+    lines = measure.table([tiny_report(sampling_head=found)])
     assert "sampled, temperature 0.8, top-p 0.9, sampling head, k=4:" in lines
     plain = OnnxRuntime(folder, n_ctx=512)
     assert measure.Bench(plain, None, measure.SMOKE, 0.0).sampling_head(reference) is None

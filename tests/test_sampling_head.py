@@ -30,7 +30,7 @@ from edgespec.engine import SpeculativeDecoder
 from edgespec.sampling import SamplingParams, candidate_dist, token_dist
 from tests.fakes import FakeRuntime
 from tests.stats import assert_law
-from tests.test_engine import JOINT_PROMPT, exact_joint
+from tests.test_engine import JOINT_PROMPT, exact_joint, joint_counts
 
 ort = pytest.importorskip("onnxruntime", reason="the sampling head runs on onnxruntime")
 pytest.importorskip("onnx", reason="the sampling head is built with onnx (edgespec[onnx])")
@@ -78,6 +78,17 @@ def test_the_head_returns_the_largest_logits_their_columns_and_log_sum_exp():
         np.testing.assert_allclose(found.lse, lse, rtol=1e-5)
 
 
+def both_ways(rows: np.ndarray, sp: SamplingParams):
+    """(candidate_dist, token_dist) of each row, the first asserted decided, on the same ids."""
+    found = head_of(rows, sp.temperature)
+    for i, row in enumerate(rows):
+        got = candidate_dist(found.values[i], found.ids[i], float(found.lse[i]), V, sp)
+        want = token_dist(row, sp)
+        assert got is not None
+        assert np.array_equal(got.ids, want.ids)
+        yield got, want
+
+
 TOP_K_CASES = [  # every filter after top-k, and top-k at the candidates' limit
     SamplingParams(0.7, top_k=40),
     SamplingParams(1.3, top_k=1),
@@ -92,12 +103,7 @@ def test_with_top_k_the_candidates_give_token_dist_bit_for_bit(sp):
     rows = peaked_rows(4, seed=1)
     rows[3] = tie_at_rank(rows[3], 10)  # ties inside top-k: the lowest id first, as token_dist
     rows[2] = tie_at_rank(rows[2], min(sp.top_k, CANDIDATES - 1) - 1)  # ... and at its boundary
-    found = head_of(rows, sp.temperature)
-    for i, row in enumerate(rows):
-        got = candidate_dist(found.values[i], found.ids[i], float(found.lse[i]), V, sp)
-        want = token_dist(row, sp)
-        assert got is not None
-        assert np.array_equal(got.ids, want.ids)
+    for got, want in both_ways(rows, sp):
         assert np.array_equal(got.probs, want.probs)
 
 
@@ -112,12 +118,7 @@ NO_TOP_K_CASES = [
 @pytest.mark.parametrize("sp", NO_TOP_K_CASES, ids=str)
 def test_without_top_k_the_candidates_give_token_dist_within_rounding(sp):
     rows = peaked_rows(4, seed=2)
-    found = head_of(rows, sp.temperature)
-    for i, row in enumerate(rows):
-        got = candidate_dist(found.values[i], found.ids[i], float(found.lse[i]), V, sp)
-        want = token_dist(row, sp)
-        assert got is not None
-        assert np.array_equal(got.ids, want.ids)
+    for got, want in both_ways(rows, sp):
         np.testing.assert_allclose(got.probs, want.probs, rtol=1e-5)
 
 
@@ -184,12 +185,7 @@ def test_through_the_head_the_first_three_tokens_follow_the_target_joint_law(sam
     rt.eog = 999
     draft_rt = HeadRuntime(2, n_vocab=n_vocab, n_ctx=64, seed=8, scale=1.5)
     dec = SpeculativeDecoder(rt, [ModelDrafter(draft_rt)], FixedPolicy("model", 3))
-    counts = np.zeros((n_vocab,) * 3)
-    drafted = np.zeros(3)
-    for seed in range(n):
-        out = dec.generate(JOINT_PROMPT, max_tokens=4, sp=replace(sp, seed=seed, sampler=sampler))
-        counts[tuple(out.tokens[:3])] += 1
-        drafted += out.stats.drafted_by_pos[:3]
+    counts, drafted = joint_counts(dec, replace(sp, sampler=sampler), n, n_vocab)
     assert drafted[2] >= n
     for runtime in (rt, draft_rt):  # rows decided by their candidates, and (no top-k) not
         assert (0 < runtime.ways["logits"] or sp.top_k) and runtime.ways["logits"] < (
