@@ -21,6 +21,7 @@ from edgespec.sampling import SamplingParams, TokenDist, candidate_dist, token_d
 
 CANDIDATES = 128  # columns a row's distribution may draw from without its whole row (top-k <= this)
 OPSET = 17
+MAX_BINDINGS = 64  # logits buffers the head keeps bound (a runtime caches 17 widths and so)
 
 
 @dataclass(frozen=True)
@@ -110,16 +111,29 @@ class SamplingHead:
             head_model(n_columns, candidates), options, providers=list(providers)
         )
         self.inv_temperature = np.zeros(1, np.float32)
+        self.temperature_value = ort.OrtValue.ortvalue_from_numpy(self.inv_temperature)
+        self.bindings: dict[int, tuple[Any, Any]] = {}  # id(logits) -> (logits, its binding)
 
     def run(self, logits: Any, temperature: float) -> Candidates:
         """Candidates of logits (an OrtValue [1, rows, n_columns], on the device or the
         host); only they are copied to the host."""
-        self.inv_temperature[0] = 1.0 / np.float32(temperature)
-        binding = self.session.io_binding()
-        binding.bind_ortvalue_input("logits", logits)
-        binding.bind_cpu_input("inv_temperature", self.inv_temperature)
-        for name in ("values", "ids", "lse"):
-            binding.bind_output(name, "cpu")
+        self.inv_temperature[0] = 1.0 / np.float32(temperature)  # temperature_value's memory
+        binding = self.binding_for(logits)
         self.session.run_with_iobinding(binding)
-        values, ids, lse = (v.numpy()[0] for v in binding.get_outputs())
+        values, ids, lse = (np.array(v.numpy()[0]) for v in binding.get_outputs())
         return Candidates(values, ids, lse)
+
+    def binding_for(self, logits: Any) -> Any:
+        """The head bound to a logits buffer, made once: a runtime's steps keep their
+        buffers (one per width), so a step binds nothing."""
+        held = self.bindings.get(id(logits))
+        if held is None:
+            if len(self.bindings) >= MAX_BINDINGS:  # uncached widths: each a new buffer
+                self.bindings.clear()
+            binding = self.session.io_binding()
+            binding.bind_ortvalue_input("logits", logits)
+            binding.bind_ortvalue_input("inv_temperature", self.temperature_value)
+            for name in ("values", "ids", "lse"):
+                binding.bind_output(name, "cpu")
+            held = self.bindings[id(logits)] = (logits, binding)  # logits held: ids stay unique
+        return held[1]

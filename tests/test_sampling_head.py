@@ -66,8 +66,10 @@ def tie_at_rank(row: np.ndarray, rank: int) -> np.ndarray:
 def test_the_head_returns_the_largest_logits_their_columns_and_log_sum_exp():
     rows = peaked_rows(3)
     rows[2] *= 30.0  # at T = 0.05, z reaches ~7,000: exp(z) alone overflows float32
-    for temperature in (1.0, 0.7, 0.05):
-        found = head_of(rows, temperature)
+    head = SamplingHead(ort, V, CPU)
+    value = ort.OrtValue.ortvalue_from_numpy(rows[None])
+    for temperature in (1.0, 0.7, 0.05):  # one buffer, bound once: each run's temperature
+        found = head.run(value, temperature)
         assert found.values.shape == found.ids.shape == (3, CANDIDATES + 1)
         want = -np.sort(-rows, axis=-1)[:, : CANDIDATES + 1]
         assert np.array_equal(found.values, want)
@@ -76,6 +78,7 @@ def test_the_head_returns_the_largest_logits_their_columns_and_log_sum_exp():
         peak = z.max(-1)
         lse = peak + np.log(np.exp(z - peak[:, None]).sum(-1))
         np.testing.assert_allclose(found.lse, lse, rtol=1e-5)
+    assert len(head.bindings) == 1
 
 
 def both_ways(rows: np.ndarray, sp: SamplingParams):
