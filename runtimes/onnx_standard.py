@@ -26,6 +26,7 @@ class StandardOnnxRuntime(OnnxRuntime):
     "standard"), on ONNX Runtime's CPU or CUDA provider."""
 
     kv: dict[str, Any]  # the set that holds the cache (OnnxRuntime's name)
+    binds_steps = False  # run() binds each pass afresh: no sampling head (OnnxRuntime)
 
     def __init__(self, model_dir: str | os.PathLike[str], **kwargs: Any) -> None:
         super().__init__(model_dir, cuda_graph=False, **kwargs)

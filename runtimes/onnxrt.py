@@ -185,6 +185,8 @@ class Step:
 class OnnxRuntime:
     """The Runtime protocol over an exported model folder (model.json, model.onnx, tokenizer)."""
 
+    binds_steps = True  # each step's outputs stay bound (Step): forward_dists reads them there
+
     def __init__(
         self,
         model_dir: str | os.PathLike[str],
@@ -255,7 +257,8 @@ class OnnxRuntime:
         outputs = {o.name for o in self.session.get_outputs()}
         self.top_outputs = TOP_OUTPUTS.keys() <= outputs  # forward_top reads them (base.py)
         self.sampling_head = None  # forward_dists runs it (base.py)
-        if self.on_cuda if sampling_head is None else sampling_head:
+        wants_head = self.on_cuda if sampling_head is None else sampling_head
+        if wants_head and self.binds_steps:
             head_providers = [without_cuda_graph(p) for p in self.providers]
             self.sampling_head = SamplingHead(ort, self.n_logits, head_providers)
         self.passes = 0  # graph runs so far: what a step's rows are read against

@@ -611,6 +611,13 @@ MUTANTS = (
         "    if False:",
         (HEAD,),
     ),
+    Mutant(  # its run() leaves no bound step: forward_dists would run the other graph's steps
+        "standard-onnx-takes-a-sampling-head",
+        "runtimes/onnx_standard.py",
+        "    binds_steps = False",
+        "    binds_steps = True",
+        ("tests/test_onnx_standard.py",),
+    ),
 )
 
 

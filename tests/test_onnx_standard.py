@@ -92,6 +92,11 @@ def test_the_graph_holds_standard_operators_and_explicit_qdq(checkpoint, tmp_pat
     assert {inputs[n] for n in ("input_ids", "position", "logit_rows")} == {onnx.TensorProto.INT32}
 
 
+def test_it_takes_no_sampling_head_its_passes_leave_no_bound_step(checkpoint, tmp_path):
+    rt = StandardOnnxRuntime(standard(checkpoint, tmp_path), n_ctx=64, sampling_head=True)
+    assert rt.sampling_head is None  # sampled steps reduce its logits on the host
+
+
 def test_rollback_and_chunks_give_the_fresh_pass(checkpoint, tmp_path):
     rt = StandardOnnxRuntime(standard(checkpoint, tmp_path), n_ctx=64, n_batch=3)
     whole = rt.forward(TOKENS)
