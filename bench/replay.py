@@ -52,7 +52,7 @@ from edgespec.app.bench import machine_info, token_budget
 from edgespec.app.suites import load_suite
 from edgespec.calibrate import cost_curve
 from edgespec.chat import chat_tokens
-from edgespec.controller import CostCurve, FixedPolicy, Policy
+from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters.base import Drafter
 from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter
@@ -382,12 +382,15 @@ def replay_case(
     believed: Sequence[float] | None = None,
     draft_ratio: float | None = None,
     confidence: float = 0.0,
+    draft_price: float | None = None,
 ) -> dict:
     """One recorded case under the controller (or the oracle) on a curve: its cost against
     plain decoding's, both under the same noise bursts (rate, slow). `believed`: the curve
     the controller starts from where it differs from the one passes are charged by (a
     calibration's error). draft_ratio: the draft model's token in target tokens, to draft
-    with the recorded draft model too (None: prompt lookup alone)."""
+    with the recorded draft model too (None: prompt lookup alone). draft_price: the price
+    the controller starts the draft model at (None: draft_ratio, the calibration's); the
+    row's "draft_price" is the one it learned, which replay_suite hands to the next case."""
     uses_model = draft_ratio is not None and "draft" in case
     target = ReplayTarget(
         case["prompt"],
@@ -403,7 +406,8 @@ def replay_case(
     if uses_model:
         assert draft_ratio is not None
         runtime = ReplayDraft(target, clock, draft_ratio)
-        drafters.append(ModelDrafter(runtime, token_s=draft_ratio, confidence=confidence))
+        start = draft_ratio if draft_price is None else draft_price
+        drafters.append(ModelDrafter(runtime, token_s=start, confidence=confidence))
     drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
     policy: Policy
     if policy_name == "oracle":
@@ -437,7 +441,28 @@ def replay_case(
         "n_accepted": stats.n_accepted,
         "wasted_passes": round(sum(price(ratios, n) - 1 for n in target.passes if n > 1), 2),
         "model_steps": stats.steps_by_drafter.get("model", 0),
+        "draft_price": learned_draft_price(policy),
     }
+
+
+def learned_draft_price(policy: Policy) -> float | None:
+    """The draft model's price as the adaptive controller left it (None: no such price)."""
+    if not isinstance(policy, AdaptivePolicy):
+        return None
+    return next((e.token_s for e in policy.estimates if e.learns_cost), None)
+
+
+def replay_suite(cases: Sequence[dict], ratios: Sequence[float], *args, **kwargs) -> list[dict]:
+    """replay_case over cases in turn, each suite's draft model priced from one case to the
+    next as the loop prices it from one request to the next (AdaptivePolicy.begin: prices
+    outlive a request): starting every case at the calibration's price let the draft model
+    into requests the real loop kept it out of (docs/benchmarks.md, fifth session of
+    2026-11-25)."""
+    rows: list[dict] = []
+    for case in cases:
+        carried = rows[-1]["draft_price"] if rows and rows[-1]["suite"] == case["suite"] else None
+        rows.append(replay_case(case, ratios, *args, **kwargs, draft_price=carried))
+    return rows
 
 
 def price(ratios: Sequence[float], n: int) -> float:
@@ -711,20 +736,16 @@ def main() -> None:
     default = (["recorded"] if recorded else []) + list(DEFAULT_CURVES)
     for name, ratios in load_curves(args.curve or default, recorded).items():
         for policy in policies:
-            cases = recording["cases"]
-            rows = [
-                replay_case(
-                    case,
-                    ratios,
-                    spec,
-                    policy,
-                    noise,
-                    believed,
-                    draft_ratio,
-                    confidence_for(policy, args.confidence),
-                )
-                for case in cases
-            ]
+            rows = replay_suite(
+                recording["cases"],
+                ratios,
+                spec,
+                policy,
+                noise,
+                believed,
+                draft_ratio,
+                confidence_for(policy, args.confidence),
+            )
             summary = summarise(rows)
             print_table(f"{name}, {policy}", summary)
             report["curves"].setdefault(name, {"ratios": ratios})[policy] = {

@@ -193,6 +193,35 @@ def test_the_controller_drafts_with_a_good_draft_model_and_drops_a_bad_one():
     assert (alone["model_steps"], alone["speedup"]) == (0, 1.0)
 
 
+def test_a_suite_prices_its_draft_model_from_one_prompt_to_the_next_as_the_loop_does(monkeypatch):
+    """replay_suite hands each case the draft price the last case of its suite learned
+    (AdaptivePolicy keeps prices across requests); a new suite starts at the calibration's."""
+    replay = load_module()
+    output = unrepeated(120)
+    good = drafted_case(output, output)
+    first = replay.replay_case(good, XEON_ONNX, SPEC, "auto", draft_ratio=0.34)
+    assert first["model_steps"] > 0 and first["draft_price"] not in (None, 0.34)
+    priced_out = replay.replay_case(
+        good, XEON_ONNX, SPEC, "auto", draft_ratio=0.34, draft_price=10.0
+    )
+    assert priced_out["model_steps"] == 0  # the price it starts at decides, not draft_ratio
+    started_at = []
+    real = replay.replay_case
+
+    def spy(case, *args, **kwargs):
+        started_at.append(kwargs["draft_price"])
+        return real(case, *args, **kwargs)
+
+    monkeypatch.setattr(replay, "replay_case", spy)
+    other_suite = {**good, "suite": "t"}
+    rows = replay.replay_suite([good, good, other_suite], XEON_ONNX, SPEC, "auto", draft_ratio=0.34)
+    assert started_at == [None, rows[0]["draft_price"], None]
+    assert rows[0] == first
+    # prompt lookup alone, or a fixed policy: no price to carry
+    assert real(good, XEON_ONNX, SPEC, "auto")["draft_price"] is None
+    assert real(good, XEON_ONNX, SPEC, "model=1", draft_ratio=0.34)["draft_price"] is None
+
+
 def test_fixed_policies_are_named_drafter_and_k():
     replay = load_module()
     assert replay.parse_fixed("model=2") == ("model", 2)
