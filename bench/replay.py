@@ -52,7 +52,7 @@ from edgespec.app.bench import machine_info, token_budget
 from edgespec.app.suites import load_suite
 from edgespec.calibrate import cost_curve
 from edgespec.chat import chat_tokens
-from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
+from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Learned, Policy
 from edgespec.drafters.base import Drafter
 from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter
@@ -382,15 +382,17 @@ def replay_case(
     believed: Sequence[float] | None = None,
     draft_ratio: float | None = None,
     confidence: float = 0.0,
-    draft_price: float | None = None,
+    learned: dict[str, Learned] | None = None,
 ) -> dict:
     """One recorded case under the controller (or the oracle) on a curve: its cost against
     plain decoding's, both under the same noise bursts (rate, slow). `believed`: the curve
     the controller starts from where it differs from the one passes are charged by (a
     calibration's error). draft_ratio: the draft model's token in target tokens, to draft
-    with the recorded draft model too (None: prompt lookup alone). draft_price: the price
-    the controller starts the draft model at (None: draft_ratio, the calibration's); the
-    row's "draft_price" is the one it learned, which replay_suite hands to the next case."""
+    with the recorded draft model too (None: prompt lookup alone). learned: what the
+    controller learned of each drafter (by name) in the cases before, which this case starts
+    from and leaves what it learned in, as the loop does from one request to the next
+    (replay_suite); None: from the drafters' own priors and the calibration's price. The
+    row's "draft_price" is the draft model's learned price."""
     uses_model = draft_ratio is not None and "draft" in case
     target = ReplayTarget(
         case["prompt"],
@@ -406,8 +408,7 @@ def replay_case(
     if uses_model:
         assert draft_ratio is not None
         runtime = ReplayDraft(target, clock, draft_ratio)
-        start = draft_ratio if draft_price is None else draft_price
-        drafters.append(ModelDrafter(runtime, token_s=start, confidence=confidence))
+        drafters.append(ModelDrafter(runtime, token_s=draft_ratio, confidence=confidence))
     drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
     policy: Policy
     if policy_name == "oracle":
@@ -415,12 +416,18 @@ def replay_case(
     elif policy_name == "auto":
         curve = CostCurve(list(believed or ratios), draft_s=draft_ratio or 0.0)
         policy = make_policy(spec, drafters, curve)
+        if learned is not None:
+            assert isinstance(policy, AdaptivePolicy)
+            policy.learned = {id(d): learned[d.name] for d in drafters if d.name in learned}
     else:  # DRAFTER=K: that drafter, k tokens every step
         name, k = parse_fixed(policy_name)
         policy = FixedPolicy(name, k)
     decoder = SpeculativeDecoder(target, drafters, Timed(policy, clock, target))  # type: ignore[arg-type]
     with virtual_time(clock):
         result = decoder.generate(target.prompt, max_tokens=len(target.output), sp=SamplingParams())
+    if learned is not None and isinstance(policy, AdaptivePolicy):
+        names = {id(d): d.name for d in drafters}
+        learned.update({names[i]: lesson for i, lesson in policy.lessons().items()})
     emitted = result.tokens + ([0] if result.finish_reason == "stop" else [])
     if emitted != target.output:
         raise AssertionError(f"{case['id']}: the replay departed from the recording")
@@ -453,15 +460,17 @@ def learned_draft_price(policy: Policy) -> float | None:
 
 
 def replay_suite(cases: Sequence[dict], ratios: Sequence[float], *args, **kwargs) -> list[dict]:
-    """replay_case over cases in turn, each suite's draft model priced from one case to the
-    next as the loop prices it from one request to the next (AdaptivePolicy.begin: prices
-    outlive a request): starting every case at the calibration's price let the draft model
-    into requests the real loop kept it out of (docs/benchmarks.md, fifth session of
-    2026-11-25)."""
+    """replay_case over cases in turn, what the controller learned of each drafter (price,
+    acceptance) carried from one case to the next within a suite, as the loop carries it
+    from one request to the next (AdaptivePolicy.begin) and as `edgespec bench` runs a
+    suite: starting every case at the calibration's price let the draft model into requests
+    the real loop kept it out of (docs/benchmarks.md, fifth session of 2026-11-25)."""
     rows: list[dict] = []
+    learned: dict[str, Learned] = {}
     for case in cases:
-        carried = rows[-1]["draft_price"] if rows and rows[-1]["suite"] == case["suite"] else None
-        rows.append(replay_case(case, ratios, *args, **kwargs, draft_price=carried))
+        if rows and rows[-1]["suite"] != case["suite"]:
+            learned = {}
+        rows.append(replay_case(case, ratios, *args, **kwargs, learned=learned))
     return rows
 
 

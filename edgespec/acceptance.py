@@ -1,4 +1,5 @@
-"""Acceptance estimates the adaptive policy keeps per drafter: exponential moving averages.
+"""Acceptance estimates the adaptive policy keeps per drafter: exponential moving averages
+within a request, each request starting from every earlier request's outcomes.
 
 A drafter supplies its own (Drafter.acceptance): what its acceptance depends on is a fact
 about the drafter, while the policy only reads alphas and reports outcomes.
@@ -7,6 +8,23 @@ about the drafter, while the policy only reads alphas and reports outcomes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class Tally:
+    """Outcomes counted over every request so far: `hits` of `seen` came out true."""
+
+    hits: int = 0
+    seen: int = 0
+
+    def add(self, hit: bool) -> None:
+        self.hits += hit
+        self.seen += 1
+
+    def rate(self, prior: float, weight: float) -> float:
+        """The observed rate, the prior counting as `weight` outcomes of its own."""
+        return (self.hits + prior * weight) / (self.seen + weight)
 
 
 class ByPosition:
@@ -18,15 +36,29 @@ class ByPosition:
     one towards 0 (later positions were never judged). A position never reached yet takes
     the estimates of the deepest one reached: a draft model's acceptance given every token
     before it was kept rises along a draft (docs/benchmarks.md), so this errs low.
+
+    A request starts from every earlier request's outcomes, pooled over positions, the prior
+    counting as `prior_weight` tokens: a request's last estimates are biased low (a draft
+    model falls out of use where its estimate fell, and is rarely judged again), and a
+    fixed prior at a request's start priced a draft model kept 93% of the time when sure at
+    0.6 (bench/replay.py; docs/benchmarks.md, sixth session of 2026-11-25).
     """
 
-    def __init__(self, prior: float = 0.6, smoothing: float = 0.1) -> None:
+    def __init__(
+        self, prior: float = 0.6, smoothing: float = 0.1, prior_weight: float = 100.0
+    ) -> None:
         # per step and position: 0.3 let two rejections in a row (1 in 11 at 0.7 acceptance)
         # price a draft model below plain decoding for the rest of a request (replay.py)
-        self.smoothing = smoothing
-        self.sure = [prior]  # acceptance of a token the drafter was sure of
-        self.unsure = [prior]  # ... of one it was not (the last of its draft)
-        self.goes_on = [1.0]  # how often it is sure there (1.0: no confidence)
+        self.prior, self.smoothing, self.prior_weight = prior, smoothing, prior_weight
+        self.sure_tally, self.unsure_tally, self.goes_on_tally = Tally(), Tally(), Tally()
+        self.next_request()
+
+    def next_request(self) -> None:
+        """Start the estimates from the outcomes of every request so far."""
+        self.sure = [self.sure_tally.rate(self.prior, self.prior_weight)]  # of a sure token
+        self.unsure = [self.unsure_tally.rate(self.prior, self.prior_weight)]  # of an unsure
+        # how often it is sure of a token (1.0: no confidence), so drafts on past it
+        self.goes_on = [self.goes_on_tally.rate(1.0, self.prior_weight)]
 
     def alphas(self, key: int, n: int) -> list[float]:
         """Acceptance of the token at each position, sure or not."""
@@ -43,11 +75,15 @@ class ByPosition:
         for values in (self.sure, self.unsure, self.goes_on):
             values[:] = extended(values, k)
         for i in range(min(k, n_accepted + 1)):
-            estimate = self.unsure if unsure_end and i == k - 1 else self.sure
-            estimate[i] += self.smoothing * ((1.0 if i < n_accepted else 0.0) - estimate[i])
+            unsure = unsure_end and i == k - 1
+            estimate = self.unsure if unsure else self.sure
+            kept = i < n_accepted
+            estimate[i] += self.smoothing * (kept - estimate[i])
+            (self.unsure_tally if unsure else self.sure_tally).add(kept)
         for i in range(k):
-            went_on = 0.0 if unsure_end and i == k - 1 else 1.0
+            went_on = not (unsure_end and i == k - 1)
             self.goes_on[i] += self.smoothing * (went_on - self.goes_on[i])
+            self.goes_on_tally.add(went_on)
 
 
 def extended(values: list[float], n: int) -> list[float]:
@@ -58,18 +94,32 @@ def extended(values: list[float], n: int) -> list[float]:
 
 class ByMatchLength:
     """One rate per drafted token, by key (prompt lookup: the length of the match behind the
-    draft; a longer match predicts a longer copy)."""
+    draft; a longer match predicts a longer copy). A key's first draft in a request starts
+    from every earlier request's outcomes under that key, its prior counting as
+    `prior_weight` tokens: code copies its long matches 90%+ of the time, where the priors
+    say 0.7-0.8 (bench/replay.py)."""
 
     def __init__(
-        self, priors: Sequence[float] = (0.2, 0.4, 0.55, 0.7, 0.8), smoothing: float = 0.1
+        self,
+        priors: Sequence[float] = (0.2, 0.4, 0.55, 0.7, 0.8),
+        smoothing: float = 0.1,
+        prior_weight: float = 5.0,
     ) -> None:
         self.priors = tuple(priors)  # by key 1, 2, ...; the last for longer ones
         self.smoothing = smoothing  # per drafted token
-        self.values: dict[int, float] = {}
+        self.prior_weight = prior_weight
+        self.tallies: dict[int, Tally] = {}  # by key, over every request so far
+        self.values: dict[int, float] = {}  # by key, this request
+
+    def next_request(self) -> None:
+        self.values.clear()
 
     def rate(self, key: int) -> float:
+        if key in self.values:
+            return self.values[key]
         prior = self.priors[min(max(key, 1), len(self.priors)) - 1]
-        return self.values.get(key, prior)
+        tally = self.tallies.get(key)
+        return prior if tally is None else tally.rate(prior, self.prior_weight)
 
     def alphas(self, key: int, n: int) -> list[float]:
         return [self.rate(key)] * n
@@ -82,7 +132,8 @@ class ByMatchLength:
 
     def observe(self, key: int, k: int, n_accepted: int, unsure_end: bool = False) -> None:
         a = self.rate(key)
-        outcomes = [1.0] * n_accepted + ([0.0] if n_accepted < k else [])
-        for outcome in outcomes:
-            a += self.smoothing * (outcome - a)
+        tally = self.tallies.setdefault(key, Tally())
+        for kept in [True] * n_accepted + ([False] if n_accepted < k else []):
+            a += self.smoothing * (kept - a)
+            tally.add(kept)
         self.values[key] = a

@@ -244,8 +244,8 @@ class Shadow:
 
 @dataclass
 class Estimate:
-    """What the policy knows of one drafter: its price (kept across requests), its acceptance
-    and when it last ran (per request)."""
+    """What the policy knows of one drafter: its price and acceptance (both kept across
+    requests: Learned) and when it last ran (per request)."""
 
     drafter: Drafter
     token_s: float  # seconds per drafted token
@@ -262,16 +262,26 @@ class Estimate:
         return not self.learns_cost and self.token_s == 0.0
 
 
+@dataclass
+class Learned:
+    """What the policy keeps of a drafter from one request to the next."""
+
+    token_s: float
+    learns_cost: bool
+    acceptance: Acceptance  # starts each request from every earlier one's outcomes
+
+
 class AdaptivePolicy:
     """Per step, choose the drafter and k from the cost curve and online acceptance.
 
     Every drafter is priced from its own offer and price, and learned with the acceptance
-    estimate it supplies (reset per request). A drafter left unused is probed again after
-    probe_every steps (a free one four times as often; doubling after each probe that fails
-    to pay, up to max_probe_every), so a change of text (prose -> code block) is noticed. A
-    drafter whose offers preview their tokens (prompt lookup) is never probed: each preview
-    is judged by the tokens the target goes on to emit (Shadow), which costs nothing, while a
-    probe costs a wider verify pass (on a 2-core CPU, 2 draft tokens cost 1.5 target tokens).
+    estimate it supplies; both are kept from request to request (Learned). A drafter left
+    unused is probed again after probe_every steps (a free one four times as often; doubling
+    after each probe that fails to pay, up to max_probe_every), so a change of text (prose ->
+    code block) is noticed. A drafter whose offers preview their tokens (prompt lookup) is
+    never probed: each preview is judged by the tokens the target goes on to emit (Shadow),
+    which costs nothing, while a probe costs a wider verify pass (on a 2-core CPU, 2 draft
+    tokens cost 1.5 target tokens).
     """
 
     def __init__(
@@ -286,25 +296,31 @@ class AdaptivePolicy:
         self.k_max = k_max
         self.probe_every = probe_every
         self.max_probe_every = max_probe_every
-        self.prices: dict[int, tuple[float, bool]] = {}  # id(drafter) -> learned price
+        self.learned: dict[int, Learned] = {}  # id(drafter) -> what earlier requests taught
         self.estimates: list[Estimate] = []
         self.probing: Drafter | None = None
         self.chosen_rate = 0.0  # expected tokens/s of the last plan's best choice
         self.prefill = False  # whether the next to_sync is a request's first
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
-        for e in self.estimates:  # prices outlive a request; acceptance does not
-            self.prices[id(e.drafter)] = (e.token_s, e.learns_cost)
+        self.learned.update(self.lessons())
         self.estimates = [self.new_estimate(d) for d in drafters]
         self.probing = None
         self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
         self.prefill = True  # the next to_sync is the request's first: the prompt
 
+    def lessons(self) -> dict[int, Learned]:
+        """What this request has taught of each drafter, by id(drafter)."""
+        return {id(e.drafter): Learned(e.token_s, e.learns_cost, e.acceptance)
+                for e in self.estimates}  # fmt: skip
+
     def new_estimate(self, drafter: Drafter) -> Estimate:
-        token_s, learns = self.prices.get(
-            id(drafter), (drafter.token_s or 0.0, drafter.token_s != 0.0)
-        )
-        e = Estimate(drafter, token_s, learns, drafter.acceptance())
+        known = self.learned.get(id(drafter))
+        if known is None:
+            known = Learned(drafter.token_s or 0.0, drafter.token_s != 0.0, drafter.acceptance())
+        else:
+            known.acceptance.next_request()
+        e = Estimate(drafter, known.token_s, known.learns_cost, known.acceptance)
         # A free drafter costs one wider verify pass to probe, so it is probed more often.
         e.base_interval = e.interval = max(1, self.probe_every // 4) if e.free else self.probe_every
         return e

@@ -262,6 +262,34 @@ MUTANTS = (
         ("tests/test_threads.py",),
     ),
     Mutant(
+        "acceptance-reset-per-request",
+        "edgespec/controller.py",
+        "            known.acceptance.next_request()",
+        "            known.acceptance = drafter.acceptance()",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(
+        "acceptance-carries-the-last-requests-ema",
+        "edgespec/acceptance.py",
+        "        self.values.clear()",
+        "        pass",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(
+        "pooled-sure-and-unsure-swapped",
+        "edgespec/acceptance.py",
+        "(self.unsure_tally if unsure else self.sure_tally).add(kept)",
+        "(self.sure_tally if unsure else self.unsure_tally).add(kept)",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(
+        "prior-weight-ignored",
+        "edgespec/acceptance.py",
+        "return (self.hits + prior * weight) / (self.seen + weight)",
+        "return (self.hits + prior) / (self.seen + 1)",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(
         "probe-a-previewing-drafter",
         "edgespec/controller.py",
         "if e.idle < e.interval or e.offer.available == 0 or e.offer.preview:",
@@ -404,7 +432,7 @@ MUTANTS = (
     Mutant(
         "unsure-token-counted-as-sure",
         "edgespec/acceptance.py",
-        "estimate = self.unsure if unsure_end and i == k - 1 else self.sure",
+        "estimate = self.unsure if unsure else self.sure",
         "estimate = self.sure",
         ("tests/test_controller.py",),
     ),

@@ -115,6 +115,26 @@ def test_by_position_learns_acceptance_and_going_on_by_the_drafters_sureness():
     assert ByMatchLength().continues(3, 2) == [1.0, 1.0]
 
 
+def test_each_request_starts_from_every_earlier_requests_outcomes_the_prior_weighted():
+    est = ByPosition(prior=0.6, smoothing=0.5, prior_weight=10)
+    est.observe(0, 3, 3, unsure_end=True)  # sure, sure, unsure: all kept
+    est.observe(0, 2, 0)  # sure of both, the first rejected
+    assert est.alphas_sure(0, 2) == [0.4, 0.8]  # within a request: the EMA
+    est.next_request()
+    # sure tokens: 2 kept of 3 judged; unsure: 1 of 1; went on past 4 of 5 drafted
+    assert est.alphas_sure(0, 2) == [pytest.approx((2 + 6) / 13)] * 2
+    assert est.continues(0, 2) == [pytest.approx((4 + 10) / 15)] * 2
+    sure, unsure, goes_on = (2 + 6) / 13, (1 + 6) / 11, (4 + 10) / 15
+    assert est.alphas(0, 1) == [pytest.approx(goes_on * sure + (1 - goes_on) * unsure)]
+    lookup = ByMatchLength(priors=(0.2, 0.4), prior_weight=5)
+    lookup.observe(2, 4, 4)
+    lookup.observe(2, 4, 1)  # under match length 2: 5 kept of 6 judged
+    lookup.next_request()
+    assert lookup.rate(2) == pytest.approx((5 + 0.4 * 5) / 11)
+    assert lookup.rate(1) == 0.2  # a key never drafted under keeps its prior
+    assert lookup.rate(3) == 0.4  # ... the last prior for longer matches
+
+
 def test_beyond_its_calibration_a_curve_grows_along_its_chord():
     """This CPU's ONNX Runtime calibration, widest pass below the one before it: extended
     from its last two widths, a 50-token pass cost less than nothing and a draft model 50
@@ -361,7 +381,7 @@ def test_a_step_that_leaves_the_draft_model_in_use_behind_is_charged_its_catch_u
     assert not policy.in_use(behind, policy.option(behind, 4))
 
 
-def test_prices_outlive_a_request_and_acceptance_does_not():
+def test_price_and_acceptance_outlive_a_request():
     curve = CostCurve([1.0] * 9)
     oracle = Oracle(FakeRuntime(n_vocab=16), wrong_at=None, token_s=0.5)
     policy = AdaptivePolicy(curve, k_max=8)
@@ -369,9 +389,11 @@ def test_prices_outlive_a_request_and_acceptance_does_not():
     policy.observe(oracle, 2, 0, t_draft=0.2, t_verify=1.0)
     learned = policy.estimate(oracle).token_s
     assert learned == 0.5 + curve.smoothing * (0.1 - 0.5)
+    assert policy.estimate(oracle).acceptance.alphas(0, 1) == [pytest.approx(0.54)]  # the EMA
     policy.begin([oracle])
     assert policy.estimate(oracle).token_s == learned
-    assert policy.estimate(oracle).acceptance.alphas(0, 2) == [0.6, 0.6]
+    # the next request starts from the outcomes so far (1 rejected), the prior as 100 tokens
+    assert policy.estimate(oracle).acceptance.alphas(0, 2) == [pytest.approx(60 / 101)] * 2
 
 
 def test_fixed_policy_picks_its_drafter_by_name_and_refuses_a_missing_one():

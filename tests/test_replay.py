@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edgespec.acceptance import ByPosition
 from edgespec.chat import chat_tokens
+from edgespec.controller import Learned
 from edgespec.loader import SpecOptions
 from tests.bench_scripts import load_bench_script
 
@@ -193,29 +195,38 @@ def test_the_controller_drafts_with_a_good_draft_model_and_drops_a_bad_one():
     assert (alone["model_steps"], alone["speedup"]) == (0, 1.0)
 
 
-def test_a_suite_prices_its_draft_model_from_one_prompt_to_the_next_as_the_loop_does(monkeypatch):
-    """replay_suite hands each case the draft price the last case of its suite learned
-    (AdaptivePolicy keeps prices across requests); a new suite starts at the calibration's."""
+def test_a_suite_carries_what_the_controller_learned_from_one_prompt_to_the_next(monkeypatch):
+    """replay_suite hands each case what the cases before it in its suite taught the
+    controller of each drafter, price and acceptance (AdaptivePolicy keeps both across
+    requests); a new suite starts from the drafters' own."""
     replay = load_module()
     output = unrepeated(120)
     good = drafted_case(output, output)
     first = replay.replay_case(good, XEON_ONNX, SPEC, "auto", draft_ratio=0.34)
     assert first["model_steps"] > 0 and first["draft_price"] not in (None, 0.34)
+    dear = Learned(10.0, True, ByPosition())
     priced_out = replay.replay_case(
-        good, XEON_ONNX, SPEC, "auto", draft_ratio=0.34, draft_price=10.0
+        good, XEON_ONNX, SPEC, "auto", draft_ratio=0.34, learned={"model": dear}
     )
     assert priced_out["model_steps"] == 0  # the price it starts at decides, not draft_ratio
-    started_at = []
+    learned: dict = {}
+    again = replay.replay_case(good, XEON_ONNX, SPEC, "auto", draft_ratio=0.34, learned=learned)
+    assert again == first
+    assert learned["model"].token_s == first["draft_price"]
+    assert learned["model"].acceptance.sure_tally.seen > 0 and "ngram" in learned
+    started_from = []
     real = replay.replay_case
 
-    def spy(case, *args, **kwargs):
-        started_at.append(kwargs["draft_price"])
-        return real(case, *args, **kwargs)
+    def spy(case, *args, learned, **kwargs):
+        known = learned.get("model")
+        started_from.append(known and (known.token_s, known.acceptance.sure_tally.seen))
+        return real(case, *args, learned=learned, **kwargs)
 
     monkeypatch.setattr(replay, "replay_case", spy)
     other_suite = {**good, "suite": "t"}
     rows = replay.replay_suite([good, good, other_suite], XEON_ONNX, SPEC, "auto", draft_ratio=0.34)
-    assert started_at == [None, rows[0]["draft_price"], None]
+    assert started_from[0] is None and started_from[2] is None
+    assert started_from[1] == (rows[0]["draft_price"], learned["model"].acceptance.sure_tally.seen)
     assert rows[0] == first
     # prompt lookup alone, or a fixed policy: no price to carry
     assert real(good, XEON_ONNX, SPEC, "auto")["draft_price"] is None

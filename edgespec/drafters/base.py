@@ -50,7 +50,8 @@ class Offer:
 
 
 class Acceptance(Protocol):
-    """An online estimate of how often the target keeps a drafter's tokens (one request)."""
+    """An online estimate of how often the target keeps a drafter's tokens: learned within a
+    request, and from one request to the next (the policy keeps one per drafter)."""
 
     def alphas(self, key: int, n: int) -> list[float]:
         """Acceptance probability at draft positions 1..n, each given all before it passed."""
@@ -71,6 +72,10 @@ class Acceptance(Protocol):
         drafter was not sure of the last (Draft.unsure_end)."""
         ...
 
+    def next_request(self) -> None:
+        """Start a new request's estimates from what every request so far has shown."""
+        ...
+
 
 class Drafter(Protocol):
     name: str  # a label for stats and for choosing it by name (FixedPolicy, --drafter)
@@ -87,7 +92,8 @@ class Drafter(Protocol):
         ...
 
     def acceptance(self) -> Acceptance:
-        """A fresh acceptance estimate with this drafter's priors (per request)."""
+        """A fresh acceptance estimate with this drafter's priors (kept by the policy from
+        request to request)."""
         ...
 
     def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
