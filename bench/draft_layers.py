@@ -9,7 +9,8 @@ whole and once per set of layers left out (the rest renumbered, nothing retraine
 - teacher-forces it over a replay recording's outputs (bench/replay.teacher_forced): how
   often its greedy token is the target's, per suite;
 - replays `auto` on each suite with those predictions, its price scaled from the whole
-  draft's by the measured pass times (bench/replay.replay_case).
+  draft's by the measured pass times, what the controller learns carried from prompt to
+  prompt as the loop carries it (bench/replay.replay_suite).
 
     python bench/draft_layers.py --draft $(edgespec models path demo-draft) \
         --record docs/results/s10-replay-record-onnx-xeon.json --suites open,chat \
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from draft_vocab import time_passes  # noqa: E402
-from replay import confidence_for, load_curves, replay_case, summarise, teacher_forced  # noqa: E402
+from replay import confidence_for, load_curves, replay_suite, summarise, teacher_forced  # noqa: E402
 
 from edgespec.app.bench import machine_info, machine_line  # noqa: E402
 from edgespec.export.checkpoint import Checkpoint, LazyTensors, read_checkpoint  # noqa: E402
@@ -140,8 +141,8 @@ def main() -> None:
         for name, path in paths.items():
             mine, agreement = forced(path, cases, args.threads)
             ratio = whole_ratio * timing[name]["ms"] / timing["whole"]["ms"]
-            rows = [replay_case(c, ratios, spec, "auto", draft_ratio=ratio,
-                                confidence=confidence_for("auto", None)) for c in mine]  # fmt: skip
+            rows = replay_suite(mine, ratios, spec, "auto", draft_ratio=ratio,
+                                confidence=confidence_for("auto", None))  # fmt: skip
             summary = summarise(rows)
             results[name] = {"draft_ratio": round(ratio, 4), "agreement": agreement,
                              "speedup": {s: summary[s]["speedup"] for s in suites}}  # fmt: skip
