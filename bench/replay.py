@@ -203,19 +203,23 @@ class Clock:
     times the host's noise. The engine and the model drafter read it as their perf_counter,
     so the policy learns the costs the curve sets, the draft model's included."""
 
-    def __init__(self, ratios: Sequence[float], noise: Bursts) -> None:
+    def __init__(self, ratios: Sequence[float], noise: Bursts, cold: float = 1.0) -> None:
         self.ratios, self.noise = ratios, noise
         self.now = 0.0
         self.running = False  # off while the request's prompt is prefilled
+        # the factor each model's first charged pass takes, by model (a cold start)
+        self.cold = {"target": cold, "draft": cold}
 
     def perf_counter(self) -> float:
         return self.now
 
-    def charge(self, width: int, scale: float = 1.0) -> float:
-        """Advance by a pass of `width` tokens at `scale` times the target's price; return it."""
+    def charge(self, width: int, scale: float = 1.0, model: str = "target") -> float:
+        """Advance by a pass of `width` tokens of `model` at `scale` times the target's price;
+        return it."""
         if not self.running:
             return 0.0
         seconds = scale * price(self.ratios, width) * self.noise.factor()
+        seconds *= self.cold.pop(model, 1.0)
         self.now += seconds
         return seconds
 
@@ -248,7 +252,7 @@ class ReplayDraft(ReplayTarget):
     def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
         """Rows whose argmax is the recorded token and whose softmax gives it the recorded
         probability (where one was recorded)."""
-        self.draft_clock.charge(len(tokens), self.ratio)
+        self.draft_clock.charge(len(tokens), self.ratio, "draft")
         rows = np.zeros((len(tokens), self.n_vocab), dtype=np.float32)
         for i, token in enumerate(tokens):
             self.cache.append(int(token))
@@ -383,6 +387,7 @@ def replay_case(
     draft_ratio: float | None = None,
     confidence: float = 0.0,
     learned: dict[str, Learned] | None = None,
+    cold: float = 1.0,
 ) -> dict:
     """One recorded case under the controller (or the oracle) on a curve: its cost against
     plain decoding's, both under the same noise bursts (rate, slow). `believed`: the curve
@@ -391,8 +396,10 @@ def replay_case(
     with the recorded draft model too (None: prompt lookup alone). learned: what the
     controller learned of each drafter (by name) in the cases before, which this case starts
     from and leaves what it learned in, as the loop does from one request to the next
-    (replay_suite); None: from the drafters' own priors and the calibration's price. The
-    row's "draft_price" is the draft model's learned price."""
+    (replay_suite); None: from the drafters' own priors and the calibration's price. cold:
+    each model's first pass after the prompt costs this many times its price (a process's
+    first request: weights paged in, a GPU's first launch). The row's "draft_price" is the
+    draft model's learned price."""
     uses_model = draft_ratio is not None and "draft" in case
     target = ReplayTarget(
         case["prompt"],
@@ -402,7 +409,7 @@ def replay_case(
         case.get("draft_p", ()) if uses_model else (),
     )
     seed = zlib.crc32(case["id"].encode())
-    clock = Clock(ratios, Bursts(*noise, seed))
+    clock = Clock(ratios, Bursts(*noise, seed), cold)
     target.clock = clock
     drafters: list[Drafter] = []
     if uses_model:
@@ -432,8 +439,9 @@ def replay_case(
     if emitted != target.output:
         raise AssertionError(f"{case['id']}: the replay departed from the recording")
     cost = clock.now
-    # one one-token pass per token, the stop token's included
+    # one one-token pass per token, the stop token's included, the first as cold as auto's
     plain = Bursts(*noise, seed).charge(ratios, [1] * len(target.output))
+    plain += (cold - 1.0) * price(ratios, 1)
     stats = result.stats
     return {
         "suite": case["suite"],
@@ -459,18 +467,25 @@ def learned_draft_price(policy: Policy) -> float | None:
     return next((e.token_s for e in policy.estimates if e.learns_cost), None)
 
 
-def replay_suite(cases: Sequence[dict], ratios: Sequence[float], *args, **kwargs) -> list[dict]:
+def replay_suite(
+    cases: Sequence[dict], ratios: Sequence[float], *args, cold: float = 1.0, **kwargs
+) -> list[dict]:
     """replay_case over cases in turn, what the controller learned of each drafter (price,
     acceptance) carried from one case to the next within a suite, as the loop carries it
     from one request to the next (AdaptivePolicy.begin) and as `edgespec bench` runs a
     suite: starting every case at the calibration's price let the draft model into requests
-    the real loop kept it out of (docs/benchmarks.md, fifth session of 2026-11-25)."""
+    the real loop kept it out of (docs/benchmarks.md, fifth session of 2026-11-25). Each
+    suite starts as a fresh process would: its first case with `cold` first passes."""
     rows: list[dict] = []
     learned: dict[str, Learned] = {}
     for case in cases:
-        if rows and rows[-1]["suite"] != case["suite"]:
+        first = not rows or rows[-1]["suite"] != case["suite"]
+        if first:
             learned = {}
-        rows.append(replay_case(case, ratios, *args, **kwargs, learned=learned))
+        row = replay_case(
+            case, ratios, *args, **kwargs, learned=learned, cold=cold if first else 1.0
+        )
+        rows.append(row)
     return rows
 
 
@@ -698,6 +713,13 @@ def main() -> None:
         "as `edgespec export --draft-vocab N` makes it; pair with --draft-ratio",
     )
     rep.add_argument(
+        "--cold",
+        type=float,
+        default=1.0,
+        help="each model's first pass of a suite costs this many times its price: a fresh "
+        "process's first request (weights paged in, a GPU's first launch; default 1)",
+    )
+    rep.add_argument(
         "--no-draft", action="store_true", help="prompt lookup alone, draft model recorded or not"
     )
     rep.add_argument("--json")
@@ -735,6 +757,7 @@ def main() -> None:
         "believed": believed,
         "draft_ratio": draft_ratio,
         "confidence": args.confidence,
+        "cold": args.cold,
         "curves": {},
     }
     policies = args.policies.split(",")
@@ -754,6 +777,7 @@ def main() -> None:
                 believed,
                 draft_ratio,
                 confidence_for(policy, args.confidence),
+                cold=args.cold,
             )
             summary = summarise(rows)
             print_table(f"{name}, {policy}", summary)

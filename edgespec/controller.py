@@ -122,12 +122,29 @@ class CostCurve:
         (the drafters, on the same device, slow down and speed up with it)."""
         if not 1 <= n <= len(self.target_s):
             return 1.0
-        scale = 1.0 + self.smoothing * (seconds / self.target_s[n - 1] - 1.0)
+        scale = followed(1.0, seconds / self.target_s[n - 1], self.smoothing)
         self.target_s = [t * scale for t in self.target_s]
         return scale
 
     def ratios(self) -> list[float]:
         return [t / self.target_s[0] for t in self.target_s]
+
+
+# How far one observed cost may pull an estimate: at most this factor either way before the
+# moving average. A one-off slow pass (a cold first draft pass after load, a page-in, a new
+# shape on a GPU) took 20x its price and priced the draft model out of every later request:
+# unused, its price was never observed again (bench/replay.py --cold; docs/benchmarks.md).
+# A lasting change is still followed, at up to 10% a step.
+MAX_PULL = 2.0
+
+
+def followed(estimate: float, observed: float, smoothing: float) -> float:
+    """One step of a moving average of costs, the observation clipped to [estimate / MAX_PULL,
+    estimate * MAX_PULL]; an estimate of 0 (none yet) takes the observation whole."""
+    if estimate <= 0.0:
+        return observed
+    clipped = min(max(observed, estimate / MAX_PULL), estimate * MAX_PULL)
+    return estimate + smoothing * (clipped - estimate)
 
 
 def expected_tokens(alphas: Sequence[float]) -> float:
@@ -472,7 +489,7 @@ class AdaptivePolicy:
         e = self.estimate(drafter)
         e.idle = 0
         if e.learns_cost:
-            e.token_s += self.curve.smoothing * (t_draft / k - e.token_s)
+            e.token_s = followed(e.token_s, t_draft / k, self.curve.smoothing)
         e.acceptance.observe(e.offer.key, k, n_accepted, unsure_end)
         if self.probing is drafter:  # back off when probes keep failing to pay
             paid = n_accepted == k

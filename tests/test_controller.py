@@ -13,6 +13,7 @@ from edgespec.controller import (
     best_choice,
     draft_rates,
     expected_tokens,
+    followed,
 )
 from edgespec.drafters import NgramDrafter
 from edgespec.engine import SpeculativeDecoder
@@ -346,9 +347,9 @@ def test_a_third_drafter_is_priced_by_its_own_cost_and_catch_up():
     policy = AdaptivePolicy(curve, k_max=8)
     policy.begin([oracle])
     assert policy.plan([1, 2, 3], SP) == (None, 0)
-    # learned: the observed seconds per token replace the starting price
+    # learned: the observed seconds per token pull the starting price, at most halving it
     policy.observe(oracle, 4, 4, t_draft=0.04, t_verify=1.2)  # the curve's own t(5)
-    assert policy.estimate(oracle).token_s == 2.0 + curve.smoothing * (0.01 - 2.0)
+    assert policy.estimate(oracle).token_s == 2.0 + curve.smoothing * (2.0 / 2 - 2.0)
     # catch-up: in step it pays; 1000 tokens behind, the same drafter loses to plain
     for behind, plan in ((0, 3), (1000, 0)):
         cheap = Oracle(FakeRuntime(n_vocab=16), wrong_at=None, token_s=0.05, behind=behind)
@@ -386,14 +387,47 @@ def test_price_and_acceptance_outlive_a_request():
     oracle = Oracle(FakeRuntime(n_vocab=16), wrong_at=None, token_s=0.5)
     policy = AdaptivePolicy(curve, k_max=8)
     policy.begin([oracle])
-    policy.observe(oracle, 2, 0, t_draft=0.2, t_verify=1.0)
+    policy.observe(oracle, 2, 0, t_draft=0.8, t_verify=1.0)
     learned = policy.estimate(oracle).token_s
-    assert learned == 0.5 + curve.smoothing * (0.1 - 0.5)
+    assert learned == 0.5 + curve.smoothing * (0.4 - 0.5)
     assert policy.estimate(oracle).acceptance.alphas(0, 1) == [pytest.approx(0.54)]  # the EMA
     policy.begin([oracle])
     assert policy.estimate(oracle).token_s == learned
     # the next request starts from the outcomes so far (1 rejected), the prior as 100 tokens
     assert policy.estimate(oracle).acceptance.alphas(0, 2) == [pytest.approx(60 / 101)] * 2
+
+
+def test_one_observed_cost_pulls_an_estimate_at_most_twofold():
+    assert followed(1.0, 1.5, 0.1) == pytest.approx(1.05)  # within the bound: the plain EMA
+    assert followed(1.0, 50.0, 0.1) == pytest.approx(1.1)  # as if it took 2.0
+    assert followed(1.0, 0.01, 0.1) == pytest.approx(0.95)  # as if it took 0.5
+    assert followed(0.0, 3.0, 0.1) == 3.0  # no estimate yet: the first observation whole
+    curve = CostCurve([1.0, 1.2, 1.5])
+    assert curve.observe_target(2, 60.0) == pytest.approx(1.1)
+    assert curve.target_s == pytest.approx([1.1, 1.32, 1.65])
+
+
+def test_one_slow_draft_pass_does_not_price_the_draft_model_out_of_later_requests():
+    """A cold first pass (weights paged in, a GPU's first launch of a shape) took 50x the
+    draft model's price. Followed unclipped, the price rose to 2.7 target tokens, the draft
+    model lost at every later request's start, was never prefilled, never drafted, and its
+    price was never observed again (bench/replay.py --cold)."""
+    policy = AdaptivePolicy(ONNX_CPU, k_max=8)
+    m = model(0.45, behind=40)
+    policy.begin([m])
+    assert policy.to_sync(list(range(50))) == [m]
+    policy.observe(m, 2, 2, t_draft=2 * 50 * 0.45, t_verify=ONNX_CPU.target(3))
+    assert policy.estimate(m).token_s == pytest.approx(0.45 + 0.1 * (0.9 - 0.45))
+    policy.begin([m])  # the next request: 40 tokens of prompt to prefill
+    assert policy.to_sync(list(range(50))) == [m]
+
+
+def test_a_drafter_of_unknown_price_takes_its_first_observed_price_whole():
+    policy = AdaptivePolicy(CostCurve([1.0] * 9), k_max=8)
+    m = model(None)
+    policy.begin([m])
+    policy.observe(m, 2, 2, t_draft=0.6, t_verify=1.0)
+    assert policy.estimate(m).token_s == pytest.approx(0.3)
 
 
 def test_fixed_policy_picks_its_drafter_by_name_and_refuses_a_missing_one():

@@ -233,6 +233,21 @@ def test_a_suite_carries_what_the_controller_learned_from_one_prompt_to_the_next
     assert real(good, XEON_ONNX, SPEC, "model=1", draft_ratio=0.34)["draft_price"] is None
 
 
+def test_a_suites_cold_first_passes_are_charged_once_and_leave_the_draft_model_in_use():
+    """cold: each model's first pass of a suite costs 50x (a fresh process's first request);
+    plain decoding pays the target's too. The draft model's price follows it at most
+    twofold, so the next prompt still drafts with it (unclipped, it never drafted again)."""
+    replay = load_module()
+    output = unrepeated(120)
+    good = drafted_case(output, output)
+    warm = replay.replay_suite([good, good], XEON_ONNX, SPEC, "auto", draft_ratio=0.34)
+    cold = replay.replay_suite([good, good], XEON_ONNX, SPEC, "auto", draft_ratio=0.34, cold=50.0)
+    assert cold[0]["plain_cost"] == warm[0]["plain_cost"] + 49.0  # one one-token pass, 50x
+    assert cold[0]["cost"] > warm[0]["cost"] + 49.0
+    assert cold[1]["plain_cost"] == warm[1]["plain_cost"]  # the second prompt is warm
+    assert cold[1]["model_steps"] > 0
+
+
 def test_fixed_policies_are_named_drafter_and_k():
     replay = load_module()
     assert replay.parse_fixed("model=2") == ("model", 2)
