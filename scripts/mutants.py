@@ -290,6 +290,20 @@ MUTANTS = (
         ("tests/test_controller.py",),
     ),
     Mutant(
+        "the-plan-priced-as-drafting",
+        "edgespec/engine.py",
+        "t_draft = t1 - t0 - draft.t_catch_up",
+        "t_draft = t1 - t_plan - draft.t_catch_up",
+        ("tests/test_engine.py",),
+    ),
+    Mutant(
+        "the-plan-counted-as-drafting-time",
+        "edgespec/engine.py",
+        "stats.t_draft += (t_plan - t_sync) + (t1 - t0)",
+        "stats.t_draft += t1 - t_sync",
+        ("tests/test_engine.py",),
+    ),
+    Mutant(
         "an-observed-cost-pulls-unclipped",
         "edgespec/controller.py",
         "clipped = min(max(observed, estimate / MAX_PULL), estimate * MAX_PULL)",

@@ -1,11 +1,13 @@
 """The loop's logic on a deterministic fake runtime. Real-model tests are in test_llamacpp.py."""
 
 import itertools
+import types
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from edgespec import engine as engine_module
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
@@ -423,3 +425,34 @@ def test_a_model_drafter_reports_the_distribution_it_sampled_from():
         counts[draft.tokens[0]] += 1
     se = np.sqrt(q0 * (1 - q0) / n)
     assert np.all(np.abs(counts / n - q0) <= 5 * se + 1e-12), (counts / n, q0)
+
+
+def test_a_drafters_observed_time_is_its_proposal_alone_not_the_plan(monkeypatch):
+    """Planning is the loop's time, paid by plain steps too: the policy learns a drafter's
+    price from its proposal alone (one second a token here, the plan five), and the step's
+    stats count the plan as neither drafting nor verifying."""
+    clock = types.SimpleNamespace(now=0.0)
+    fake_time = types.SimpleNamespace(perf_counter=lambda: clock.now)
+    monkeypatch.setattr(engine_module, "time", fake_time)
+
+    class SlowPlan(FixedPolicy):
+        observed: list[tuple[int, float]] = []
+
+        def plan(self, context, sp):
+            clock.now += 5.0
+            return super().plan(context, sp)
+
+        def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False):
+            self.observed.append((k, t_draft))
+
+    class OneSecondATokenDrafter(ScriptedDrafter):
+        def propose(self, context, k, sp):
+            clock.now += float(k)
+            return super().propose(context, k, sp)
+
+    rt = FakeRuntime()
+    decoder = SpeculativeDecoder(rt, [OneSecondATokenDrafter(rt, None)], SlowPlan("scripted", 3))
+    result = decoder.generate(PROMPT, max_tokens=9)
+    assert result.stats.n_steps == 2  # the second step emits the stop token
+    assert SlowPlan.observed == [(3, 3.0), (3, 3.0)]
+    assert (result.stats.t_draft, result.stats.t_loop) == (6.0, 10.0)  # two plans, 5 each
