@@ -104,6 +104,8 @@ def test_the_kit_smoke_run_measures_both_back_ends(tmp_path):
         assert report["backend"] == backend
         assert len(report["curve_ms"]) == 5 and report["curve_ratio"][0] == 1.0
         assert set(report["loop"]) == {"greedy", *measure.SAMPLED}
+        widths = {m: [x["width"] for x in v] for m, v in report["first_passes"].items()}
+        assert widths == {"target": [1, 2, 3, 4, 5], "draft": [1, 2]}
         keys = {(o["acceptance"], o["draft_cost"], o["k"]) for o in report["oracle"]}
         assert keys == {
             (a, c, k) for a in (1.0, 0.6) for c in ("zero", "real") for k in (1, 4, "auto")
@@ -135,6 +137,42 @@ def test_llama_cpp_on_cuda_speculates_exactly(tiny_pair):
             PROMPT, max_tokens=40
         )
         assert out.tokens == plain.tokens
+
+
+class FirstPassCosts:
+    """A runtime whose first pass of each width (and last_only) takes 30 s and every later one
+    1 s, on a fake clock: a CUDA graph captured per width on first use."""
+
+    n_vocab, n_ctx = 50, 512
+
+    def __init__(self, clock) -> None:
+        self.clock, self.seen, self.n_past = clock, set(), 0
+
+    def reset(self) -> None:
+        self.n_past = 0
+
+    def rollback(self, n_past: int) -> None:
+        self.n_past = n_past
+
+    def forward(self, tokens, *, last_only=False):
+        shape = (len(tokens), last_only)
+        self.clock.now += 1.0 if shape in self.seen else 30.0
+        self.seen.add(shape)
+        self.n_past += len(tokens)
+
+
+def test_each_widths_first_pass_is_timed_against_its_second(monkeypatch):
+    clock = __import__("types").SimpleNamespace(now=0.0)
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock.now)
+    runtime = FirstPassCosts(clock)
+    passes = measure.first_passes(runtime, 3, last_only=False)
+    assert passes == [
+        {"width": n, "first_ms": 30000.0, "second_ms": 1000.0, "first_over_second": 30.0}
+        for n in (1, 2, 3)
+    ]
+    assert runtime.n_past == 0  # reset after
+    lines = measure.table([tiny_report(first_passes={"draft": passes})])
+    assert "first pass / second, draft: up to 30.0x (width 1: 30000.00 against 1000.00 ms)" in lines
 
 
 def tiny_report(**parts) -> dict:

@@ -9,10 +9,12 @@ passes of the draft model (what a user pays).
     python bench/gpu/measure.py --backend llama --device cuda --bundle B --label demo --json OUT
     python bench/gpu/measure.py --report OUT1.json OUT2.json ...   # one table over several
 
-Measured, per back-end: the target's verify cost curve t(n)/t(1) for n = 1..17; the draft's
-per-token cost; the loop's own time per step (greedy and sampled) against the verify pass;
-speedup over plain decoding for acceptance 1.0/0.9/0.8/0.6 at k = 1..8 and with the adaptive
-controller; and whether every speculative output equals the plain one token for token.
+Measured, per back-end: each width's first pass against its second, on models fresh from
+opening (what a process's first request pays per width); the target's verify cost curve
+t(n)/t(1) for n = 1..17; the draft's per-token cost; the loop's own time per step (greedy and
+sampled) against the verify pass; speedup over plain decoding for acceptance 1.0/0.9/0.8/0.6
+at k = 1..8 and with the adaptive controller; and whether every speculative output equals the
+plain one token for token.
 """
 
 from __future__ import annotations
@@ -305,10 +307,38 @@ class Bench:
         return out
 
 
+def first_passes(runtime: Runtime, n_max: int, last_only: bool, prefix: int = 64) -> list[dict]:
+    """Each width's first pass against its second (ms), after a prefix, on a runtime fresh from
+    opening: what a process's first request pays per width (ONNX Runtime's CUDA path captures
+    a graph per width on first use), and what the controller must not keep as a price
+    (controller.followed). The target's passes return every row, as a verify pass does; the
+    draft's the last, as a proposal does."""
+    rng = np.random.default_rng(1)
+    prefix = min(prefix, runtime.n_ctx - n_max)
+    runtime.reset()
+    runtime.forward(rng.integers(0, runtime.n_vocab, size=prefix).tolist(), last_only=True)
+    out = []
+    for n in range(1, n_max + 1):
+        ms = []
+        for _ in range(2):
+            tokens = rng.integers(0, runtime.n_vocab, size=n).tolist()
+            t0 = time.perf_counter()
+            runtime.forward(tokens, last_only=last_only)
+            ms.append(1e3 * (time.perf_counter() - t0))
+            runtime.rollback(prefix)
+        out.append({"width": n, "first_ms": round(ms[0], 4), "second_ms": round(ms[1], 4),
+                    "first_over_second": round(ms[0] / ms[1], 2)})  # fmt: skip
+    runtime.reset()
+    return out
+
+
 def measure(args: argparse.Namespace) -> dict:
     settings = SMOKE if args.smoke else Settings()
     target, draft = open_bundle(args)
     t0 = time.perf_counter()
+    first = {"target": first_passes(target, settings.curve_n, last_only=False)}
+    if draft is not None:
+        first["draft"] = first_passes(draft, 2, last_only=True)
     curve = measure_curve(target, settings.curve_n, reps=settings.curve_reps)
     draft_token_s = measure_curve(draft, 1, reps=settings.curve_reps)[0] if draft else 0.0
     bench = Bench(target, draft, settings, draft_token_s)
@@ -321,6 +351,7 @@ def measure(args: argparse.Namespace) -> dict:
         "curve_ratio": [round(t / curve[0], 4) for t in curve],
         "draft_token_ms": round(1e3 * draft_token_s, 4),
         "draft_over_target": round(draft_token_s / curve[0], 4),
+        "first_passes": first,
         "plain": plain.__dict__, "loop": bench.loop_overhead(reference), "oracle": [],
         "top_outputs": bench.top_outputs(reference),
         "sampling_head": bench.sampling_head(reference),
@@ -438,6 +469,11 @@ def table(reports: list[dict]) -> str:
                      + " ".join(f"{x:.2f}" for x in r["curve_ratio"])
                      + f"   t(1) = {r['curve_ms'][0]:.2f} ms; draft token {r['draft_token_ms']:.2f}"
                      f" ms ({r['draft_over_target']:.2f} of a target token)")  # fmt: skip
+        for model, passes in (r.get("first_passes") or {}).items():
+            worst = max(passes, key=lambda x: x["first_over_second"])
+            lines.append(f"first pass / second, {model}: up to {worst['first_over_second']:.1f}x "
+                         f"(width {worst['width']}: {worst['first_ms']:.2f} against "
+                         f"{worst['second_ms']:.2f} ms)")  # fmt: skip
         p = r["plain"]
         lines.append(f"plain: {p['tokens_per_second']:.1f} tok/s, verify "
                      f"{p['verify_ms_per_step']:.2f} ms/step, loop {p['loop_us_per_step']:.0f}"
