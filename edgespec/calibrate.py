@@ -46,12 +46,13 @@ CALIBRATION_VERSION = 2
 SHORT_PASS_SAMPLES = 24
 
 
-def time_pass(runtime: Runtime, n: int, rng: np.random.Generator) -> float:
-    """Seconds of one forward over n random tokens at the current position (then rolled back)."""
+def time_pass(runtime: Runtime, n: int, rng: np.random.Generator, last_only: bool = False) -> float:
+    """Seconds of one forward over n random tokens at the current position (then rolled back),
+    returning every row (a verify pass) or the last (last_only: a draft's proposal)."""
     n0 = runtime.n_past
     tokens = rng.integers(0, runtime.n_vocab, size=n).tolist()
     t0 = time.perf_counter()
-    runtime.forward(tokens)
+    runtime.forward(tokens, last_only=last_only)
     seconds = time.perf_counter() - t0
     runtime.rollback(n0)
     return seconds

@@ -35,7 +35,7 @@ import numpy as np
 
 from edgespec.acceptance import ByPosition
 from edgespec.bundle import read_bundle
-from edgespec.calibrate import measure_curve
+from edgespec.calibrate import measure_curve, time_pass
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Draft, ModelDrafter
 from edgespec.drafters.base import Offer
@@ -319,13 +319,7 @@ def first_passes(runtime: Runtime, n_max: int, last_only: bool, prefix: int = 64
     runtime.forward(rng.integers(0, runtime.n_vocab, size=prefix).tolist(), last_only=True)
     out = []
     for n in range(1, n_max + 1):
-        ms = []
-        for _ in range(2):
-            tokens = rng.integers(0, runtime.n_vocab, size=n).tolist()
-            t0 = time.perf_counter()
-            runtime.forward(tokens, last_only=last_only)
-            ms.append(1e3 * (time.perf_counter() - t0))
-            runtime.rollback(prefix)
+        ms = [1e3 * time_pass(runtime, n, rng, last_only) for _ in range(2)]
         out.append({"width": n, "first_ms": round(ms[0], 4), "second_ms": round(ms[1], 4),
                     "first_over_second": round(ms[0] / ms[1], 2)})  # fmt: skip
     runtime.reset()
