@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Gather what an offline CUDA machine lacks into one git-ignored folder, in uploads that each
-# stay under a size limit (default 60 MiB), and print the order in which to send them.
+# stay under a size limit (default: 64 MiB less the checkout and 2 MiB), and print the order in which to send them.
 #
-#   bash bench/gpu/prepare.sh [--out .gpukit] [--chunk-mib 60]
+#   bash bench/gpu/prepare.sh [--out .gpukit] [--chunk-mib N]
 #
 # Runs where pip reaches PyPI. The GPU machine needs Python 3.12, CUDA 13, nvcc, cmake, ninja,
 # scikit-build-core, numpy, onnx, tokenizers, safetensors, jinja2 and tqdm (docs/gpu.md); this
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=.gpukit
-CHUNK_MIB=60
+CHUNK_MIB=
 LLAMA_VERSION=0.3.36
 ORT_VERSION=1.31.1
 while [ $# -gt 0 ]; do
@@ -22,6 +22,13 @@ while [ $# -gt 0 ]; do
     *) echo "prepare.sh: unknown argument $1 (use --out DIR, --chunk-mib N)" >&2; exit 2 ;;
   esac
 done
+# each call to a lent machine carries the checkout too (docs/results makes it ~18 MiB): an
+# upload is what is left of 64 MiB after the checkout and 2 MiB of margin
+if [ -z "$CHUNK_MIB" ]; then
+  tree_bytes=$( (git ls-files -z; git ls-files -z -o --exclude-standard) | xargs -0 du -cb \
+    | awk '$2 == "total" {s += $1} END {print s}')
+  CHUNK_MIB=$((62 - tree_bytes / 1048576 - 1))
+fi
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 DL="$OUT/downloads"  # stays here: not part of any upload
@@ -50,7 +57,10 @@ SRC="$TRIM/llama_cpp_python-$LLAMA_VERSION"
 V="$SRC/vendor/llama.cpp"
 # llama.cpp built as a subproject builds no tools, tests or examples (LLAMA_STANDALONE is off);
 # run.sh turns the multimodal library (tools/mtmd) off too
+# the sdist carries llama.cpp's git history (a 38 MB pack) and notebooks the build never reads
+rm -rf "$SRC/.git" "$SRC/examples" "$SRC/docs" "$V/.git"
 rm -rf "$V"/{models,docs,media,examples,pocs,benches,tests,gguf-py,scripts,conversion}
+rm -f "$V"/tools/mtmd/*.mp4
 find "$V/tools" -mindepth 1 -maxdepth 1 ! -name mtmd ! -name CMakeLists.txt -exec rm -rf {} +
 for backend in vulkan sycl opencl hexagon metal cann openvino webgpu virtgpu et zdnn kompute; do
   rm -rf "$V/ggml/src/ggml-$backend"

@@ -222,8 +222,10 @@ run_measure() {  # run_measure PAIR BACKEND GRAPHS GRID BUNDLE: a process each (
 gpu_tests() {  # every test marked gpu (TensorRT's skip here; trt.sh runs them with TensorRT)
   is_done gpu-tests && return
   say "tests marked gpu"
-  "$PY" -m pytest -v -p no:cacheprovider -m gpu tests/test_onnx.py tests/test_gpu_kit.py \
-    tests/test_tensorrt.py 2>&1 | tee "$OUT/gpu-tests.txt" | tail -15 || true
+  local files
+  mapfile -t files < <(grep -l "pytest.mark.gpu" tests/test_*.py)
+  "$PY" -m pytest -v -p no:cacheprovider -m gpu "${files[@]}" 2>&1 \
+    | tee "$OUT/gpu-tests.txt" | tail -15 || true
   done_mark gpu-tests
 }
 
