@@ -50,6 +50,9 @@ from edgespec.runtimes.base import check_logit_ranges
 log = logging.getLogger(__name__)
 
 OPSET = 21  # float8e4m3fn DequantizeLinear with a per-channel axis needs 19+
+# onnx stamps its own newest IR version (onnx 1.23: 14), which onnxruntime 1.31 refuses
+# (it reads up to 13): pin the IR that opset 21 came with
+IR_VERSION = 10
 QUANTS = ("fp32", "fp16", "int4", "int8", "fp8")
 NBITS = {"int4": 4, "int8": 8}  # MatMulNBits block formats: bits per weight
 COMPUTES = {"fp32": np.float32, "fp16": np.float16}
@@ -474,7 +477,9 @@ class GraphBuilder:
             self.nodes, "decoder", self.inputs, self.outputs, initializer=self.initializers
         )
         opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
-        return helper.make_model(graph, opset_imports=opsets, producer_name="edgespec")
+        return helper.make_model(
+            graph, opset_imports=opsets, producer_name="edgespec", ir_version=IR_VERSION
+        )
 
 
 class ConstStream:

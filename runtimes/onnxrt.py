@@ -217,7 +217,9 @@ class OnnxRuntime:
         row_multiple: pad every step to a multiple of this many tokens (MLAS's AVX-512 int8
         kernels take rows in pairs and the odd one out by another path).
         sampling_head: reduce a sampled step's logits to each row's likeliest columns where
-        they are (runtimes/sampling_head.py); None: where they are on a GPU."""
+        they are (runtimes/sampling_head.py). Off unless True: on an H200 the head made a
+        sampled 5-row pass 8-9 ms dearer than copying its logits to the host (20.9 against
+        12.5 ms; docs/benchmarks.md, 2026-11-26)."""
         import onnxruntime as ort
 
         self.ort = ort
@@ -257,8 +259,7 @@ class OnnxRuntime:
         outputs = {o.name for o in self.session.get_outputs()}
         self.top_outputs = TOP_OUTPUTS.keys() <= outputs  # forward_top reads them (base.py)
         self.sampling_head = None  # forward_dists runs it (base.py)
-        wants_head = self.on_cuda if sampling_head is None else sampling_head
-        if wants_head and self.binds_steps:
+        if sampling_head and self.binds_steps:
             head_providers = [without_cuda_graph(p) for p in self.providers]
             self.sampling_head = SamplingHead(ort, self.n_logits, head_providers)
         self.passes = 0  # graph runs so far: what a step's rows are read against

@@ -304,6 +304,13 @@ MUTANTS = (
         ("tests/test_engine.py",),
     ),
     Mutant(
+        "onnx-ir-version-left-to-onnx",
+        "export/onnx_export.py",
+        'producer_name="edgespec", ir_version=IR_VERSION',
+        'producer_name="edgespec"',
+        ("tests/test_onnx.py",),
+    ),
+    Mutant(
         "an-observed-cost-pulls-unclipped",
         "edgespec/controller.py",
         "clipped = min(max(observed, estimate / MAX_PULL), estimate * MAX_PULL)",

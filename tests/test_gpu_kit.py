@@ -211,7 +211,8 @@ def test_the_kit_compares_greedy_steps_with_and_without_top_outputs(tmp_path):
 
 def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_path):
     """measure.py's sampling_head: the same runtime's sampled decoding with each row read
-    from the head's candidates and with the logits copied to the host; the head is put back."""
+    from the head's candidates and with the logits copied to the host. Every other measurement
+    runs the runtime's default, without the head, and the runtime is left so."""
     pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime")
     from edgespec.export.onnx_export import export_onnx
     from edgespec.runtimes.onnxrt import OnnxRuntime
@@ -221,6 +222,7 @@ def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_p
     with_head = OnnxRuntime(folder, n_ctx=512, sampling_head=True)
     head = with_head.sampling_head
     bench = measure.Bench(with_head, None, measure.SMOKE, 0.0)
+    assert with_head.sampling_head is None and bench.head is head
     reference, _ = bench.plain()
     found = bench.sampling_head(reference)
     assert list(found) == [
@@ -230,7 +232,7 @@ def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_p
         for k in (0, 4)
     ]
     assert all(v["tokens_per_second"] > 0 for v in found.values())
-    assert with_head.sampling_head is head
+    assert with_head.sampling_head is None
     lines = measure.table([tiny_report(sampling_head=found)])
     assert "sampled, temperature 0.8, top-p 0.9, sampling head, k=4:" in lines
     plain = OnnxRuntime(folder, n_ctx=512)

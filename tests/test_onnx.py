@@ -100,6 +100,17 @@ def test_fp32_logits_match_the_numpy_reference(arch, tmp_path):
     assert np.abs(got - ref).max() < 1e-4
 
 
+def test_an_exported_graph_carries_an_ir_version_onnxruntime_1_31_reads(exported):
+    """onnx 1.23 stamps IR 14 on a new model; onnxruntime-gpu 1.31.1 refused such a graph on an
+    H200 ("Unsupported model IR version: 14, max supported IR version: 13"): the export pins
+    the IR that opset 21 came with."""
+    import onnx
+
+    model = onnx.load(exported / "model.onnx", load_external_data=False)
+    assert model.ir_version == 10
+    assert [(o.domain, o.version) for o in model.opset_import] == [("", 21), ("com.microsoft", 1)]
+
+
 def test_the_reference_comparison_would_notice_a_wrong_rope(checkpoint, tmp_path):
     config = json.loads((checkpoint / "config.json").read_text())
     shutil.copytree(checkpoint, tmp_path / "hf")

@@ -204,6 +204,11 @@ class Bench:
     ) -> None:
         self.target, self.draft, self.settings = target, draft, settings
         self.draft_token_s = draft_token_s  # the calibrated price a ModelDrafter starts from
+        # open_model gives an ONNX target on CUDA a sampling head; the runtime's default
+        # (no head) is what every measurement but sampling_head's comparison runs
+        self.head = getattr(target, "sampling_head", None)
+        if self.head is not None:
+            target.sampling_head = None  # type: ignore[attr-defined]
         self.prompt = target.tokenize(PROMPT, special=True)
 
     def generate(
@@ -286,8 +291,9 @@ class Bench:
     def sampling_head(self, reference: list[int]) -> dict[str, dict] | None:
         """Sampled plain decoding and k = 4 (acceptance 0.8, zero draft cost), each row's
         distribution from the sampling head's candidates and then from the logits copied to
-        the host instead: what the head saves a step. None where the target has no head."""
-        head = getattr(self.target, "sampling_head", None)
+        the host instead (the runtime's default): what the head saves or costs a step. None
+        where the target has no head."""
+        head = self.head
         if head is None:
             return None
         out = {}
@@ -303,7 +309,7 @@ class Bench:
                             "loop_us_per_step": round(run.loop_us_per_step, 1),
                         }
                 finally:
-                    self.target.sampling_head = head  # type: ignore[attr-defined]
+                    self.target.sampling_head = None  # type: ignore[attr-defined]
         return out
 
 
@@ -397,7 +403,13 @@ def open_model(path: Path, args: argparse.Namespace) -> Runtime:
     from edgespec.runtimes.onnxrt import OnnxRuntime
 
     providers = ["CUDAExecutionProvider"] if args.device == "cuda" else None
-    rt = OnnxRuntime(path, n_ctx=n_ctx, providers=providers, cuda_graph=args.graphs == "on")
+    rt = OnnxRuntime(
+        path,
+        n_ctx=n_ctx,
+        providers=providers,
+        cuda_graph=args.graphs == "on",
+        sampling_head=args.device == "cuda",  # for Bench.sampling_head's comparison only
+    )
     if args.device == "cuda" and not rt.on_cuda:
         raise SystemExit(f"{path}: ONNX Runtime's CUDA EP did not load (see the log above)")
     return rt

@@ -7,7 +7,7 @@
 # Runs where pip reaches PyPI. The GPU machine needs Python 3.12, CUDA 13, nvcc, cmake, ninja,
 # scikit-build-core, numpy, onnx, tokenizers, safetensors, jinja2 and tqdm (docs/gpu.md); this
 # brings the rest: llama-cpp-python's source (trimmed: no models, docs, examples, web UI or
-# back-ends other than CPU and CUDA), the gguf wheel, edgespec as a wheel, onnxruntime-gpu
+# back-ends other than CPU and CUDA), the gguf and diskcache wheels, edgespec as a wheel, onnxruntime-gpu
 # split into chunks, and the demo pair's real tokenizer (so prompts tokenize as Qwen2.5's do).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,13 +22,7 @@ while [ $# -gt 0 ]; do
     *) echo "prepare.sh: unknown argument $1 (use --out DIR, --chunk-mib N)" >&2; exit 2 ;;
   esac
 done
-# each call to a lent machine carries the checkout too (docs/results makes it ~18 MiB): an
-# upload is what is left of 64 MiB after the checkout and 2 MiB of margin
-if [ -z "$CHUNK_MIB" ]; then
-  tree_bytes=$( (git ls-files -z; git ls-files -z -o --exclude-standard) | xargs -0 du -cb \
-    | awk '$2 == "total" {s += $1} END {print s}')
-  CHUNK_MIB=$((62 - tree_bytes / 1048576 - 1))
-fi
+CHUNK_MIB=${CHUNK_MIB:-$(bash bench/gpu/upload_mib.sh)}  # what a call carries beside the checkout
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 DL="$OUT/downloads"  # stays here: not part of any upload
@@ -48,6 +42,8 @@ fetch "onnxruntime_gpu-$ORT_VERSION-*.whl" --only-binary=:all: --python-version 
   --implementation cp "${PLATFORMS[@]}" "onnxruntime-gpu==$ORT_VERSION"
 fetch "llama_cpp_python-$LLAMA_VERSION.tar.gz" --no-binary=:all: "llama-cpp-python==$LLAMA_VERSION"
 fetch "gguf-*.whl" --only-binary=:all: "gguf>=0.17"
+# llama-cpp-python imports diskcache (its only dependency the CUDA image lacks)
+fetch "diskcache-*.whl" --only-binary=:all: "diskcache>=5.6.1"
 
 echo "trimming llama-cpp-python $LLAMA_VERSION" >&2
 TRIM=$(mktemp -d)
@@ -67,7 +63,7 @@ for backend in vulkan sycl opencl hexagon metal cann openvino webgpu virtgpu et 
 done
 tar -czf "$OUT/up1/llama_cpp_python-$LLAMA_VERSION-trimmed.tar.gz" -C "$TRIM" \
   "llama_cpp_python-$LLAMA_VERSION"
-cp "$DL"/gguf-*.whl "$OUT/up1/"
+cp "$DL"/gguf-*.whl "$DL"/diskcache-*.whl "$OUT/up1/"
 rm -f "$DL"/edgespec-*.whl
 "$PY" -m pip wheel -q --no-deps -w "$DL" . > /dev/null
 cp "$DL"/edgespec-*.whl "$OUT/up1/"

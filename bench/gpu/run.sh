@@ -66,7 +66,12 @@ fi
 # --- the GPU machine ---------------------------------------------------------------------------
 PY=${PYTHON:-python3}
 command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH  # CUDA images often omit it
-export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+# Code runs from the install in $SITE: the checkout is not a package layout (pyproject maps
+# runtimes/ to edgespec.runtimes), so a checkout's edgespec first on the path fails with "No
+# module named 'edgespec.runtimes'" (seen on an H200). PYTHONSAFEPATH keeps the working folder
+# off the path; the checkout comes after $SITE for the tests' own `tests` imports.
+export PYTHONSAFEPATH=1
+export PYTHONPATH=$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}
 
 check_uploads() {  # $1 = all | up1: which uploads the next steps need
   local manifest=$KIT/up1/MANIFEST.sha256
@@ -87,15 +92,18 @@ check_uploads() {  # $1 = all | up1: which uploads the next steps need
 
 install_python_parts() {
   mkdir -p "$SITE"
-  if ! is_done gguf; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$KIT"/up1/gguf-*.whl
-    done_mark gguf
+  if ! is_done wheels; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" \
+      "$KIT"/up1/gguf-*.whl "$KIT"/up1/diskcache-*.whl
+    done_mark wheels
   fi
   # edgespec from this checkout (it may be newer than the wheel prepare.sh made)
   "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --upgrade \
-    --target "$SITE" "$REPO" > "$KIT/logs/edgespec-install.log" 2>&1 \
-    || "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade \
-      --target "$SITE" "$KIT"/up1/edgespec-*.whl
+    --target "$SITE" "$REPO" > "$KIT/logs/edgespec-install.log" 2>&1 && return
+  say "edgespec from prepare.sh's wheel, which may be older than this checkout: the checkout's" \
+    "own did not build (see $KIT/logs/edgespec-install.log)"
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade \
+    --target "$SITE" "$KIT"/up1/edgespec-*.whl
 }
 
 build_llama() {  # llama-cpp-python with CUDA for this GPU only, on every core
@@ -126,6 +134,7 @@ export_bundle() {  # export_bundle NAME FORMAT TARGET DRAFT TARGET_QUANT DRAFT_Q
   local name=$1 format=$2
   is_done "bundle-$name" && return
   say "export $name"
+  rm -rf "${WORK:?}/bundles/$name"  # what a failed try left: export refuses a non-empty folder
   local extra=()
   [ "$format" = onnx ] && extra=(--device cuda)
   if "$PY" -m edgespec export --format "$format" --target "$WORK/hf/$3" --draft "$WORK/hf/$4" \
@@ -144,6 +153,10 @@ models_and_exports() {  # ONNX exports need no llama.cpp: they run while it buil
   make_model qwen2.5-0.5b
   make_model qwen2.5-1.5b
   export_bundle demo-onnx onnx qwen2.5-1.5b qwen2.5-0.5b int4 fp16 &
+  pids+=($!)
+  # on an H200 the INT4 target's 2-token pass cost 5.2 of its 1-token pass (MatMulNBits);
+  # an fp16 target has no MatMulNBits
+  export_bundle demo-onnx-fp16 onnx qwen2.5-1.5b qwen2.5-0.5b fp16 fp16 &
   pids+=($!)
   if [ $WITH_7B = 1 ]; then
     make_model qwen2.5-7b
@@ -198,23 +211,47 @@ measure_all() {  # demo pair first; the 7B when its bundles are ready in time
   # timings taken beside a build or an export on every core would be the CPU's, not the GPU's
   wait_for background || say "measuring beside background steps still running: timings suspect"
   for pair in "${pairs[@]}"; do
-    for backend in gguf onnx; do
-      wait_for "bundle-$pair-$backend" || continue
-      local b=$backend
-      [ "$b" = gguf ] && b=llama
-      run_measure "$pair" "$b" on full "$WORK/bundles/$pair-$backend"
-      run_measure "$pair" "$b" off quick "$WORK/bundles/$pair-$backend"
+    for format in gguf onnx onnx-fp16; do
+      [ "$pair-$format" = 7b-onnx-fp16 ] && continue  # not exported: the demo pair tells
+      wait_for "bundle-$pair-$format" || continue
+      local bundle=$WORK/bundles/$pair-$format backend=onnx label=$pair
+      [ $format = gguf ] && backend=llama && check_llama_load "$bundle"
+      [ $format = onnx-fp16 ] && label=$pair-fp16
+      run_measure "$label" $backend on full "$bundle"
+      [ $format = onnx-fp16 ] || run_measure "$label" $backend off quick "$bundle"
     done
   done
   "$PY" bench/gpu/measure.py --report "$OUT"/*.json > "$OUT/table.txt"
   cat "$OUT/table.txt"
 }
 
+# how measure.py starts for llama.cpp: check_llama_load prefixes an early `import llama_cpp`
+# where this build loads models only that way (bench/gpu/llama_load_check.py)
+LLAMA_FIRST=()
+LLAMA_CHECKED=0
+
+check_llama_load() {  # check_llama_load BUNDLE: which import orders load its draft model
+  [ $LLAMA_CHECKED = 1 ] && return
+  LLAMA_CHECKED=1
+  say "llama.cpp load check (log: $KIT/logs/llama-load-check.log)"
+  local rc=0
+  "$PY" bench/gpu/llama_load_check.py "$1"/draft.*.gguf --json "$OUT/llama-load-check.json" \
+    > "$KIT/logs/llama-load-check.log" 2>&1 || rc=$?
+  cat "$KIT/logs/llama-load-check.log" >&2
+  if [ $rc = 3 ]; then
+    say "edgespec's own import order crashes this llama.cpp build: measuring with llama_cpp first"
+    LLAMA_FIRST=(-c "import llama_cpp, runpy, sys; sys.argv = sys.argv[1:]; \
+runpy.run_path(sys.argv[0], run_name='__main__')")
+  fi
+}
+
 run_measure() {  # run_measure PAIR BACKEND GRAPHS GRID BUNDLE: a process each (clean CUDA state)
   local name=$1-$2-graphs-$3
   [ -s "$OUT/$name.json" ] && return  # measured in an earlier call: a run resumes
   say "measure $name"
-  "$PY" bench/gpu/measure.py --device cuda --backend "$2" --graphs "$3" --grid "$4" \
+  local launch=()
+  [ "$2" = llama ] && launch=("${LLAMA_FIRST[@]}")
+  "$PY" "${launch[@]}" bench/gpu/measure.py --device cuda --backend "$2" --graphs "$3" --grid "$4" \
     --bundle "$5" --label "$1" --json "$OUT/$name.json" > "$KIT/logs/measure-$name.log" 2>&1 \
     || say "measure $name failed: $(tail -3 "$KIT/logs/measure-$name.log")"
 }
@@ -234,7 +271,7 @@ install_python_parts
 if [ "$BACKGROUND" = 1 ]; then
   setsid nohup bash -c "set -eEuo pipefail; $(declare -f); \
     $(declare -p KIT WORK SITE PY REPO WITH_7B WAIT_MIN OUT); \
-    export PYTHONPATH=$PYTHONPATH PYTHONUNBUFFERED=1; background_steps" \
+    export PYTHONPATH=$PYTHONPATH PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1; background_steps" \
     > "$KIT/logs/background.log" 2>&1 < /dev/null &
   say "build, models and exports started in the background (log: $KIT/logs/background.log)"
   exit 0

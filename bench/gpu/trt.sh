@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # TensorRT for RTX in the GPU kit: the TensorRT runtime's first run on real hardware.
 #
-#   bash bench/gpu/trt.sh --prepare [--kit .gpukit] [--chunk-mib 60]   # where pip reaches PyPI
+#   bash bench/gpu/trt.sh --prepare [--kit .gpukit] [--chunk-mib N]   # where pip reaches PyPI
 #   bash bench/gpu/trt.sh [--kit .gpukit]                               # on the GPU machine
 #
 # --prepare downloads, for Python 3.12 on x86_64: tensorrt-rtx-cu13 1.7.1 (libs wheel 95 MB,
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 KIT=.gpukit
-CHUNK_MIB=60
+CHUNK_MIB=
 PREPARE=0
 RTX_VERSION=1.7.1.116
 while [ $# -gt 0 ]; do
@@ -34,6 +34,7 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && [ "$PREPARE" = 1 ] && PY=${PYTHON:-.venv/bin/python}
 
 if [ "$PREPARE" = 1 ]; then
+  CHUNK_MIB=${CHUNK_MIB:-$(bash bench/gpu/upload_mib.sh)}  # what a call carries beside the checkout
   DL=$KIT/downloads-trt
   mkdir -p "$DL"
   rm -rf "$KIT"/trt-up*
