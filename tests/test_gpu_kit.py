@@ -237,3 +237,61 @@ def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_p
     assert "sampled, temperature 0.8, top-p 0.9, sampling head, k=4:" in lines
     plain = OnnxRuntime(folder, n_ctx=512)
     assert measure.Bench(plain, None, measure.SMOKE, 0.0).sampling_head(reference) is None
+
+
+class OneGraphRebuiltOnChange:
+    """A runtime that keeps one CUDA graph, as llama.cpp's CUDA back-end does: a pass of the
+    same shape (width, last_only) as the one before takes 1 s, any other 3 s, on a fake
+    clock."""
+
+    n_vocab, n_ctx = 50, 512
+
+    def __init__(self, clock) -> None:
+        self.clock, self.last_shape, self.n_past = clock, None, 0
+
+    def reset(self) -> None:
+        self.n_past = 0
+
+    def rollback(self, n_past: int) -> None:
+        self.n_past = n_past
+
+    def forward(self, tokens, *, last_only=False):
+        shape = (len(tokens), last_only)
+        self.clock.now += 1.0 if shape == self.last_shape else 3.0
+        self.last_shape = shape
+        self.n_past += len(tokens)
+
+
+def test_plain_and_verify_passes_are_timed_alternating_and_in_runs_of_their_own(monkeypatch):
+    clock = __import__("types").SimpleNamespace(now=0.0)
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: clock.now)
+    runtime = OneGraphRebuiltOnChange(clock)
+    switches = measure.width_switches(runtime, (2, 5))
+    assert switches == [
+        {"width": n, "steady_plain_ms": 1000.0, "steady_ms": 1000.0,
+         "alternating_plain_ms": 3000.0, "alternating_ms": 3000.0,
+         "alternating_over_steady": 3.0}
+        for n in (2, 5)
+    ]  # fmt: skip
+    assert runtime.n_past == 0  # reset after
+    lines = measure.table([tiny_report(width_switches=switches)])
+    assert (
+        "plain + 5-token pass: 3000.00 + 3000.00 ms alternating, 1000.00 + 1000.00 ms each in a "
+        "run of its own (3.00x)"
+    ) in lines
+
+
+def test_the_llama_load_check_loads_a_model_every_way_on_a_build_that_does(tiny_pair, tmp_path):
+    """bench/gpu/llama_load_check.py on this CPU build: every import order loads, exit 0 (on
+    the H200's CUDA build, edgespec first crashed: run.sh reads exit 3 as "llama_cpp first")."""
+    pytest.importorskip("llama_cpp", reason="the llama.cpp back-end needs llama-cpp-python")
+    script = Path(__file__).parent.parent / "bench" / "gpu" / "llama_load_check.py"
+    out = tmp_path / "check.json"
+    done = subprocess.run(
+        [sys.executable, str(script), str(tiny_pair[1]), "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    variants = json.loads(out.read_text())["variants"]
+    assert len(variants) == 7 and all(v["loaded"] for v in variants.values()), variants
+    assert "edgespec first                             loaded" in done.stdout

@@ -25,7 +25,9 @@ LOAD = (
     "r = L.LlamaCppRuntime(PATH, n_ctx=512, n_gpu_layers=NGL)\n"
     "assert r.forward([1, 2, 3]).shape[0] == 3\n"
 )
-LLAMA_CLASS = "llama_cpp.Llama(PATH, n_gpu_layers=999, n_ctx=512, verbose=False)\n"
+LLAMA_CLASS = (
+    "import llama_cpp\nllama_cpp.Llama(PATH, n_gpu_layers=999, n_ctx=512, verbose=False)\n"
+)
 EDGESPEC = "import edgespec.runtimes.llamacpp as L\n"
 VARIANTS = {
     "edgespec first": (EDGESPEC + LOAD, 999),
@@ -39,8 +41,8 @@ VARIANTS = {
         "import numpy\nimport llama_cpp\n" + EDGESPEC + LOAD,
         999,
     ),
-    "numpy first, llama-cpp-python's Llama": ("import numpy\nimport llama_cpp\n" + LLAMA_CLASS, 999),
-    "jinja2 first, llama-cpp-python's Llama": ("import jinja2\nimport llama_cpp\n" + LLAMA_CLASS, 999),
+    "numpy first, llama-cpp-python's Llama": ("import numpy\n" + LLAMA_CLASS, 999),
+    "jinja2 first, llama-cpp-python's Llama": ("import jinja2\n" + LLAMA_CLASS, 999),
 }
 
 

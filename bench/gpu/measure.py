@@ -10,7 +10,9 @@ passes of the draft model (what a user pays).
     python bench/gpu/measure.py --report OUT1.json OUT2.json ...   # one table over several
 
 Measured, per back-end: each width's first pass against its second, on models fresh from
-opening (what a process's first request pays per width); the target's verify cost curve
+opening (what a process's first request pays per width); plain steps and n-token passes
+alternating against each in a run of its own shape (llama.cpp's CUDA graph is rebuilt when
+the shape changes); the target's verify cost curve
 t(n)/t(1) for n = 1..17; the draft's per-token cost; the loop's own time per step (greedy and
 sampled) against the verify pass; speedup over plain decoding for acceptance 1.0/0.9/0.8/0.6
 at k = 1..8 and with the adaptive controller; and whether every speculative output equals the
@@ -332,6 +334,41 @@ def first_passes(runtime: Runtime, n_max: int, last_only: bool, prefix: int = 64
     return out
 
 
+def width_switches(
+    runtime: Runtime, widths: Sequence[int] = (2, 5, 9), reps: int = 6, prefix: int = 64
+) -> list[dict]:
+    """Plain steps (one token, the last row) and n-token verify passes (every row), each
+    timed in a run of its own shape and then alternating with the other, as the adaptive
+    loop alternates them (ms, median of the last reps - 2 of each). llama.cpp's CUDA back-end
+    keeps one graph and rebuilds it when a pass's shape changes (it runs the pass uncaptured,
+    and captures again on the second like it): on an H200 a one-token pass timed right after
+    an n-token one took 3.72 ms against a steady plain step's 1.78 (docs/benchmarks.md)."""
+    rng = np.random.default_rng(2)
+    prefix = min(prefix, runtime.n_ctx - max(widths))
+    runtime.reset()
+    runtime.forward(rng.integers(0, runtime.n_vocab, size=prefix).tolist(), last_only=True)
+
+    def ms(n: int) -> float:
+        return 1e3 * time_pass(runtime, n, rng, last_only=n == 1)
+
+    def settled(times: list[float]) -> float:
+        return round(float(np.median(times[2:])), 4)  # the first two may capture a graph
+
+    out = []
+    for n in widths:
+        steady_plain = settled([ms(1) for _ in range(reps)])
+        steady = settled([ms(n) for _ in range(reps)])
+        pairs = [(ms(1), ms(n)) for _ in range(reps)]
+        alternating_plain = settled([a for a, _ in pairs])
+        alternating = settled([b for _, b in pairs])
+        ratio = (alternating_plain + alternating) / (steady_plain + steady)
+        out.append({"width": n, "steady_plain_ms": steady_plain, "steady_ms": steady,
+                    "alternating_plain_ms": alternating_plain, "alternating_ms": alternating,
+                    "alternating_over_steady": round(ratio, 2)})  # fmt: skip
+    runtime.reset()
+    return out
+
+
 def measure(args: argparse.Namespace) -> dict:
     settings = SMOKE if args.smoke else Settings()
     target, draft = open_bundle(args)
@@ -339,6 +376,7 @@ def measure(args: argparse.Namespace) -> dict:
     first = {"target": first_passes(target, settings.curve_n, last_only=False)}
     if draft is not None:
         first["draft"] = first_passes(draft, 2, last_only=True)
+    switches = width_switches(target, [n for n in (2, 5, 9) if n <= settings.curve_n])
     curve = measure_curve(target, settings.curve_n, reps=settings.curve_reps)
     draft_token_s = measure_curve(draft, 1, reps=settings.curve_reps)[0] if draft else 0.0
     bench = Bench(target, draft, settings, draft_token_s)
@@ -351,7 +389,7 @@ def measure(args: argparse.Namespace) -> dict:
         "curve_ratio": [round(t / curve[0], 4) for t in curve],
         "draft_token_ms": round(1e3 * draft_token_s, 4),
         "draft_over_target": round(draft_token_s / curve[0], 4),
-        "first_passes": first,
+        "first_passes": first, "width_switches": switches,
         "plain": plain.__dict__, "loop": bench.loop_overhead(reference), "oracle": [],
         "top_outputs": bench.top_outputs(reference),
         "sampling_head": bench.sampling_head(reference),
@@ -480,6 +518,11 @@ def table(reports: list[dict]) -> str:
             lines.append(f"first pass / second, {model}: up to {worst['first_over_second']:.1f}x "
                          f"(width {worst['width']}: {worst['first_ms']:.2f} against "
                          f"{worst['second_ms']:.2f} ms)")  # fmt: skip
+        for w in r.get("width_switches") or ():
+            lines.append(f"plain + {w['width']}-token pass: {w['alternating_plain_ms']:.2f} + "
+                         f"{w['alternating_ms']:.2f} ms alternating, {w['steady_plain_ms']:.2f} + "
+                         f"{w['steady_ms']:.2f} ms each in a run of its own "
+                         f"({w['alternating_over_steady']:.2f}x)")  # fmt: skip
         p = r["plain"]
         lines.append(f"plain: {p['tokens_per_second']:.1f} tok/s, verify "
                      f"{p['verify_ms_per_step']:.2f} ms/step, loop {p['loop_us_per_step']:.0f}"
