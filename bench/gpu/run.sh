@@ -211,17 +211,18 @@ measure_all() {  # demo pair first; the 7B when its bundles are ready in time
   # timings taken beside a build or an export on every core would be the CPU's, not the GPU's
   wait_for background || say "measuring beside background steps still running: timings suspect"
   for pair in "${pairs[@]}"; do
-    for format in gguf onnx onnx-fp16; do
+    # newest questions first (2026-11-26 measured the INT4 ONNX pair with graphs on and off)
+    for format in gguf onnx-fp16 onnx; do
       [ "$pair-$format" = 7b-onnx-fp16 ] && continue  # not exported: the demo pair tells
       wait_for "bundle-$pair-$format" || continue
       local bundle=$WORK/bundles/$pair-$format backend=onnx label=$pair
       [ $format = gguf ] && backend=llama && check_llama_load "$bundle"
       [ $format = onnx-fp16 ] && label=$pair-fp16
       run_measure "$label" $backend on full "$bundle"
-      [ $format = onnx-fp16 ] || run_measure "$label" $backend off quick "$bundle"
+      if [ $format = gguf ]; then run_measure "$label" $backend off quick "$bundle"; fi
     done
   done
-  "$PY" bench/gpu/measure.py --report "$OUT"/*.json > "$OUT/table.txt"
+  "$PY" bench/gpu/measure.py --report "$OUT"/*-graphs-*.json > "$OUT/table.txt"
   cat "$OUT/table.txt"
 }
 
