@@ -139,14 +139,14 @@ def test_llama_cpp_on_cuda_speculates_exactly(tiny_pair):
         assert out.tokens == plain.tokens
 
 
-class FirstPassCosts:
-    """A runtime whose first pass of each width (and last_only) takes 30 s and every later one
-    1 s, on a fake clock: a CUDA graph captured per width on first use."""
+class ShapeTimed:
+    """A runtime on a fake clock whose passes cost what `seconds(shape)` says, a shape being
+    (width, last_only): the GPU behaviours the kit measures, without a GPU."""
 
     n_vocab, n_ctx = 50, 512
 
     def __init__(self, clock) -> None:
-        self.clock, self.seen, self.n_past = clock, set(), 0
+        self.clock, self.n_past = clock, 0
 
     def reset(self) -> None:
         self.n_past = 0
@@ -155,10 +155,22 @@ class FirstPassCosts:
         self.n_past = n_past
 
     def forward(self, tokens, *, last_only=False):
-        shape = (len(tokens), last_only)
-        self.clock.now += 1.0 if shape in self.seen else 30.0
-        self.seen.add(shape)
+        self.clock.now += self.seconds((len(tokens), last_only))
         self.n_past += len(tokens)
+
+
+class FirstPassCosts(ShapeTimed):
+    """Each shape's first pass takes 30 s and every later one 1 s: a CUDA graph captured per
+    width on first use."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(clock)
+        self.seen: set[tuple[int, bool]] = set()
+
+    def seconds(self, shape: tuple[int, bool]) -> float:
+        cost = 1.0 if shape in self.seen else 30.0
+        self.seen.add(shape)
+        return cost
 
 
 def test_each_widths_first_pass_is_timed_against_its_second(monkeypatch):
@@ -239,27 +251,18 @@ def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_p
     assert measure.Bench(plain, None, measure.SMOKE, 0.0).sampling_head(reference) is None
 
 
-class OneGraphRebuiltOnChange:
-    """A runtime that keeps one CUDA graph, as llama.cpp's CUDA back-end does: a pass of the
-    same shape (width, last_only) as the one before takes 1 s, any other 3 s, on a fake
-    clock."""
-
-    n_vocab, n_ctx = 50, 512
+class OneGraphRebuiltOnChange(ShapeTimed):
+    """One CUDA graph, as llama.cpp's CUDA back-end keeps: a pass of the shape of the one
+    before takes 1 s, any other 3 s."""
 
     def __init__(self, clock) -> None:
-        self.clock, self.last_shape, self.n_past = clock, None, 0
+        super().__init__(clock)
+        self.last_shape: tuple[int, bool] | None = None
 
-    def reset(self) -> None:
-        self.n_past = 0
-
-    def rollback(self, n_past: int) -> None:
-        self.n_past = n_past
-
-    def forward(self, tokens, *, last_only=False):
-        shape = (len(tokens), last_only)
-        self.clock.now += 1.0 if shape == self.last_shape else 3.0
+    def seconds(self, shape: tuple[int, bool]) -> float:
+        cost = 1.0 if shape == self.last_shape else 3.0
         self.last_shape = shape
-        self.n_past += len(tokens)
+        return cost
 
 
 def test_plain_and_verify_passes_are_timed_alternating_and_in_runs_of_their_own(monkeypatch):
