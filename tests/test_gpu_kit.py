@@ -298,3 +298,64 @@ def test_the_llama_load_check_loads_a_model_every_way_on_a_build_that_does(tiny_
     variants = json.loads(out.read_text())["variants"]
     assert len(variants) == 7 and all(v["loaded"] for v in variants.values()), variants
     assert "edgespec first                             loaded" in done.stdout
+
+
+STAND_IN_PYTHON = """#!/usr/bin/env bash
+echo "$*" >> "$CALLS"
+case "$*" in
+  *llama_load_check.py*) exit "$LOAD_CHECK_EXIT" ;;
+  *--report*) echo table ;;
+  *--json*) echo '{}' > "${@: -1}" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("load_check_exit", [0, 3])
+def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_check_says(
+    tmp_path, load_check_exit
+):
+    """run.sh's GPU steps (sourced, with a stand-in Python and the exports marked done):
+    llama.cpp (graphs on, full; off, quick), the fp16 ONNX target, then the INT4 one; where
+    the load check exits 3, measure.py runs with llama_cpp imported first."""
+    kit, out = tmp_path / "kit", tmp_path / "out"
+    (kit / "state").mkdir(parents=True)
+    for mark in ("background", "bundle-demo-gguf", "bundle-demo-onnx", "bundle-demo-onnx-fp16"):
+        (kit / "state" / mark).touch()
+    (kit / "work" / "bundles" / "demo-gguf").mkdir(parents=True)
+    (kit / "work" / "bundles" / "demo-gguf" / "draft.q8_0.gguf").touch()
+    python = tmp_path / "python"
+    python.write_text(STAND_IN_PYTHON)
+    python.chmod(0o755)
+    calls = tmp_path / "calls"
+    script = Path(__file__).parent.parent / "bench" / "gpu" / "run.sh"
+    steps = f"set -euo pipefail; source {script} --kit {kit} --out {out} --no-7b; "
+    done = subprocess.run(
+        ["bash", "-c", steps + f"PY={python}; measure_all"],
+        capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "CALLS": str(calls), "LOAD_CHECK_EXIT": str(load_check_exit)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    launched = calls.read_text().splitlines()
+    llama_first = (
+        "-c import llama_cpp, runpy, sys; sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__') "
+        if load_check_exit == 3
+        else ""
+    )
+    bundles = kit / "work" / "bundles"
+    measure = "bench/gpu/measure.py --device cuda --backend"
+    assert launched == [
+        f"bench/gpu/llama_load_check.py {bundles}/demo-gguf/draft.q8_0.gguf "
+        f"--json {out}/llama-load-check.json",
+        f"{llama_first}{measure} llama --graphs on --grid full --bundle {bundles}/demo-gguf "
+        f"--label demo --json {out}/demo-llama-graphs-on.json",
+        f"{llama_first}{measure} llama --graphs off --grid quick --bundle {bundles}/demo-gguf "
+        f"--label demo --json {out}/demo-llama-graphs-off.json",
+        f"{measure} onnx --graphs on --grid full --bundle {bundles}/demo-onnx-fp16 "
+        f"--label demo-fp16 --json {out}/demo-fp16-onnx-graphs-on.json",
+        f"{measure} onnx --graphs on --grid full --bundle {bundles}/demo-onnx "
+        f"--label demo --json {out}/demo-onnx-graphs-on.json",
+        f"bench/gpu/measure.py --report {out}/demo-fp16-onnx-graphs-on.json "
+        f"{out}/demo-llama-graphs-off.json {out}/demo-llama-graphs-on.json "
+        f"{out}/demo-onnx-graphs-on.json",
+    ]
