@@ -6,6 +6,9 @@ stop checks, stats. Greedy, temperature 0.8 + top-k 40 + top-p 0.9, and temperat
 at k = 1, 4, 8, V = 151,936; every draft is accepted, so each step reaches all k+1 rows. Each
 figure is the median of several runs (the machine's load average is printed with them).
 With --target, the same k+1-token verify pass is timed on the real model for the share.
+Last, the adaptive controller's own cost per step where it plans plain steps (random text,
+the H200's INT4 ONNX curve), against plain decoding: on that GPU it cost 2-3% of a 1.95 ms
+step (measure.py's loop, docs/benchmarks.md).
 
     python bench/loop_overhead.py [--target model.gguf] [--json out.json]
 """
@@ -87,6 +90,52 @@ def loop_cost_us(k: int, sp: SamplingParams, steps: int = 60, runs: int = 9) -> 
     return statistics.median(costs)
 
 
+class RandomTextRuntime(FreeRuntime):
+    """Each row's argmax drawn from 64 tokens by a seeded generator: text no drafter
+    predicts, so the adaptive controller plans plain steps (and prompt lookup's matches are
+    judged wrong in shadow)."""
+
+    def __init__(self, n_vocab: int = V, n_ctx: int = 1 << 20) -> None:
+        super().__init__(n_vocab, n_ctx)
+        self.pool = np.random.default_rng(1).standard_normal((64, n_vocab)).astype(np.float32)
+        self.pool[np.arange(64), np.arange(64) + 10] = 30.0
+        self.rng = np.random.default_rng(2)
+
+    def forward(self, tokens, *, last_only=False):
+        self.n_past += len(tokens)
+        return self.pool[self.rng.integers(0, 64, size=1 if last_only else len(tokens))]
+
+
+# the H200's ONNX Runtime INT4 curve (docs/benchmarks.md, 2026-11-26), on which the
+# controller keeps to plain steps: what it costs a step there is its own overhead alone
+H200_ONNX_INT4 = [1.0, 5.22, 5.32, 5.51, 5.88, 6.01, 6.17, 6.31, 7.03]
+
+
+def controller_cost_us(steps: int = 200, runs: int = 9) -> tuple[float, float]:
+    """Median loop cost per step (us) of plain decoding and of the adaptive controller with
+    prompt lookup and a (free) draft model, on random text: the controller's own share."""
+    from edgespec.controller import AdaptivePolicy, CostCurve
+    from edgespec.drafters import ModelDrafter, NgramDrafter
+
+    def decoder(adaptive: bool) -> SpeculativeDecoder:
+        target = RandomTextRuntime()
+        if not adaptive:
+            return SpeculativeDecoder(target, [], FixedPolicy(None, 0))
+        curve = CostCurve([1e-3 * r for r in H200_ONNX_INT4], draft_s=0.74e-3)
+        drafters = [NgramDrafter(), ModelDrafter(RandomTextRuntime(), token_s=0.74e-3)]
+        return SpeculativeDecoder(target, drafters, AdaptivePolicy(curve))
+
+    prompt = list(range(100, 400))
+    medians = []
+    for adaptive in (False, True):
+        costs = []
+        for _ in range(runs):
+            s = decoder(adaptive).generate(prompt, max_tokens=steps).stats
+            costs.append((s.t_decode - s.t_verify) / s.n_steps * 1e6)
+        medians.append(statistics.median(costs))
+    return medians[0], medians[1]
+
+
 def verify_pass_us(target: str, k: int) -> float:
     from edgespec.calibrate import measure_curve
     from edgespec.runtimes import open_runtime
@@ -118,9 +167,15 @@ def main() -> None:
             )
             shown = f"{verify:>10.0f} {share:>7.2%}" if verify else f"{'-':>10} {'-':>7}"
             print(f"{k:>3} {mode:>22} {loop:>13.0f} {shown}")
+    plain_us, adaptive_us = controller_cost_us()
+    extra = adaptive_us - plain_us
+    print(f"random text, plain steps: {plain_us:.0f} us/step plain decoding, "
+          f"{adaptive_us:.0f} with the adaptive controller (+{extra:.0f})")  # fmt: skip
+    controller = {"plain_us": plain_us, "adaptive_us": adaptive_us}
     if args.json:
         with open(args.json, "w") as f:
-            record = {"vocab": V, "time": time.time(), "loadavg": load, "rows": rows}
+            record = {"vocab": V, "time": time.time(), "loadavg": load, "rows": rows,
+                      "controller": controller}  # fmt: skip
             json.dump(record, f, indent=1)
 
 

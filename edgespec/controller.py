@@ -8,6 +8,7 @@ only through the Drafter protocol: any drafter is chosen, priced and observed al
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -117,6 +118,12 @@ class CostCurve:
         slope = max(0.0, (t[-1] - t[0]) / (len(t) - 1)) if len(t) > 1 else t[0]
         return t[-1] + slope * (n - len(t))
 
+    def targets(self, n: int) -> list[float]:
+        """t(1), ..., t(n), extended past the calibration as target() extends it: one list
+        for a loop over widths (the plan prices up to k_max widths per drafter every step)."""
+        t = self.target_s
+        return t[:n] if n <= len(t) else t + [self.target(m) for m in range(len(t) + 1, n + 1)]
+
     def observe_target(self, n: int, seconds: float) -> float:
         """Rescale the curve towards a pass of n tokens taking `seconds`; return the factor
         (the drafters, on the same device, slow down and speed up with it)."""
@@ -212,12 +219,13 @@ def draft_rates(curve: CostCurve, option: Option, k_max: int) -> list[float]:
     n = min(k_max, len(option.alphas))
     goes_on = list(option.continues[:n]) + [1.0] * (n - len(option.continues))
     sure = list(option.alphas_sure[:n]) or list(option.alphas[:n])
+    verify_s = curve.targets(n + 1)
     rates = []
     tokens, reach, kept = 1.0, 1.0, 1.0  # kept: every token before position k accepted
     ended = option.catch_up_s  # expected seconds of the drafts that ended before position k
     for k in range(1, n + 1):
         tokens += reach * kept * option.alphas[k - 1]
-        cost = k * option.token_s + curve.target(k + 1)  # a draft of exactly k tokens
+        cost = k * option.token_s + verify_s[k]  # a draft of exactly k tokens
         rates.append(tokens / (ended + reach * cost + tokens * option.leaves_s))
         ended += reach * (1.0 - goes_on[k - 1]) * cost
         reach *= goes_on[k - 1]
@@ -273,6 +281,8 @@ class Estimate:
     idle: int = 0  # steps since it last ran
     base_interval: int = 16  # steps idle before a probe
     interval: int = 16  # grows while probes fail to pay
+    # can_win's last answer: the curve and the price in its one-token passes it was for
+    can_win_at: tuple[CostCurve, float, bool] | None = None
 
     @property
     def free(self) -> bool:
@@ -447,9 +457,17 @@ class AdaptivePolicy:
         """Whether the drafter would beat plain decoding at 90% acceptance per token.
 
         On a compute-bound device a draft model would not, and probing it only costs time.
-        """
-        optimistic = Option(e.drafter, [0.9] * self.k_max, e.token_s)
-        return best_choice(self.curve, [optimistic], self.k_max).drafter is e.drafter
+        The answer depends on the price in target tokens alone (the curve keeps its shape:
+        CostCurve.observe_target rescales it, and each step rescales a draft model's price
+        with it), so it is kept until that changes: pricing 8 widths every step cost ~18 us
+        of a step on the EPYC."""
+        price = e.token_s / self.curve.target_s[0]
+        held = e.can_win_at
+        if held is None or held[0] is not self.curve or not math.isclose(held[1], price):
+            optimistic = Option(e.drafter, [0.9] * self.k_max, e.token_s)
+            wins = best_choice(self.curve, [optimistic], self.k_max).drafter is e.drafter
+            e.can_win_at = held = (self.curve, price, wins)
+        return held[2]
 
     def probe(self) -> Choice:
         """A drafter idle for its interval gets a short draft, to refresh its estimates;

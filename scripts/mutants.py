@@ -311,6 +311,20 @@ MUTANTS = (
         ("tests/test_onnx.py",),
     ),
     Mutant(
+        "can-win-kept-whatever-the-price",
+        "edgespec/controller.py",
+        "if held is None or held[0] is not self.curve or not math.isclose(held[1], price):",
+        "if held is None or held[0] is not self.curve:",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(
+        "ngram-trusts-any-long-context-to-extend-the-index",
+        "edgespec/drafters/ngram.py",
+        "grown = context is self.synced and len(context) >= n_old",
+        "grown = len(context) >= n_old",
+        ("tests/test_ngram.py",),
+    ),
+    Mutant(
         "an-observed-cost-pulls-unclipped",
         "edgespec/controller.py",
         "clipped = min(max(observed, estimate / MAX_PULL), estimate * MAX_PULL)",

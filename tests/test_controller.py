@@ -215,6 +215,24 @@ def test_a_burst_of_slow_one_token_passes_does_not_turn_a_losing_drafter_on():
     assert policy.plan(list(range(50)), SP) == (None, 0)
 
 
+def test_whether_a_draft_model_can_win_follows_its_price_in_target_tokens():
+    """can_win keeps its answer while the price in one-token passes holds (every step
+    rescales curve and price alike) and answers afresh when the price moves."""
+    curve = CostCurve([0.05 * r for r in (1.0, 1.55, 2.47, 3.2, 4.2, 5.0, 5.8, 6.6, 7.4)])
+    m = model(0.1 * 0.05, behind=0)
+    policy = AdaptivePolicy(curve, k_max=8)
+    policy.begin([m])
+    e = policy.estimate(m)
+    assert policy.can_win(e)
+    for _ in range(5):  # a slower host: curve and price rescale together
+        policy.observe(None, 0, 0, 0.0, 0.08)
+    assert curve.target(1) > 0.055 and policy.can_win(e)
+    e.token_s = 0.6 * curve.target(1)  # dearer than any draft on this curve can pay
+    assert not policy.can_win(e)
+    e.token_s = 0.1 * curve.target(1)
+    assert policy.can_win(e)
+
+
 # --- prompt lookup learned in shadow: its previews judged by the emitted tokens -------------
 
 LLAMA_CPU = CostCurve([1.0, 1.55, 2.47, 3.2, 4.2, 5.0, 5.8, 6.6, 7.4])  # measured shape, 2 cores

@@ -59,3 +59,23 @@ def test_a_new_context_resets_the_index():
     d = NgramDrafter()
     d.propose([1, 2, 1, 2], 2, SP)
     assert d.propose([5, 6, 5], 2, SP).tokens.tolist() == [6, 5]
+
+
+def test_one_growing_context_list_is_indexed_as_fresh_copies_would_be():
+    """The engine appends to one list per request; the drafter indexes only what was appended
+    to it (not re-checking its start), and offers what a drafter handed a fresh copy offers."""
+    import numpy as np
+
+    tokens = np.random.default_rng(0).integers(0, 6, size=120).tolist()
+    grown, fresh = NgramDrafter(), NgramDrafter()
+    context = tokens[:10]
+    for t in tokens[10:]:
+        assert grown.offer(context) == fresh.offer(list(context))
+        context.append(t)
+    assert grown.indexed == tokens[:-1] and grown.synced is context
+    other = [9, 7, 8, *[9] * 130, 7]  # a new list, longer than what was indexed
+    assert (
+        grown.offer(other)
+        == NgramDrafter().offer(other)
+        == Offer(132, key=2, preview=(8,) + (9,) * 15)
+    )

@@ -73,6 +73,7 @@ class NgramDrafter:
         # n -> {n-gram: index of the token that followed its latest occurrence}
         self.latest: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self.sizes}
         self.source: tuple[int, int] | None = None  # (context length, start) of the last draft
+        self.synced: Sequence[int] | None = None  # the context object indexed last
 
     def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
         self.match_len, seq, start = self.find(context)
@@ -124,9 +125,14 @@ class NgramDrafter:
     def sync(self, context: Sequence[int]) -> None:
         """Index context; a context that does not extend the indexed one starts afresh."""
         n_old = len(self.indexed)
-        if len(context) < n_old or list(context[:n_old]) != self.indexed:
+        # The engine hands every step of a request the one list it appends to: comparing
+        # that list's start with what was indexed would be a pass over the whole context a
+        # step (18 us/step at ~1,300 tokens on the EPYC, and growing with the context)
+        grown = context is self.synced and len(context) >= n_old
+        if not grown and (len(context) < n_old or list(context[:n_old]) != self.indexed):
             self.forget()
             n_old = 0
+        self.synced = context
         if self.prompt_len is None:  # the first context of a request is its prompt
             self.prompt_len = len(context)
         self.indexed.extend(int(t) for t in context[n_old:])
