@@ -325,6 +325,13 @@ MUTANTS = (
         ("tests/test_ngram.py",),
     ),
     Mutant(
+        "top-p-keeps-the-tokens-it-cuts",
+        "edgespec/sampling.py",
+        "    cut = probs * keep\n",
+        "    cut = probs * ~keep\n",
+        (SAMPLING,),
+    ),
+    Mutant(
         "an-observed-cost-pulls-unclipped",
         "edgespec/controller.py",
         "clipped = min(max(observed, estimate / MAX_PULL), estimate * MAX_PULL)",
