@@ -20,6 +20,7 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -106,9 +107,11 @@ class RandomTextRuntime(FreeRuntime):
         return self.pool[self.rng.integers(0, 64, size=1 if last_only else len(tokens))]
 
 
-# the H200's ONNX Runtime INT4 curve (docs/benchmarks.md, 2026-11-26), on which the
-# controller keeps to plain steps: what it costs a step there is its own overhead alone
-H200_ONNX_INT4 = [1.0, 5.22, 5.32, 5.51, 5.88, 6.01, 6.17, 6.31, 7.03]
+# the H200's ONNX Runtime INT4 curve (replay_curves.json, where measured curves are kept), on
+# which the controller keeps to plain steps: what it costs a step there is its own overhead
+H200_ONNX_INT4 = json.loads(Path(__file__).with_name("replay_curves.json").read_text())[
+    "h200-onnx-int4"
+]["ratios"][:9]
 
 
 def controller_cost_us(steps: int = 200, runs: int = 9) -> tuple[float, float]:

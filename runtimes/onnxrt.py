@@ -201,7 +201,7 @@ class OnnxRuntime:
         min_width: int = 1,
         row_multiple: int = 1,
         pool: ThreadPool | None = None,
-        sampling_head: bool | None = None,
+        sampling_head: bool = False,
     ) -> None:
         """pool: where the session's threads run and how they wait (ThreadPool; None: a pool
         of the session's own whose workers spin SPIN_US, or the shared pool where that cannot
@@ -217,7 +217,7 @@ class OnnxRuntime:
         row_multiple: pad every step to a multiple of this many tokens (MLAS's AVX-512 int8
         kernels take rows in pairs and the odd one out by another path).
         sampling_head: reduce a sampled step's logits to each row's likeliest columns where
-        they are (runtimes/sampling_head.py). Off unless True: on an H200 the head made a
+        they are (runtimes/sampling_head.py). Off by default: on an H200 the head made a
         sampled 5-row pass 8-9 ms dearer than copying its logits to the host (20.9 against
         12.5 ms; docs/benchmarks.md, 2026-11-26)."""
         import onnxruntime as ort

@@ -37,7 +37,7 @@ import numpy as np
 
 from edgespec.acceptance import ByPosition
 from edgespec.bundle import read_bundle
-from edgespec.calibrate import measure_curve, time_pass
+from edgespec.calibrate import measure_curve, time_pass, warm_at_prefix
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Draft, ModelDrafter
 from edgespec.drafters.base import Offer
@@ -344,9 +344,7 @@ def width_switches(
     and captures again on the second like it): on an H200 a one-token pass timed right after
     an n-token one took 3.72 ms against a steady plain step's 1.78 (docs/benchmarks.md)."""
     rng = np.random.default_rng(2)
-    prefix = min(prefix, runtime.n_ctx - max(widths))
-    runtime.reset()
-    runtime.forward(rng.integers(0, runtime.n_vocab, size=prefix).tolist(), last_only=True)
+    warm_at_prefix(runtime, min(prefix, runtime.n_ctx - max(widths)), rng)
 
     def ms(n: int) -> float:
         return 1e3 * time_pass(runtime, n, rng, last_only=n == 1)

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Gather what an offline CUDA machine lacks into one git-ignored folder, in uploads that each
-# stay under a size limit (default: 64 MiB less the checkout and 2 MiB), and print the order in which to send them.
+# stay under a size limit (default: what a 64 MiB call carries beside the checkout,
+# upload_mib.sh), and print the order in which to send them.
 #
 #   bash bench/gpu/prepare.sh [--out .gpukit] [--chunk-mib N]
 #
 # Runs where pip reaches PyPI. The GPU machine needs Python 3.12, CUDA 13, nvcc, cmake, ninja,
 # scikit-build-core, numpy, onnx, tokenizers, safetensors, jinja2 and tqdm (docs/gpu.md); this
 # brings the rest: llama-cpp-python's source (trimmed: no models, docs, examples, web UI or
-# back-ends other than CPU and CUDA), the gguf and diskcache wheels, edgespec as a wheel, onnxruntime-gpu
-# split into chunks, and the demo pair's real tokenizer (so prompts tokenize as Qwen2.5's do).
+# back-ends other than CPU and CUDA), the gguf and diskcache wheels, edgespec as a wheel,
+# onnxruntime-gpu split into chunks, and the demo pair's real tokenizer (so prompts tokenize
+# as Qwen2.5's do).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=.gpukit
