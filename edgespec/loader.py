@@ -10,10 +10,12 @@ from typing import Any
 from edgespec.calibrate import cost_curve
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Drafter, ModelDrafter, NgramDrafter
+from edgespec.drafters.model import STEP_SHAPES
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError
 from edgespec.pair import ModelPair, open_pair
 from edgespec.runtimes import RuntimeOptions
+from edgespec.runtimes.base import capture_graphs
 
 log = logging.getLogger(__name__)
 
@@ -100,27 +102,48 @@ def load_decoder(
     runtime: RuntimeOptions = RuntimeOptions(),
     *,
     reuse_cache: bool = False,
+    capture_graphs: bool = False,
 ) -> SpeculativeDecoder:
     """target: a GGUF file, an exported ONNX folder or a bundle folder; draft likewise (a
     bundle brings its own). reuse_cache: keep the KV caches across requests (see
-    SpeculativeDecoder)."""
+    SpeculativeDecoder). capture_graphs: see build_decoder."""
     pair = open_pair(target, draft, runtime, open_draft=spec.uses_model)
     if spec.drafter == "model" and pair.draft is None:
         raise EdgespecError("--drafter model needs a draft model: pass --draft DRAFT.gguf")
-    return build_decoder(pair, spec, reuse_cache=reuse_cache)
+    return build_decoder(pair, spec, reuse_cache=reuse_cache, capture_graphs=capture_graphs)
 
 
 def build_decoder(
-    pair: ModelPair, spec: SpecOptions, *, reuse_cache: bool = False
+    pair: ModelPair, spec: SpecOptions, *, reuse_cache: bool = False, capture_graphs: bool = False
 ) -> SpeculativeDecoder:
     """The decoder for an opened pair: its cost curve (adaptive k), drafters and policy;
-    reuse_cache keeps the target's and the draft model's KV caches across requests."""
+    reuse_cache keeps the target's and the draft model's KV caches across requests;
+    capture_graphs runs every step shape the loop can use once now, where a runtime
+    captures a CUDA graph per shape on first use (ONNX Runtime on CUDA), so that no request
+    pays a capture (a server's choice: on an H200 the target's 17 widths and the draft's
+    two shapes took about 2 s, which a one-off request would mostly not use)."""
     draft_ctx = pair.draft.n_ctx if pair.draft is not None and spec.uses_model else None
     spec = spec.within(min(pair.target.n_ctx, draft_ctx or pair.target.n_ctx))
     curve = cost_curve(pair, n_max=spec.k_max + 1) if spec.adaptive else None
     drafters = make_drafters(spec, pair, curve, keep_cache=reuse_cache)
     policy = make_policy(spec, drafters, curve)
+    if capture_graphs:
+        capture_loop_graphs(pair, spec, drafters)
     return SpeculativeDecoder(pair.target, drafters, policy, reuse_cache=reuse_cache)
+
+
+def capture_loop_graphs(pair: ModelPair, spec: SpecOptions, drafters: list[Drafter]) -> int:
+    """Capture the graphs of the step shapes the loop can run (base.capture_graphs): the
+    target's plain steps and verify passes of up to k_max + 1 tokens (a fixed k: k + 1; a
+    draft may be shorter), every row; a draft model's proposals (model.STEP_SHAPES).
+    Returns how many."""
+    longest = (spec.k_max if spec.k is None else spec.k) + 1 if drafters else 1
+    captured = capture_graphs(pair.target, [(n, n) for n in range(1, longest + 1)])
+    if pair.draft is not None and spec.uses_model:
+        captured += capture_graphs(pair.draft, STEP_SHAPES)
+    if captured:
+        log.info("captured %d CUDA graphs for the loop's step shapes", captured)
+    return captured
 
 
 def make_drafters(

@@ -7,7 +7,7 @@ that the target's cache never holds the last emitted token (see docs/design.md).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -114,6 +114,15 @@ def forward_dists(
     if width is None and getattr(runtime, "sampling_head", None) is not None:
         return runtime.forward_dists(tokens, sp, last_only=last_only)  # type: ignore[attr-defined]
     return row_dists(runtime.forward(tokens, last_only=last_only)[:, :width], sp)
+
+
+def capture_graphs(runtime: Runtime, shapes: Iterable[tuple[int, int]]) -> int:
+    """Where a runtime captures a CUDA graph per step shape (width, rows returned) on first
+    use (`capture_graphs`: ONNX Runtime on CUDA), run each shape once now, so that no request
+    pays a capture; the cache is left as it was. Returns how many were captured (0 on a
+    runtime that captures nothing or keeps one graph, as llama.cpp does)."""
+    capture = getattr(runtime, "capture_graphs", None)
+    return capture(shapes) if capture is not None else 0
 
 
 def top_of(logits: np.ndarray, with_prob: bool = True) -> TopRows:

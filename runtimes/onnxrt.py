@@ -5,11 +5,13 @@ both `past_key_values.{i}.*` and `present.{i}.*`: GroupQueryAttention then write
 entries in place at n_past, so a step copies no cache and rollback only lowers n_past.
 
 Inputs, outputs and their bindings are made once per step width and reused (`Step`). On the
-CUDA EP every step of 1..max_graph_width tokens that returns all its rows (plain decode,
-drafting, verify at any k) is captured as a CUDA graph of its own width on first use and
-replayed after: a graph fixes its host inputs, so captured steps pass the whole cache as
-total_sequence_length (seqlens_k, on the device, says how much of it is real). One graph per
-width, rather than padding every verify step to the widest, keeps k = 1 as cheap as it is.
+CUDA EP the steps that repeat are captured as CUDA graphs, each on first use, and replayed
+after: every step of 1..max_graph_width tokens that returns all its rows (plain decode,
+drafting, verify at any k), and a draft's 2-token step that returns its last row (its last
+proposal and the target's bonus token, forwarded after every draft kept whole). A graph
+fixes its host inputs, so captured steps pass the whole cache as total_sequence_length
+(seqlens_k, on the device, says how much of it is real). One graph per width, rather than
+padding every verify step to the widest, keeps k = 1 as cheap as it is.
 
 A graph exported for the GPU also outputs each row's argmax and its probability (`top_id`,
 `top_p`; export/onnx_export.py): a greedy step (forward_top) then copies [rows] numbers to
@@ -21,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,8 +57,13 @@ EOG_TEXTS = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>
              "<end_of_turn>", "<|end_of_text|>", "</s>", "<EOT>", "_<EOT>", "<|return|>",
              "<|call|>", "<end_of_utterance>", "<|fim_pad|>", "<|repo_name|>", "<|fim_repo|>",
              "<|file_sep|>")  # fmt: skip
-NO_GRAPH = -1  # "gpu_graph_id" of an uncaptured run; a captured step's id is its width
+NO_GRAPH = -1  # "gpu_graph_id" of an uncaptured run (captured_graph_id gives the others)
 MAX_GRAPH_WIDTH = 17  # k + 1 for the controller's k_max = 16
+# last-row steps captured up to this width: a draft model's re-forward of its last proposal
+# and the bonus token. Uncaptured, that pass took 3.5 ms on an H200 against a captured
+# one-token pass's 1.7 (docs/benchmarks.md, 2026-11-26); wider last-row steps are prefill
+# and catch-up chunks, whose widths seldom repeat
+LAST_ROW_GRAPH_WIDTH = 2
 CACHED_WIDTHS = 16  # steps up to this width keep their bindings between calls
 TOP_OUTPUTS = {"top_id": np.int64, "top_p": np.float32}  # [1, rows] each, beside the logits
 
@@ -419,6 +426,24 @@ class OnnxRuntime:
         self.n_past += n
         return step, slice(n - wanted, n) if width != n else slice(0, wanted)
 
+    def capture_graphs(self, shapes: Iterable[tuple[int, int]]) -> int:
+        """Run once each step shape (width, rows returned) this session captures and has not
+        run, at n_past, then roll back: a graph is captured on its first run, and a request
+        would otherwise pay each capture (on an H200 0.44 s for the first, about 80 ms a width
+        after). Returns how many were captured."""
+        n_past = self.n_past
+        todo = [
+            (width, rows)
+            for width, rows in dict.fromkeys(shapes)
+            if self.graph_id(width, rows) != NO_GRAPH
+            and (width, rows) not in self.steps
+            and n_past + width <= self.n_ctx
+        ]
+        for width, rows in todo:
+            self.run_step([0] * width, rows)
+            self.rollback(n_past)
+        return len(todo)
+
     def padded_width(self, n: int) -> int:
         w = self.pad_to_width
         if 1 < n < w and self.n_past + w <= self.cache_len:
@@ -489,11 +514,7 @@ class OnnxRuntime:
         return self.ort.OrtValue.ortvalue_from_numpy(array)
 
     def graph_id(self, width: int, rows: int) -> int:
-        """Steps that return every row, up to max_graph_width tokens, are captured: the decode
-        and verify steps that repeat. A prefill chunk (one row wanted) runs uncaptured."""
-        if not self.cuda_graph or rows != width or width > self.max_graph_width:
-            return NO_GRAPH
-        return width
+        return captured_graph_id(width, rows, self.max_graph_width) if self.cuda_graph else NO_GRAPH
 
     def launch(self, step: Step) -> None:
         if self.on_cuda:  # device buffers at fixed addresses: copy the host values in
@@ -733,6 +754,19 @@ def preload_cuda_libraries(ort) -> None:
         preload()
     except Exception as e:  # noqa: BLE001 - best effort: the session reports what is missing
         log.info("could not preload CUDA libraries from nvidia packages: %s", e)
+
+
+def captured_graph_id(width: int, rows: int, max_graph_width: int) -> int:
+    """The CUDA graph a step of `width` tokens returning its last `rows` rows is captured as,
+    each shape its own: the steps that repeat. Every row of up to max_graph_width tokens
+    (decode and verify steps) is graph `width`; the last row of up to LAST_ROW_GRAPH_WIDTH
+    (a draft's re-forward) graph max_graph_width + width; anything else (prefill and
+    catch-up chunks) runs uncaptured (NO_GRAPH)."""
+    if rows == width <= max_graph_width:
+        return width
+    if rows == 1 and width <= LAST_ROW_GRAPH_WIDTH:
+        return max_graph_width + width
+    return NO_GRAPH
 
 
 def provider_name(provider: str | tuple[str, dict]) -> str:

@@ -311,6 +311,20 @@ MUTANTS = (
         ("tests/test_onnx.py",),
     ),
     Mutant(
+        "a-drafts-reforward-left-uncaptured",
+        "runtimes/onnxrt.py",
+        "if rows == 1 and width <= LAST_ROW_GRAPH_WIDTH:",
+        "if rows == 1 and width < LAST_ROW_GRAPH_WIDTH:",
+        ("tests/test_onnx.py",),
+    ),
+    Mutant(
+        "capturing-at-load-leaves-the-cache-moved",
+        "runtimes/onnxrt.py",
+        "            self.rollback(n_past)\n        return len(todo)",
+        "        return len(todo)",
+        ("tests/test_onnx.py",),
+    ),
+    Mutant(
         "can-win-kept-whatever-the-price",
         "edgespec/controller.py",
         "if held is None or held[0] is not self.curve or not math.isclose(held[1], price):",

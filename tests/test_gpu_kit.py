@@ -106,6 +106,13 @@ def test_the_kit_smoke_run_measures_both_back_ends(tmp_path):
         assert set(report["loop"]) == {"greedy", *measure.SAMPLED}
         widths = {m: [x["width"] for x in v] for m, v in report["first_passes"].items()}
         assert widths == {"target": [1, 2, 3, 4, 5], "draft": [1, 2]}
+        capture = report["capture_at_load"]  # ONNX Runtime captures graphs on CUDA only
+        if backend == "llama":
+            assert capture is None
+        else:
+            assert capture["target"]["graphs"] == capture["draft"]["graphs"] == 0
+            after = {m: [x["width"] for x in v] for m, v in capture["first_passes_after"].items()}
+            assert after == widths
         keys = {(o["acceptance"], o["draft_cost"], o["k"]) for o in report["oracle"]}
         assert keys == {
             (a, c, k) for a in (1.0, 0.6) for c in ("zero", "real") for k in (1, 4, "auto")

@@ -25,6 +25,9 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ModelFileError
+from edgespec.loader import SpecOptions, build_decoder
+from edgespec.pair import ModelPair
+from edgespec.runtimes import RuntimeOptions
 from edgespec.runtimes.base import check_compatible
 from edgespec.sampling import SamplingParams
 from tests import numpy_reference
@@ -33,7 +36,7 @@ pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (
 pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx])")
 
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
-from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
+from edgespec.runtimes.onnxrt import NO_GRAPH, OnnxRuntime, captured_graph_id  # noqa: E402
 from tests.tiny_hf import make_tiny_hf  # noqa: E402
 
 TOKENS = [5, 17, 42, 99, 150, 7, 33, 250, 12, 64]
@@ -271,6 +274,78 @@ def test_chunked_prefill_and_padded_steps_equal_one_pass(exported, runtime):
     assert np.abs(np.concatenate(pieces) - whole).max() < 1e-5
     padded.rollback(2)
     assert np.abs(padded.forward(TOKENS[2:4], last_only=True) - whole[3:4]).max() < 1e-5
+
+
+def test_the_steps_that_repeat_are_captured_each_as_a_graph_of_its_own():
+    """Decode and verify steps (every row, up to max_graph_width tokens) and a draft's
+    2-token re-forward (its last row) each have a CUDA graph of their own; prefill and
+    catch-up chunks run uncaptured."""
+    ids = {
+        (width, rows): captured_graph_id(width, rows, 17)
+        for width in range(1, 41)
+        for rows in sorted({1, width})
+    }
+    captured = {shape: i for shape, i in ids.items() if i != NO_GRAPH}
+    assert captured == {**{(w, w): w for w in range(1, 18)}, (2, 1): 19}
+    assert len(set(captured.values())) == len(captured)
+
+
+def test_a_captured_last_row_step_reads_the_logits_of_an_uncaptured_one(exported, runtime):
+    """The captured shape's inputs (the whole cache as the total length, seqlens_k the real
+    one), run on the CPU EP, which ignores the graph ids: the same rows as a plain pass, at
+    several positions."""
+    shaped = OnnxRuntime(exported, n_ctx=64)
+    shaped.cuda_graph = True  # what the CUDA EP would capture; only the inputs differ here
+    assert reforward_error(shaped, fresh_logits(runtime, TOKENS)) < 1e-5
+    step = shaped.steps[(2, 1)]
+    assert step.graph_id == 19 and int(step.total) == shaped.cache_len
+
+
+def test_capturing_at_load_runs_each_captured_shape_once_and_keeps_the_cache(exported, runtime):
+    whole = fresh_logits(runtime, TOKENS)
+    assert OnnxRuntime(exported, n_ctx=64).capture_graphs([(1, 1), (2, 1)]) == 0  # no graphs
+    shaped = OnnxRuntime(exported, n_ctx=20)
+    shaped.cuda_graph = True  # what the CUDA EP would capture
+    shaped.forward(TOKENS[:5])
+    # (3, 1) is not captured; 16 tokens after 5 would overflow the context
+    shapes = [(1, 1), (3, 3), (2, 1), (3, 1), (16, 16), (3, 3)]
+    assert shaped.capture_graphs(shapes) == 3
+    assert set(shaped.steps) == {(5, 5), (1, 1), (3, 3), (2, 1)} and shaped.n_past == 5
+    assert shaped.capture_graphs(shapes) == 0  # captured already
+    assert np.abs(shaped.forward(TOKENS[5:]) - whole[5:]).max() < 1e-5
+
+
+def test_a_decoder_built_to_capture_runs_the_loops_shapes_at_load(exported, draft_runtime):
+    """build_decoder(capture_graphs=True): the target's widths up to k + 1, every row, and
+    the draft model's proposals (one token, and two re-forwarded), on runtimes set to
+    capture; nothing on a pair without a draft model."""
+    shaped = [OnnxRuntime(path, n_ctx=64) for path in (exported, draft_runtime.path)]
+    for rt in shaped:
+        rt.cuda_graph = True
+    pair = ModelPair(*shaped, exported, draft_runtime.path, RuntimeOptions(n_ctx=64))
+    build_decoder(pair, SpecOptions("model", 3), capture_graphs=True)
+    assert set(shaped[0].steps) == {(1, 1), (2, 2), (3, 3), (4, 4)}
+    assert set(shaped[1].steps) == {(1, 1), (2, 1)}
+    assert shaped[0].n_past == shaped[1].n_past == 0
+    plain_only = OnnxRuntime(exported, n_ctx=64)
+    plain_only.cuda_graph = True
+    pair = ModelPair(plain_only, None, exported, None, RuntimeOptions(n_ctx=64))
+    build_decoder(pair, SpecOptions("none"), capture_graphs=True)
+    assert set(plain_only.steps) == {(1, 1)}
+
+
+def reforward_error(runtime: OnnxRuntime, whole: np.ndarray) -> float:
+    """Largest difference from `whole` (the logits of TOKENS in one pass) of the rows read
+    from 2-token last-row steps at several positions, as a draft model re-forwards [its last
+    proposal, the bonus token]: the first one captured, the rest replayed."""
+    runtime.reset()
+    runtime.forward(TOKENS[:3])
+    error = 0.0
+    for end in (5, 7, 9, 5):
+        runtime.rollback(end - 2)
+        row = runtime.forward(TOKENS[end - 2 : end], last_only=True)
+        error = max(error, float(np.abs(row - whole[end - 1 : end]).max()))
+    return error
 
 
 def test_forward_past_the_context_is_refused(exported):
@@ -528,3 +603,21 @@ def test_cuda_graph_steps_match_the_cpu(
             gpu, [ModelDrafter(draft_runtime)], FixedPolicy("model", k)
         ).generate(tokens, max_tokens=40)
         assert out.tokens == ref.tokens
+
+
+@pytest.mark.gpu
+def test_a_drafts_reforward_replayed_as_a_cuda_graph_gives_the_cpus_row(
+    checkpoint, runtime, tmp_path
+):
+    reason = cuda_available()
+    if reason:
+        pytest.skip(f"CUDA-graph steps not tested: {reason}")
+    onnx_dir = export_onnx(checkpoint, tmp_path / "fp16", quant="fp16", compute="fp16")
+    whole = fresh_logits(runtime, TOKENS)
+    gpu = OnnxRuntime(onnx_dir, n_ctx=64, providers=["CUDAExecutionProvider"])
+    assert gpu.on_cuda and gpu.cuda_graph
+    assert reforward_error(gpu, whole) < 0.05
+    assert gpu.steps[(2, 1)].graph_id == 19
+    at_load = OnnxRuntime(onnx_dir, n_ctx=64, providers=["CUDAExecutionProvider"])
+    assert at_load.capture_graphs([(1, 1), (2, 1), (3, 3)]) == 3  # captured at position 0
+    assert reforward_error(at_load, whole) < 0.05  # replayed at 3, 5, 7 and 3

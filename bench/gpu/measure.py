@@ -41,9 +41,9 @@ from edgespec.calibrate import measure_curve, time_pass, warm_at_prefix
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Draft, ModelDrafter
 from edgespec.drafters.base import Offer
-from edgespec.drafters.model import common_prefix_len
+from edgespec.drafters.model import STEP_SHAPES, common_prefix_len
 from edgespec.engine import Result, SpeculativeDecoder
-from edgespec.runtimes.base import Runtime
+from edgespec.runtimes.base import Runtime, capture_graphs
 from edgespec.sampling import SamplingParams
 
 ACCEPTANCE = (1.0, 0.9, 0.8, 0.6)
@@ -367,6 +367,28 @@ def width_switches(
     return out
 
 
+def capture_at_load(args: argparse.Namespace, n_max: int) -> dict | None:
+    """On models opened afresh: the seconds capturing the loop's step shapes at load takes
+    (runtimes.base.capture_graphs, as `serve` does: the target's widths 1..n_max every row,
+    the draft's STEP_SHAPES), then each width's first pass against its second, which the
+    capture should bring to about 1x. None where the target captures nothing (llama.cpp)."""
+    target, draft = open_bundle(args)
+    if getattr(target, "capture_graphs", None) is None:
+        return None
+    out: dict = {}
+    for name, runtime, shapes in (("target", target, [(n, n) for n in range(1, n_max + 1)]),
+                                  ("draft", draft, STEP_SHAPES)):  # fmt: skip
+        if runtime is None:
+            continue
+        t0 = time.perf_counter()
+        graphs = capture_graphs(runtime, shapes)
+        out[name] = {"graphs": graphs, "seconds": round(time.perf_counter() - t0, 3)}
+    out["first_passes_after"] = {"target": first_passes(target, n_max, last_only=False)}
+    if draft is not None:
+        out["first_passes_after"]["draft"] = first_passes(draft, 2, last_only=True)
+    return out
+
+
 def measure(args: argparse.Namespace) -> dict:
     settings = SMOKE if args.smoke else Settings()
     target, draft = open_bundle(args)
@@ -405,6 +427,7 @@ def measure(args: argparse.Namespace) -> dict:
                     "k": k, "speedup": round(run.tokens_per_second / plain.tokens_per_second, 4),
                     **run.__dict__,
                 })  # fmt: skip
+    report["capture_at_load"] = capture_at_load(args, settings.curve_n)
     report["goals"] = goals(report)
     report["seconds"] = round(time.perf_counter() - t0, 1)
     return report
@@ -516,6 +539,12 @@ def table(reports: list[dict]) -> str:
             lines.append(f"first pass / second, {model}: up to {worst['first_over_second']:.1f}x "
                          f"(width {worst['width']}: {worst['first_ms']:.2f} against "
                          f"{worst['second_ms']:.2f} ms)")  # fmt: skip
+        capture = r.get("capture_at_load") or {}
+        for model, passes in (capture.get("first_passes_after") or {}).items():
+            worst = max(passes, key=lambda x: x["first_over_second"])
+            lines.append(f"captured at load, {model}: {capture[model]['graphs']} graphs in "
+                         f"{capture[model]['seconds']:.2f} s; first pass / second after: up to "
+                         f"{worst['first_over_second']:.1f}x (width {worst['width']})")  # fmt: skip
         for w in r.get("width_switches") or ():
             lines.append(f"plain + {w['width']}-token pass: {w['alternating_plain_ms']:.2f} + "
                          f"{w['alternating_ms']:.2f} ms alternating, {w['steady_plain_ms']:.2f} + "

@@ -306,7 +306,8 @@ class Bench:
         self.pair = pair
         self.sp = sp  # every method samples alike: greedy, or seeded (one seed for all)
         auto = SpecOptions("auto", None, k_max, draft_confidence=draft_confidence)
-        self.decoder = build_decoder(pair, auto)
+        # a CUDA graph's capture is paid once per process, not by the first prompt's method
+        self.decoder = build_decoder(pair, auto, capture_graphs=True)
         self.target = pair.target
         self.near_tie = near_tie(type(pair.target).__name__, pair.options.exact)
         policy = self.decoder.policy

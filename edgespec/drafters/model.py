@@ -19,6 +19,9 @@ from edgespec.runtimes.base import Runtime, TopRows, forward_dists, forward_top,
 from edgespec.sampling import SamplingParams, TokenDist, uses_gumbel
 
 STAND_IN = 0  # what the draft reads for a token id it has no row for (a padding id)
+# the passes a proposal makes once in step (width, rows returned): the token after one it
+# drafted, and, after a draft kept whole, its last proposal with the bonus token
+STEP_SHAPES = ((1, 1), (2, 1))
 
 
 class ModelDrafter:

@@ -2,7 +2,9 @@
 
     from edgespec import load_decoder
     from edgespec.server import ServerConfig, create_app
-    app = create_app(load_decoder("target.gguf", "draft.gguf", reuse_cache=True))
+    app = create_app(
+        load_decoder("target.gguf", "draft.gguf", reuse_cache=True, capture_graphs=True)
+    )
 
 Application layer, like edgespec.app: the core never imports it. It needs the `serve` extra
 (Starlette, uvicorn, prometheus-client), imported on first use of create_app or

@@ -133,7 +133,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
     )
     decoder = load_decoder(
-        target, draft, spec, runtime_options(args), reuse_cache=not args.no_prompt_cache
+        target,
+        draft,
+        spec,
+        runtime_options(args),
+        reuse_cache=not args.no_prompt_cache,
+        capture_graphs=True,  # the first request pays no CUDA graph capture
     )
     app = create_app(decoder, config)
     print(
