@@ -106,6 +106,9 @@ def test_the_kit_smoke_run_measures_both_back_ends(tmp_path):
         assert set(report["loop"]) == {"greedy", *measure.SAMPLED}
         widths = {m: [x["width"] for x in v] for m, v in report["first_passes"].items()}
         assert widths == {"target": [1, 2, 3, 4, 5], "draft": [1, 2]}
+        recovery = report["switch_recovery"]
+        assert [w["width"] for w in recovery] == [2, 5]
+        assert all(len(w["plain_after_ms"]) == measure.SWITCH_AFTER for w in recovery)
         capture = report["capture_at_load"]  # ONNX Runtime captures graphs on CUDA only
         if backend == "llama":
             assert capture is None

@@ -48,6 +48,7 @@ from edgespec.sampling import SamplingParams
 
 ACCEPTANCE = (1.0, 0.9, 0.8, 0.6)
 KS = tuple(range(1, 9))
+SWITCH_SETTLE, SWITCH_AFTER = 8, 5  # plain steps before and after switch_recovery's pass
 PROMPT = """Complete the module: keep the public names, add type hints and docstrings.
 
 import json
@@ -389,6 +390,36 @@ def capture_at_load(args: argparse.Namespace, n_max: int) -> dict | None:
     return out
 
 
+def switch_recovery(
+    runtime: Runtime, widths: Sequence[int] = (2, 5, 9), reps: int = 5, prefix: int = 64
+) -> list[dict]:
+    """Plain steps in a run, one n-token pass (every row), then SWITCH_AFTER plain steps,
+    each timed (ms, the median over reps): what one verify step costs beyond its own pass
+    where a runtime keeps one CUDA graph. ggml-cuda (llama-cpp-python 0.3.36) runs a pass
+    whose shape changed uncaptured and captures on the next like it, so a verify step would
+    cost the next two plain steps a graph each; a runtime with a graph per width (ONNX
+    Runtime) shows no such tail."""
+    rng = np.random.default_rng(3)
+    warm_at_prefix(runtime, min(prefix, runtime.n_ctx - max(widths)), rng)
+
+    def ms(n: int) -> float:
+        return 1e3 * time_pass(runtime, n, rng, last_only=n == 1)
+
+    out = []
+    for n in widths:
+        runs = []
+        for _ in range(reps):
+            for _ in range(SWITCH_SETTLE):
+                ms(1)
+            runs.append([ms(1), ms(n), *(ms(1) for _ in range(SWITCH_AFTER))])
+        steady, wide, *after = (round(float(x), 4) for x in np.median(runs, axis=0))
+        out.append({"width": n, "steady_plain_ms": steady, "wide_ms": wide,
+                    "plain_after_ms": after,
+                    "extra_after_ms": round(sum(a - steady for a in after), 4)})  # fmt: skip
+    runtime.reset()
+    return out
+
+
 def measure(args: argparse.Namespace) -> dict:
     settings = SMOKE if args.smoke else Settings()
     target, draft = open_bundle(args)
@@ -396,7 +427,9 @@ def measure(args: argparse.Namespace) -> dict:
     first = {"target": first_passes(target, settings.curve_n, last_only=False)}
     if draft is not None:
         first["draft"] = first_passes(draft, 2, last_only=True)
-    switches = width_switches(target, [n for n in (2, 5, 9) if n <= settings.curve_n])
+    switch_widths = [n for n in (2, 5, 9) if n <= settings.curve_n]
+    switches = width_switches(target, switch_widths)
+    recovery = switch_recovery(target, switch_widths)
     curve = measure_curve(target, settings.curve_n, reps=settings.curve_reps)
     draft_token_s = measure_curve(draft, 1, reps=settings.curve_reps)[0] if draft else 0.0
     bench = Bench(target, draft, settings, draft_token_s)
@@ -409,7 +442,7 @@ def measure(args: argparse.Namespace) -> dict:
         "curve_ratio": [round(t / curve[0], 4) for t in curve],
         "draft_token_ms": round(1e3 * draft_token_s, 4),
         "draft_over_target": round(draft_token_s / curve[0], 4),
-        "first_passes": first, "width_switches": switches,
+        "first_passes": first, "width_switches": switches, "switch_recovery": recovery,
         "plain": plain.__dict__, "loop": bench.loop_overhead(reference), "oracle": [],
         "top_outputs": bench.top_outputs(reference),
         "sampling_head": bench.sampling_head(reference),
@@ -539,6 +572,11 @@ def table(reports: list[dict]) -> str:
             lines.append(f"first pass / second, {model}: up to {worst['first_over_second']:.1f}x "
                          f"(width {worst['width']}: {worst['first_ms']:.2f} against "
                          f"{worst['second_ms']:.2f} ms)")  # fmt: skip
+        for w in r.get("switch_recovery") or ():
+            lines.append(f"plain steps around one {w['width']}-token pass: "
+                         f"{w['steady_plain_ms']:.2f} ms, then {w['wide_ms']:.2f}, then "
+                         + " ".join(f"{a:.2f}" for a in w["plain_after_ms"])
+                         + f" ms ({w['extra_after_ms']:+.2f} ms over steady after it)")  # fmt: skip
         capture = r.get("capture_at_load") or {}
         for model, passes in (capture.get("first_passes_after") or {}).items():
             worst = max(passes, key=lambda x: x["first_over_second"])
