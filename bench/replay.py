@@ -164,6 +164,7 @@ class ReplayTarget:
         self.n_ctx = len(dense) + 64
         self.cache: list[int] = []
         self.passes: list[int] = []  # width of every pass after the prompt's
+        self.keeps_one_graph = False  # as its runtime would (--one-graph)
 
     @property
     def n_past(self) -> int:
@@ -173,7 +174,7 @@ class ReplayTarget:
         if self.cache:  # the prompt's pass is everyone's: left out of the charge
             self.passes.append(len(tokens))
         if self.clock is not None:
-            self.last_pass = self.clock.charge(len(tokens))
+            self.last_pass = self.clock.charge(len(tokens), rows=1 if last_only else len(tokens))
         rows = np.zeros((len(tokens), self.n_vocab), dtype=np.float32)
         for i, token in enumerate(tokens):
             self.cache.append(int(token))
@@ -203,25 +204,58 @@ class Clock:
     times the host's noise. The engine and the model drafter read it as their perf_counter,
     so the policy learns the costs the curve sets, the draft model's included."""
 
-    def __init__(self, ratios: Sequence[float], noise: Bursts, cold: float = 1.0) -> None:
+    def __init__(
+        self,
+        ratios: Sequence[float],
+        noise: Bursts,
+        cold: float = 1.0,
+        one_graph: tuple[float, float] | None = None,
+    ) -> None:
         self.ratios, self.noise = ratios, noise
         self.now = 0.0
         self.running = False  # off while the request's prompt is prefilled
         # the factor each model's first charged pass takes, by model (a cold start)
         self.cold = {"target": cold, "draft": cold}
+        # each model's one CUDA graph, where its runtime keeps one (target, draft extras)
+        self.graphs = {m: OneGraph(x) for m, x in zip(("target", "draft"), one_graph or ())}
 
     def perf_counter(self) -> float:
         return self.now
 
-    def charge(self, width: int, scale: float = 1.0, model: str = "target") -> float:
-        """Advance by a pass of `width` tokens of `model` at `scale` times the target's price;
-        return it."""
+    def charge(self, width: int, scale: float = 1.0, model: str = "target", rows: int = 1) -> float:
+        """Advance by a pass of `width` tokens of `model` returning `rows` rows, at `scale`
+        times the target's price (and a OneGraph's surcharge); return it."""
+        graph = self.graphs.get(model)
+        surcharge = graph.surcharge((width, rows)) if graph else 0.0  # the prompt's pass too
         if not self.running:
             return 0.0
-        seconds = scale * price(self.ratios, width) * self.noise.factor()
+        seconds = (scale * price(self.ratios, width) + surcharge) * self.noise.factor()
         seconds *= self.cold.pop(model, 1.0)
         self.now += seconds
         return seconds
+
+
+class OneGraph:
+    """A model whose runtime keeps one CUDA graph (ggml-cuda; docs/gpu.md): a pass whose
+    shape (width, rows returned) differs from the last pass's runs uncaptured, the next pass
+    of that shape captures the graph, and only later ones replay it. Each of the first two
+    costs `extra` one-token target passes more than a replay: the kernel launches a graph
+    saves, about the same at every width (on the H200: 1.94 ms, against a replayed plain
+    step's 1.78)."""
+
+    def __init__(self, extra: float) -> None:
+        self.extra = extra
+        self.shape: tuple[int, int] | None = None
+        self.captured = False
+
+    def surcharge(self, shape: tuple[int, int]) -> float:
+        if shape != self.shape:
+            self.shape, self.captured = shape, False
+            return self.extra
+        if not self.captured:
+            self.captured = True
+            return self.extra
+        return 0.0
 
 
 @contextmanager
@@ -252,7 +286,7 @@ class ReplayDraft(ReplayTarget):
     def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
         """Rows whose argmax is the recorded token and whose softmax gives it the recorded
         probability (where one was recorded)."""
-        self.draft_clock.charge(len(tokens), self.ratio, "draft")
+        self.draft_clock.charge(len(tokens), self.ratio, "draft", 1 if last_only else len(tokens))
         rows = np.zeros((len(tokens), self.n_vocab), dtype=np.float32)
         for i, token in enumerate(tokens):
             self.cache.append(int(token))
@@ -338,8 +372,12 @@ class Bursts:
         slow, self.left = (self.slow if self.left else 1.0), max(self.left - 1, 0)
         return slow
 
-    def charge(self, ratios: Sequence[float], widths: Sequence[int]) -> float:
-        return sum(price(ratios, n) * self.factor() for n in widths)
+    def charge(
+        self, ratios: Sequence[float], widths: Sequence[int], surcharges: Sequence[float] = ()
+    ) -> float:
+        """Passes of these widths, the first ones with these surcharges (OneGraph)."""
+        extra = [*surcharges, *[0.0] * len(widths)]
+        return sum((price(ratios, n) + x) * self.factor() for n, x in zip(widths, extra))
 
 
 class Timed:
@@ -388,6 +426,8 @@ def replay_case(
     confidence: float = 0.0,
     learned: dict[str, Learned] | None = None,
     cold: float = 1.0,
+    one_graph: tuple[float, float] | None = None,
+    told: bool = True,
 ) -> dict:
     """One recorded case under the controller (or the oracle) on a curve: its cost against
     plain decoding's, both under the same noise bursts (rate, slow). `believed`: the curve
@@ -398,8 +438,12 @@ def replay_case(
     from and leaves what it learned in, as the loop does from one request to the next
     (replay_suite); None: from the drafters' own priors and the calibration's price. cold:
     each model's first pass after the prompt costs this many times its price (a process's
-    first request: weights paged in, a GPU's first launch). The row's "draft_price" is the
-    draft model's learned price."""
+    first request: weights paged in, a GPU's first launch). one_graph: the target's and the
+    draft's OneGraph extra, where their runtime keeps one CUDA graph (plain decoding pays it
+    too); told: whether the runtimes say so (keeps_one_graph), so that the controller
+    prices a change of width and the draft model forwards one token a pass, as edgespec
+    does since it was told (False: as before). The row's "draft_price" is the draft model's
+    learned price."""
     uses_model = draft_ratio is not None and "draft" in case
     target = ReplayTarget(
         case["prompt"],
@@ -409,19 +453,23 @@ def replay_case(
         case.get("draft_p", ()) if uses_model else (),
     )
     seed = zlib.crc32(case["id"].encode())
-    clock = Clock(ratios, Bursts(*noise, seed), cold)
+    clock = Clock(ratios, Bursts(*noise, seed), cold, one_graph)
     target.clock = clock
+    target.keeps_one_graph = one_graph is not None and told
     drafters: list[Drafter] = []
     if uses_model:
         assert draft_ratio is not None
         runtime = ReplayDraft(target, clock, draft_ratio)
+        runtime.keeps_one_graph = target.keeps_one_graph  # ModelDrafter: a token a pass
         drafters.append(ModelDrafter(runtime, token_s=draft_ratio, confidence=confidence))
     drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
     policy: Policy
     if policy_name == "oracle":
         policy = OraclePolicy(target, ratios, spec.k_max)
     elif policy_name == "auto":
-        curve = CostCurve(list(believed or ratios), draft_s=draft_ratio or 0.0)
+        # a calibration on a one-graph runtime measures the switch as well (calibrate.py)
+        switch_s = one_graph[0] if one_graph and told else 0.0
+        curve = CostCurve(list(believed or ratios), draft_s=draft_ratio or 0.0, switch_s=switch_s)
         policy = make_policy(spec, drafters, curve)
         if learned is not None:
             assert isinstance(policy, AdaptivePolicy)
@@ -439,8 +487,10 @@ def replay_case(
     if emitted != target.output:
         raise AssertionError(f"{case['id']}: the replay departed from the recording")
     cost = clock.now
-    # one one-token pass per token, the stop token's included, the first as cold as auto's
-    plain = Bursts(*noise, seed).charge(ratios, [1] * len(target.output))
+    # one one-token pass per token, the stop token's included, the first as cold as auto's;
+    # with one graph, the first two after the prompt's pass run uncaptured and capture
+    surcharges = [one_graph[0]] * 2 if one_graph else []
+    plain = Bursts(*noise, seed).charge(ratios, [1] * len(target.output), surcharges)
     plain += (cold - 1.0) * price(ratios, 1)
     stats = result.stats
     return {
@@ -639,6 +689,14 @@ def parse_noise(text: str) -> tuple[float, float]:
     return rate, slow
 
 
+def parse_pair(text: str) -> tuple[float, float]:
+    try:
+        first, second = (float(x) for x in text.split(","))
+    except ValueError:
+        raise SystemExit(f"give two numbers, A,B: got {text!r}") from None
+    return first, second
+
+
 def parse_suites(text: str) -> dict[str, int]:
     """edit=256,open -> {"edit": 256, "open": 128}"""
     suites = {}
@@ -720,6 +778,18 @@ def main() -> None:
         "process's first request (weights paged in, a GPU's first launch; default 1)",
     )
     rep.add_argument(
+        "--one-graph",
+        help="TARGET,DRAFT: each model's runtime keeps one CUDA graph (llama.cpp on CUDA): a "
+        "pass whose shape changed, and the next like it, cost this many one-token target "
+        "passes more than a replay (the H200: 1.09,0.93)",
+    )
+    rep.add_argument(
+        "--untold",
+        action="store_true",
+        help="with --one-graph: the runtimes do not say they keep one graph (edgespec before "
+        "it priced that: no switch cost in the curve, a draft model's 2-token passes)",
+    )
+    rep.add_argument(
         "--no-draft", action="store_true", help="prompt lookup alone, draft model recorded or not"
     )
     rep.add_argument("--json")
@@ -758,6 +828,8 @@ def main() -> None:
         "draft_ratio": draft_ratio,
         "confidence": args.confidence,
         "cold": args.cold,
+        "one_graph": args.one_graph,
+        "untold": args.untold,
         "curves": {},
     }
     policies = args.policies.split(",")
@@ -778,6 +850,8 @@ def main() -> None:
                 draft_ratio,
                 confidence_for(policy, args.confidence),
                 cold=args.cold,
+                one_graph=parse_pair(args.one_graph) if args.one_graph else None,
+                told=not args.untold,
             )
             summary = summarise(rows)
             print_table(f"{name}, {policy}", summary)

@@ -106,6 +106,10 @@ class CostCurve:
     # prices the ModelDrafter with it; the policy then learns each drafter's price itself)
     draft_s: float = 0.0
     smoothing: float = 0.1  # for the target's and the drafters' observed costs
+    # seconds a pass costs beyond target_s where the runtime keeps one CUDA graph (llama.cpp
+    # on CUDA: runtimes.base.keeps_one_graph) and the pass's width changed, and again for
+    # the next pass of that width, which captures the graph; target_s are replayed passes
+    switch_s: float = 0.0
 
     def target(self, n: int) -> float:
         """Beyond the calibration, linear in n at the slope of the whole curve's chord: the
@@ -191,35 +195,47 @@ class Choice:
 
 
 def best_choice(
-    curve: CostCurve, options: Sequence[Option], k_max: int, plain_leaves_s: float = 0.0
+    curve: CostCurve,
+    options: Sequence[Option],
+    k_max: int,
+    plain_leaves_s: float = 0.0,
+    switch_s: Sequence[float] = (),
 ) -> Choice:
     """The drafter and k that maximise expected tokens / expected seconds; k = 0 is plain,
-    its token charged plain_leaves_s for the drafters it leaves behind.
+    its token charged plain_leaves_s for the drafters it leaves behind. switch_s: what a
+    target pass of n = 1, 2, ... tokens costs beyond the curve now (AdaptivePolicy.switch_s;
+    () = nothing).
 
     A pure function of the cost curve and the priced options (unit-tested on its own); on a
     tie the earlier option wins.
     """
-    best = Choice(None, 0, 1.0 / (curve.target(1) + plain_leaves_s))
+    plain_s = curve.target(1) + (switch_s[0] if switch_s else 0.0)
+    best = Choice(None, 0, 1.0 / (plain_s + plain_leaves_s))
     for option in options:
-        for k, rate in enumerate(draft_rates(curve, option, k_max), start=1):
+        for k, rate in enumerate(draft_rates(curve, option, k_max, switch_s), start=1):
             if rate > best.tokens_per_second:
                 best = Choice(option.drafter, k, rate)
     return best
 
 
-def draft_rates(curve: CostCurve, option: Option, k_max: int) -> list[float]:
+def draft_rates(
+    curve: CostCurve, option: Option, k_max: int, switch_s: Sequence[float] = ()
+) -> list[float]:
     """Expected tokens per second of a step asking option's drafter for k = 1, 2, ... tokens.
 
     A drafter that ends its draft at a token it is unsure of reaches position j if it was
     sure at every position before (reach_j: the product of `continues`), and emits token j
     if every token before it, all sure, and token j itself are accepted; the step costs what
     a draft of the length it ends at costs. With continues all 1 (and alphas_sure = alphas):
-    expected_tokens(alphas[:k]) for catch_up + k * token_s + target(k + 1) seconds.
+    expected_tokens(alphas[:k]) for catch_up + k * token_s + target(k + 1) seconds; switch_s
+    adds to each verify pass by its width (best_choice).
     """
     n = min(k_max, len(option.alphas))
     goes_on = list(option.continues[:n]) + [1.0] * (n - len(option.continues))
     sure = list(option.alphas_sure[:n]) or list(option.alphas[:n])
     verify_s = curve.targets(n + 1)
+    if switch_s:
+        verify_s = [t + x for t, x in zip(verify_s, switch_s)]
     rates = []
     tokens, reach, kept = 1.0, 1.0, 1.0  # kept: every token before position k accepted
     ended = option.catch_up_s  # expected seconds of the drafts that ended before position k
@@ -328,6 +344,9 @@ class AdaptivePolicy:
         self.probing: Drafter | None = None
         self.chosen_rate = 0.0  # expected tokens/s of the last plan's best choice
         self.prefill = False  # whether the next to_sync is a request's first
+        # the target's last pass: its width (1: plain) and how many passes of it in a row;
+        # what a change of width costs where the runtime keeps one graph (switch_s)
+        self.width, self.in_row = 1, 2
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
         self.learned.update(self.lessons())
@@ -335,6 +354,7 @@ class AdaptivePolicy:
         self.probing = None
         self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
         self.prefill = True  # the next to_sync is the request's first: the prompt
+        self.width, self.in_row = 1, 2  # priced as steady plain decoding
 
     def lessons(self) -> dict[int, Learned]:
         """What this request has taught of each drafter, by id(drafter)."""
@@ -366,13 +386,35 @@ class AdaptivePolicy:
             replace(option, leaves_s=self.left_behind_s([x for x in live if x is not e]))
             for e, option in priced
         ]
-        choice = best_choice(self.curve, options, self.k_max, self.left_behind_s(live))
+        choice = best_choice(
+            self.curve, options, self.k_max, self.left_behind_s(live), self.switch_s()
+        )
         self.chosen_rate = choice.tokens_per_second
         self.probing = None
         if choice.k == 0:
             choice = self.probe()
         self.cast_shadows(len(context), choice.drafter)
         return choice.drafter, choice.k
+
+    def switch_s(self) -> list[float]:
+        """What a target pass of 1..k_max + 1 tokens costs now beyond the curve, where the
+        runtime keeps one CUDA graph (curve.switch_s; else []): a width other than the last
+        pass's runs uncaptured, and the next like it captures. Leaving plain decoding is also
+        charged the two plain passes that will come back to it, so plain is never charged:
+        in a loop that drafts now and then, that return made every isolated verify step cost
+        three switches, not one (bench/replay.py --one-graph; docs/benchmarks.md)."""
+        s = self.curve.switch_s
+        if not s:
+            return []
+        return [0.0] + [
+            3 * s if self.width == 1 else self.pass_switch_s(n) for n in range(2, self.k_max + 2)
+        ]
+
+    def pass_switch_s(self, width: int) -> float:
+        """What the runtime's one graph adds to a pass of `width` tokens after the last."""
+        if width != self.width or self.in_row == 1:
+            return self.curve.switch_s
+        return 0.0
 
     def in_use(self, e: Estimate, option: Option) -> bool:
         """A priced drafter in step (a drafted step's re-forwarding behind it at most, so
@@ -497,7 +539,9 @@ class AdaptivePolicy:
         t_verify: float,
         unsure_end: bool = False,
     ) -> None:
-        scale = self.curve.observe_target(k + 1, t_verify)
+        # the curve prices replayed passes: what the one graph added is not its speed
+        scale = self.curve.observe_target(k + 1, t_verify - self.pass_switch_s(k + 1))
+        self.width, self.in_row = k + 1, self.in_row + 1 if k + 1 == self.width else 1
         for e in self.estimates:
             e.idle += 1
             if e.learns_cost:  # a draft model slows down with the target: same device

@@ -12,7 +12,7 @@ from pathlib import Path
 from edgespec.bundle import is_bundle, read_bundle
 from edgespec.errors import EdgespecError
 from edgespec.runtimes import Runtime, RuntimeOptions, check_compatible, open_runtime
-from edgespec.runtimes.base import logit_ids
+from edgespec.runtimes.base import keeps_one_graph, logit_ids
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,9 @@ class ModelPair:
         o = self.options
         return (
             f"{self.backend_names()} device={o.device} threads={o.n_threads} "
-            f"gpu_layers={o.gpu_layers()}" + (" exact" if o.exact else "")
+            f"gpu_layers={o.gpu_layers()}"
+            + (" exact" if o.exact else "")
+            + (" one-graph" if keeps_one_graph(self.target) else "")  # a curve with switch_s
         )
 
 

@@ -116,6 +116,14 @@ def forward_dists(
     return row_dists(runtime.forward(tokens, last_only=last_only)[:, :width], sp)
 
 
+def keeps_one_graph(runtime: Runtime) -> bool:
+    """Whether the runtime replays one CUDA graph per context (`keeps_one_graph`: llama.cpp
+    on CUDA): a pass whose shape changed from the last one runs uncaptured, and the next of
+    that shape captures the graph again (docs/gpu.md). The calibration then measures what a
+    change costs (CostCurve.switch_s), and a draft model forwards one token a pass."""
+    return bool(getattr(runtime, "keeps_one_graph", False))
+
+
 def capture_graphs(runtime: Runtime, shapes: Iterable[tuple[int, int]]) -> int:
     """Where a runtime captures a CUDA graph per step shape (width, rows returned) on first
     use (`capture_graphs`: ONNX Runtime on CUDA), run each shape once now, so that no request

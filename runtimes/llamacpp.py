@@ -11,7 +11,7 @@ import ctypes
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +54,13 @@ def import_llama_cpp():
             "the llama.cpp back-end needs llama-cpp-python: pip install 'edgespec[llama]'"
         ) from e
     return llama_cpp
+
+
+def one_graph_build(system_info: bytes, environ: Mapping[str, str]) -> bool:
+    """Whether this llama.cpp build replays layers it offloads as one CUDA graph per context:
+    ggml-cuda built with graphs ("USE_GRAPHS = 1" among its features) and not turned off by
+    GGML_CUDA_DISABLE_GRAPHS."""
+    return b"USE_GRAPHS = 1" in system_info and "GGML_CUDA_DISABLE_GRAPHS" not in environ
 
 
 def init_backend() -> None:
@@ -135,6 +142,9 @@ class LlamaCppRuntime:
         self.repack, self.flash_attn = repack, flash_attn
         self.pad_to, self.min_width = max(1, pad_to), max(1, min_width)
         self.model = self.load_model(n_gpu_layers, vocab_only)
+        self.keeps_one_graph = n_gpu_layers != 0 and one_graph_build(
+            self.llama.llama_print_system_info(), os.environ
+        )  # base.keeps_one_graph reads it
         self.vocab = self.llama.llama_model_get_vocab(self.model)
         self.n_vocab = int(self.llama.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = n_train = self.context_length(vocab_only)

@@ -99,3 +99,23 @@ def test_the_tune_key_names_models_runtime_and_device(pair):
         + device_description()
     )
     assert tune_key(dataclasses.replace(pair, draft=None, draft_path=None)) != key
+
+
+def test_a_one_graph_runtimes_curve_keeps_its_switch_and_a_key_of_its_own(pair, measured):
+    """A curve's switch_s is stored and read back (absent: 0, as stored before runtimes
+    that keep one CUDA graph were priced); such a runtime's curves are keyed apart, so
+    a curve measured for it without switch_s is never read for it."""
+    key = tune_key(pair)
+    assert " one-graph" not in key and pair.target.keeps_one_graph is False  # CPU build
+    curve = dataclasses.replace(cost_curve(pair, n_max=2), switch_s=0.002)
+    calibrate.store_tuned(key, curve)
+    assert calibrate.load_tuned(key) == curve
+    for switch_s in (-1.0, True, "0.002", float("nan")):
+        assert calibrate.valid_curve({**calibrate.curve_entry(curve), "switch_s": switch_s}) is None
+    old = {"target_s": [0.5, 0.5], "draft_s": 0.01}  # before switch_s
+    assert calibrate.valid_curve(old) == calibrate.CostCurve([0.5, 0.5], 0.01)
+    pair.target.keeps_one_graph = True
+    try:
+        assert tune_key(pair) == key.replace(" gpu_layers=0", " gpu_layers=0 one-graph")
+    finally:
+        pair.target.keeps_one_graph = False

@@ -516,3 +516,57 @@ def test_a_fixed_policy_prefills_its_drafter_once_per_request():
     plain = FixedPolicy(None, 0)
     plain.begin([m])
     assert plain.to_sync([1, 2, 3]) == []
+
+
+# --- a runtime that keeps one CUDA graph (llama.cpp on CUDA) ----------------------------------
+
+
+def test_a_verify_pass_is_charged_its_switch_by_width():
+    """draft_rates adds switch_s[n - 1] to a pass of n tokens; best_choice charges plain its
+    switch_s[0]: a draft that wins on the curve alone loses to plain once its passes cost a
+    switch each."""
+    flat = CostCurve([1.0] * 9)
+    d = NgramDrafter()
+    option = Option(d, [0.5] * 2, 0.0)
+    assert draft_rates(flat, option, 2, [0.0, 1.0, 2.0]) == pytest.approx([1.5 / 2, 1.75 / 3])
+    assert best_choice(flat, [option], 2).k == 2
+    assert best_choice(flat, [option], 2, switch_s=[0.0, 1.0, 2.0]).k == 0
+    assert best_choice(flat, [option], 2, switch_s=[1.0, 1.0, 1.0]).k == 2  # plain's too
+
+
+def one_graph_policy(switch_s=0.5):
+    policy = AdaptivePolicy(CostCurve([1.0, 1.2, 1.4, 1.6, 1.8], switch_s=switch_s), k_max=4)
+    policy.begin([NgramDrafter()])
+    return policy
+
+
+def test_leaving_plain_decoding_costs_three_switches_and_a_run_of_one_width_none():
+    """From plain steps a verify pass pays its own uncaptured pass and the two plain passes
+    back (three switches); in a run of verify passes a new width pays one, the second pass
+    of a width one (its capture), the third none; plain is never charged (prepaid)."""
+    policy = one_graph_policy()
+    assert policy.switch_s() == [0.0, 1.5, 1.5, 1.5, 1.5]
+    policy.observe(None, 2, 2, 0.0, 1.4 + 0.5)  # a 3-token pass: uncaptured
+    assert policy.switch_s() == [0.0, 0.5, 0.5, 0.5, 0.5]
+    policy.observe(None, 2, 2, 0.0, 1.4 + 0.5)  # the same width: captured now
+    assert policy.switch_s() == [0.0, 0.5, 0.0, 0.5, 0.5]
+    policy.observe(None, 2, 2, 0.0, 1.4)  # replayed
+    assert policy.switch_s() == [0.0, 0.5, 0.0, 0.5, 0.5]
+    policy.observe(None, 0, 0, 0.0, 1.0 + 0.5)  # back to plain
+    assert policy.switch_s() == [0.0, 1.5, 1.5, 1.5, 1.5]
+    assert policy.curve.target_s == pytest.approx([1.0, 1.2, 1.4, 1.6, 1.8])  # speed kept
+    policy.begin([NgramDrafter()])
+    assert policy.switch_s() == [0.0, 1.5, 1.5, 1.5, 1.5]
+    assert one_graph_policy(switch_s=0.0).switch_s() == []  # any other runtime: nothing
+
+
+def test_on_a_one_graph_runtime_a_lone_guess_stays_plain_and_a_long_copy_drafts():
+    """A 2-token guess kept 60% of the time beats plain on the curve (1.6 tokens for 1.2
+    passes) but not with three switches to pay (1.6 for 2.7); a 4-token copy kept 95% of the
+    time still pays them (4.5 tokens for 3.1 passes)."""
+    policy = one_graph_policy()
+    d = NgramDrafter()
+    guess, copy = Option(d, [0.6], 0.0), Option(d, [0.95] * 4, 0.0)
+    assert best_choice(policy.curve, [guess], 4).k == 1
+    assert best_choice(policy.curve, [guess], 4, switch_s=policy.switch_s()).k == 0
+    assert best_choice(policy.curve, [copy], 4, switch_s=policy.switch_s()).k == 4

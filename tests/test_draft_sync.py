@@ -113,3 +113,24 @@ def test_auto_uses_a_draft_model_on_a_long_prompt_and_keeps_the_output(tiny_runt
     assert max(counting.widths[1:]) < 20  # never caught up on tens of tokens at once
     plain = SpeculativeDecoder(target).generate(prompt, max_tokens=40, speculative=False)
     assert out.tokens == plain.tokens
+
+
+def test_on_a_one_graph_runtime_the_draft_forwards_one_token_a_pass(tiny_runtimes):
+    """After a draft kept whole the draft model lacks its last proposal and the bonus token:
+    one 2-token pass, or, where its runtime replays one CUDA graph (keeps_one_graph), two
+    one-token passes, which replay it where a 2-token pass would run uncaptured and make the
+    next two passes run uncaptured and capture. The output is the target's either way."""
+    target, draft = tiny_runtimes
+    prompt = prompt_of(target, "the theme of the week, in the ether, the theme")
+    plain = SpeculativeDecoder(target).generate(prompt, max_tokens=24, speculative=False)
+    widths = {}
+    for told in (False, True):
+        counting = Counting(draft)
+        counting.keeps_one_graph = told
+        decoder = SpeculativeDecoder(target, [ModelDrafter(counting)], FixedPolicy("model", 1))
+        out = decoder.generate(prompt, max_tokens=24)
+        assert out.tokens == plain.tokens
+        assert out.stats.n_accepted > 0
+        widths[told] = counting.widths[1:]  # after the prompt's pass
+    assert 2 in widths[False]
+    assert set(widths[True]) == {1} and len(widths[True]) > len(widths[False])

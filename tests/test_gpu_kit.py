@@ -141,6 +141,8 @@ def test_llama_cpp_on_cuda_speculates_exactly(tiny_pair):
     target_path, draft_path = tiny_pair
     target = LlamaCppRuntime(target_path, n_ctx=512, n_gpu_layers=999)
     draft = LlamaCppRuntime(draft_path, n_ctx=512, n_gpu_layers=999)
+    # ggml-cuda builds with CUDA graphs by default: the draft then forwards a token a pass
+    assert target.keeps_one_graph and draft.keeps_one_graph, "built without CUDA graphs?"
     plain = SpeculativeDecoder(target).generate(PROMPT, max_tokens=40, speculative=False)
     for k in (1, 4, 8):
         out = SpeculativeDecoder(target, [ModelDrafter(draft)], FixedPolicy("model", k)).generate(

@@ -213,3 +213,19 @@ def test_truncated_and_corrupt_gguf_are_refused(tmp_path, tiny_pair):
     corrupt.write_bytes(data[:8] + b"\xff" * 64 + data[72:])
     with pytest.raises(ModelFileError, match="the file may be truncated or corrupt"):
         LlamaCppRuntime(corrupt)
+
+
+def test_a_cuda_build_with_graphs_keeps_one_graph_unless_they_are_turned_off():
+    """ggml-cuda lists USE_GRAPHS among its features where it was built with CUDA graphs;
+    GGML_CUDA_DISABLE_GRAPHS turns them off at run time. Feature strings as
+    llama_print_system_info writes them."""
+    from edgespec.runtimes.llamacpp import one_graph_build
+
+    cuda = b"CUDA : ARCHS = 900 | USE_GRAPHS = 1 | PEER_MAX_BATCH_SIZE = 128 | CPU : AVX2 = 1 | "
+    assert one_graph_build(cuda, {})
+    assert not one_graph_build(cuda, {"GGML_CUDA_DISABLE_GRAPHS": "1"})
+    assert not one_graph_build(b"CPU : SSE3 = 1 | AVX2 = 1 | FMA = 1 | ", {})
+
+
+def test_a_cpu_runtime_keeps_no_graph(tiny_runtimes):
+    assert [rt.keeps_one_graph for rt in tiny_runtimes] == [False, False]

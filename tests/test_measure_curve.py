@@ -70,3 +70,37 @@ def test_short_widths_are_sampled_most_each_after_a_one_token_pass(clock):
 def test_a_one_token_curve_times_one_token_passes_alone(clock):
     curve = measure_curve(TimedRuntime(clock), n_max=1, prefix=8, reps=3)
     assert len(curve) == 1 and set(clock.widths[3:]) == {1} and len(clock.widths) == 3 + 3
+
+
+class OneGraphRuntime(FakeRuntime):
+    """Passes cost 1 + 0.5 (n - 1) units replayed, and SWITCH more when their shape (width,
+    rows) changed from the last pass's or the pass before changed it: ggml-cuda's one graph,
+    run uncaptured, then captured (docs/gpu.md)."""
+
+    keeps_one_graph = True
+    SWITCH = 2.0
+
+    def __init__(self, clock: DriftingClock) -> None:
+        super().__init__(n_ctx=64)
+        self.clock = clock
+        self.shapes: list[tuple[int, int]] = []
+
+    def forward(self, tokens, *, last_only=False):
+        shape = (len(tokens), 1 if last_only else len(tokens))
+        changed = self.shapes[-1:] != [shape] or self.shapes[-2:-1] != [shape]
+        self.clock.now += 1 + 0.5 * (len(tokens) - 1) + (self.SWITCH if changed else 0.0)
+        self.shapes.append(shape)
+        return super().forward(tokens, last_only=last_only)
+
+
+def test_on_a_one_graph_runtime_the_calibration_measures_what_a_switch_costs(clock):
+    """measure_curve alternates widths, so every pass it times ran uncaptured; calibrate
+    times one-token passes in a row as well, and keeps replayed passes in the curve and the
+    difference as switch_s. A draft model that keeps one graph is priced by its one-token
+    passes in a row: it forwards one token a pass (ModelDrafter)."""
+    curve = calibrate.calibrate(OneGraphRuntime(clock), OneGraphRuntime(clock), n_max=5)
+    assert curve.switch_s == pytest.approx(OneGraphRuntime.SWITCH)
+    assert curve.target_s == pytest.approx([1.0, 1.5, 2.0, 2.5, 3.0])
+    assert curve.draft_s == pytest.approx(1.0)
+    plain = calibrate.calibrate(TimedRuntime(clock), None, n_max=2)  # any other runtime
+    assert plain.switch_s == 0.0

@@ -294,3 +294,31 @@ def test_recorded_curves_and_confidence_follow_the_recording_and_edgespec():
     assert replay.confidence_for("auto", None) == SpecOptions().draft_confidence
     assert replay.confidence_for("model=4", None) == replay.confidence_for("oracle", None) == 0
     assert replay.confidence_for("model=4", 0.5) == 0.5
+
+
+def test_one_graph_charges_a_changed_shape_and_its_capture():
+    """ggml-cuda's one graph (--one-graph): a pass whose shape changed runs uncaptured, the
+    next like it captures; both pay the surcharge, replays none."""
+    replay = load_module()
+    graph = replay.OneGraph(1.5)
+    shapes = [(9, 1), (1, 1), (1, 1), (1, 1), (3, 3), (1, 1), (3, 3), (3, 3), (3, 3), (3, 1)]
+    assert [graph.surcharge(s) for s in shapes] == [1.5, 1.5, 1.5, 0, 1.5, 1.5, 1.5, 1.5, 0, 1.5]
+
+
+def test_on_one_graph_plain_decoding_pays_two_switches_and_drafting_pays_its_own():
+    replay = load_module()
+    no_repeats = case(list(range(10, 40)), list(range(40, 70)))
+    row = replay.replay_case(no_repeats, FLAT, SPEC, one_graph=(1.0, 0.5))
+    # the prompt's pass leaves another shape: the first plain pass uncaptured, the second
+    # captures; auto drafts nothing here and pays as plain decoding does
+    assert (row["plain_cost"], row["cost"], row["speedup"]) == (33.0, 33.0, 1.0)
+    output = unrepeated(30)
+    perfect = drafted_case(output, output)
+    told = replay.replay_case(perfect, FLAT, SPEC, "model=3", draft_ratio=0.5, one_graph=(1.0, 1.0))
+    untold = replay.replay_case(
+        perfect, FLAT, SPEC, "model=3", draft_ratio=0.5, one_graph=(1.0, 1.0), told=False
+    )
+    # told, the draft forwards one token a pass and replays its graph; untold, each step's
+    # 2-token pass and the one-token pass after it run uncaptured
+    assert told["n_accepted"] == untold["n_accepted"] == 23
+    assert (told["cost"], untold["cost"]) == (28.0, 44.5)

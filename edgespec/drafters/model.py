@@ -15,12 +15,20 @@ import numpy as np
 
 from edgespec.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
-from edgespec.runtimes.base import Runtime, TopRows, forward_dists, forward_top, logit_ids
+from edgespec.runtimes.base import (
+    Runtime,
+    TopRows,
+    forward_dists,
+    forward_top,
+    keeps_one_graph,
+    logit_ids,
+)
 from edgespec.sampling import SamplingParams, TokenDist, uses_gumbel
 
 STAND_IN = 0  # what the draft reads for a token id it has no row for (a padding id)
 # the passes a proposal makes once in step (width, rows returned): the token after one it
-# drafted, and, after a draft kept whole, its last proposal with the bonus token
+# drafted, and, after a draft kept whole, its last proposal with the bonus token (in two
+# one-token passes where the runtime keeps one graph)
 STEP_SHAPES = ((1, 1), (2, 1))
 
 
@@ -68,6 +76,9 @@ class ModelDrafter:
         self.margin = math.log(confidence / (1 - confidence)) if confidence > 0 else -math.inf
         self.rng = np.random.default_rng(seed)
         self.cached: list[int] = []  # tokens in the draft runtime's KV cache
+        # a runtime replaying one CUDA graph runs a pass whose width changed uncaptured and
+        # captures on the next: there one token a pass, replayed, beats two in one
+        self.one_token_passes = keeps_one_graph(runtime)
 
     def reset(self, rng: np.random.Generator) -> None:
         self.rng = rng
@@ -155,6 +166,10 @@ class ModelDrafter:
         cached tokens (the common prefix); return the next token's scores (score)."""
         keep = min(keep, len(context) - 1)  # re-forward at least one token to get its logits
         self.runtime.rollback(keep)
+        if self.one_token_passes and len(context) - keep > 1:
+            self.cached = list(context[:keep])  # true whatever happens to the forward below
+            self.runtime.forward(self.readable(context[keep:-1]), last_only=True)
+            keep = len(context) - 1
         scores = self.score(self.readable(context[keep:]), sp, gated)
         self.cached = list(context)
         return scores
