@@ -174,6 +174,29 @@ def test_doctor_says_why_cuda_graphs_are_off(capsys):
     )
 
 
+def test_doctor_says_whether_llama_cpp_offloads_and_keeps_one_graph(monkeypatch):
+    from types import SimpleNamespace
+
+    from edgespec.app.doctor import llama_gpu_status
+
+    def build(gpu: bool, info: bytes):
+        return SimpleNamespace(
+            llama_supports_gpu_offload=lambda: gpu, llama_print_system_info=lambda: info
+        )
+
+    cuda = b"CUDA : ARCHS = 870 | USE_GRAPHS = 1 | CPU : NEON = 1 | "
+    monkeypatch.delenv("GGML_CUDA_DISABLE_GRAPHS", raising=False)
+    assert llama_gpu_status(build(False, b"CPU : AVX2 = 1 | ")) == "no (CPU build)"
+    assert llama_gpu_status(build(True, cuda)) == (
+        "yes, with CUDA graphs, one a context: a pass of a new width runs uncaptured, "
+        "which the calibration measures and the controller prices"
+    )
+    monkeypatch.setenv("GGML_CUDA_DISABLE_GRAPHS", "1")
+    assert llama_gpu_status(build(True, cuda)) == (
+        "yes, without CUDA graphs (this build, or GGML_CUDA_DISABLE_GRAPHS)"
+    )
+
+
 # --- one place decides k and the device --------------------------------------------------
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import platform
 
 from edgespec import hugepages
@@ -32,8 +33,7 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
     if llama:
         import llama_cpp
 
-        gpu = bool(llama_cpp.llama_supports_gpu_offload())
-        rows.append(("llama.cpp GPU offload", "yes" if gpu else "no (CPU build)"))
+        rows.append(("llama.cpp GPU offload", llama_gpu_status(llama_cpp)))
     ort = module_version("onnxruntime")
     rows.append(("onnxruntime", ort or "missing: pip install 'edgespec[onnx]'"))
     if ort:
@@ -45,6 +45,21 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
         rows.append(("onnxruntime threads", thread_pool_status()))
         rows.append(("CUDA graphs", cuda_graph_status(onnxruntime, model)))
     return rows + tensorrt_report()
+
+
+def llama_gpu_status(llama_cpp) -> str:
+    """Whether this llama-cpp-python offloads to a GPU, and with CUDA graphs (one a context:
+    a change of verify width costs a pass run uncaptured; docs/gpu.md)."""
+    from edgespec.runtimes.llamacpp import one_graph_build
+
+    if not llama_cpp.llama_supports_gpu_offload():
+        return "no (CPU build)"
+    if one_graph_build(llama_cpp.llama_print_system_info(), os.environ):
+        return (
+            "yes, with CUDA graphs, one a context: a pass of a new width runs uncaptured, "
+            "which the calibration measures and the controller prices"
+        )
+    return "yes, without CUDA graphs (this build, or GGML_CUDA_DISABLE_GRAPHS)"
 
 
 def cpu_threads_status() -> str:
@@ -118,7 +133,8 @@ def cuda_graph_status(ort, model: str | None) -> str:
     if runtime.cuda_graph:
         return (
             f"active for {model}: steps of 1..{runtime.max_graph_width} tokens are captured, "
-            f"one graph per width; {greedy_rows_status(runtime)}; {sampled_rows_status(runtime)}"
+            "one graph per width (and a draft's 2-token re-forward; `serve` captures them at "
+            f"load); {greedy_rows_status(runtime)}; {sampled_rows_status(runtime)}"
         )
     if runtime.info.get("compute") != "fp16":
         return (
