@@ -313,7 +313,7 @@ def test_the_llama_load_check_loads_a_model_every_way_on_a_build_that_does(tiny_
 
 
 STAND_IN_PYTHON = """#!/usr/bin/env bash
-echo "$*" >> "$CALLS"
+echo "${ORT_FPA_INTB_GEMM:+ORT_FPA_INTB_GEMM=$ORT_FPA_INTB_GEMM }$*" >> "$CALLS"
 case "$*" in
   *llama_load_check.py*) exit "$LOAD_CHECK_EXIT" ;;
   *--report*) echo table ;;
@@ -327,7 +327,8 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
     tmp_path, load_check_exit
 ):
     """run.sh's GPU steps (sourced, with a stand-in Python and the exports marked done):
-    llama.cpp (graphs on, full; off, quick), the fp16 ONNX target, then the INT4 one; where
+    llama.cpp (graphs on, full; off, quick), the fp16 ONNX target, then the INT4 one (with
+    ORT_FPA_INTB_GEMM=1, quick, then as it is, full); where
     the load check exits 3, measure.py runs with llama_cpp imported first."""
     kit, out = tmp_path / "kit", tmp_path / "out"
     (kit / "state").mkdir(parents=True)
@@ -365,9 +366,12 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
         f"--label demo --json {out}/demo-llama-graphs-off.json",
         f"{measure} onnx --graphs on --grid full --bundle {bundles}/demo-onnx-fp16 "
         f"--label demo-fp16 --json {out}/demo-fp16-onnx-graphs-on.json",
+        f"ORT_FPA_INTB_GEMM=1 {measure} onnx --graphs on --grid quick --bundle "
+        f"{bundles}/demo-onnx --label demo-fpa-intb --json {out}/demo-fpa-intb-onnx-graphs-on.json",
         f"{measure} onnx --graphs on --grid full --bundle {bundles}/demo-onnx "
         f"--label demo --json {out}/demo-onnx-graphs-on.json",
         f"bench/gpu/measure.py --report {out}/demo-fp16-onnx-graphs-on.json "
+        f"{out}/demo-fpa-intb-onnx-graphs-on.json "
         f"{out}/demo-llama-graphs-off.json {out}/demo-llama-graphs-on.json "
         f"{out}/demo-onnx-graphs-on.json",
     ]

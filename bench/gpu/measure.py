@@ -48,6 +48,9 @@ from edgespec.sampling import SamplingParams
 
 ACCEPTANCE = (1.0, 0.9, 0.8, 0.6)
 KS = tuple(range(1, 9))
+# environment variables that choose kernels, recorded with a run: ONNX Runtime's CUTLASS
+# mixed-precision GEMM for MatMulNBits (M > 1), ggml-cuda's graphs
+KERNEL_SWITCHES = ("ORT_FPA_INTB_GEMM", "GGML_CUDA_DISABLE_GRAPHS")
 SWITCH_SETTLE, SWITCH_AFTER = 8, 5  # plain steps before and after switch_recovery's pass
 PROMPT = """Complete the module: keep the public names, add type hints and docstrings.
 
@@ -441,6 +444,7 @@ def measure(args: argparse.Namespace) -> dict:
     report: dict = {
         "label": args.label, "backend": args.backend, "device": args.device,
         "cuda_graphs": args.graphs, "machine": machine(), "bundle": str(args.bundle),
+        "environment": {k: os.environ[k] for k in KERNEL_SWITCHES if k in os.environ},
         "settings": settings.__dict__, "prompt_tokens": len(bench.prompt),
         "curve_ms": [round(1e3 * t, 4) for t in curve],
         "curve_ratio": [round(t / curve[0], 4) for t in curve],
@@ -568,8 +572,10 @@ def machine() -> dict:
 def table(reports: list[dict]) -> str:
     lines = []
     for r in reports:
+        env = "".join(f", {k}={v}" for k, v in (r.get("environment") or {}).items())
+        gpu = r["machine"].get("gpu") or "no GPU"
         lines.append(f"\n## {r['label']} on {r['backend']} ({r['device']}, CUDA graphs "
-                     f"{r['cuda_graphs']}) — {r['machine'].get('gpu') or 'no GPU'}")  # fmt: skip
+                     f"{r['cuda_graphs']}{env}) — {gpu}")  # fmt: skip
         lines.append("verify cost t(n)/t(1), n=1..: "
                      + " ".join(f"{x:.2f}" for x in r["curve_ratio"])
                      + f"   t(1) = {r['curve_ms'][0]:.2f} ms; draft token {r['draft_token_ms']:.2f}"

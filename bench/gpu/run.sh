@@ -218,6 +218,9 @@ measure_all() {  # demo pair first; the 7B when its bundles are ready in time
       local bundle=$WORK/bundles/$pair-$format backend=onnx label=$pair
       [ $format = gguf ] && backend=llama && check_llama_load "$bundle"
       [ $format = onnx-fp16 ] && label=$pair-fp16
+      if [ $format = onnx ]; then  # MatMulNBits by CUTLASS's mixed GEMM: is the cliff gone?
+        ORT_FPA_INTB_GEMM=1 run_measure "$label-fpa-intb" onnx on quick "$bundle"
+      fi
       run_measure "$label" $backend on full "$bundle"
       if [ $format = gguf ]; then run_measure "$label" $backend off quick "$bundle"; fi
     done
