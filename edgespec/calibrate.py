@@ -163,17 +163,24 @@ def tune_bundle(bundle: Bundle, n_max: int = 17) -> dict[str, object]:
 
 def calibrate(target: Runtime, draft: Runtime | None, n_max: int = 9) -> CostCurve:
     t0 = time.perf_counter()
-    target_s = measure_curve(target, n_max)
-    switch_s = 0.0
-    if keeps_one_graph(target):  # measure_curve's passes all ran uncaptured: take it off
-        switch_s = max(0.0, target_s[0] - steady_one_token(target))
-        target_s = [t - switch_s for t in target_s]
+    target_s, switch_s = replayed(target, measure_curve(target, n_max))
     draft_s = 0.0
     if draft is not None:  # one token a pass where it keeps one graph (ModelDrafter)
         draft_s = steady_one_token(draft) if keeps_one_graph(draft) else measure_curve(draft, 2)[0]
     curve = CostCurve(target_s, draft_s, switch_s=switch_s)
     log.info("calibrated in %.1fs: %s", time.perf_counter() - t0, describe(curve))
     return curve
+
+
+def replayed(runtime: Runtime, target_s: list[float]) -> tuple[list[float], float]:
+    """measure_curve's seconds as replayed passes, and the switch apart (CostCurve.switch_s),
+    where the runtime keeps one CUDA graph: each pass measure_curve times follows one of
+    another width, so all ran uncaptured; one-token passes in a row replay. Elsewhere as
+    they are, and no switch."""
+    if not keeps_one_graph(runtime):
+        return target_s, 0.0
+    switch_s = max(0.0, target_s[0] - steady_one_token(runtime))
+    return [t - switch_s for t in target_s], switch_s
 
 
 def steady_one_token(runtime: Runtime, reps: int = SHORT_PASS_SAMPLES, prefix: int = 128) -> float:

@@ -355,8 +355,8 @@ MUTANTS = (
     Mutant(
         "one-graph-calibration-keeps-uncaptured-passes",
         "edgespec/calibrate.py",
-        "target_s = [t - switch_s for t in target_s]",
-        "target_s = list(target_s)",
+        "return [t - switch_s for t in target_s], switch_s",
+        "return list(target_s), switch_s",
         ("tests/test_measure_curve.py",),
     ),
     Mutant(

@@ -37,13 +37,13 @@ import numpy as np
 
 from edgespec.acceptance import ByPosition
 from edgespec.bundle import read_bundle
-from edgespec.calibrate import measure_curve, steady_one_token, time_pass, warm_at_prefix
+from edgespec.calibrate import measure_curve, replayed, time_pass, warm_at_prefix
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Draft, ModelDrafter
 from edgespec.drafters.base import Offer
 from edgespec.drafters.model import STEP_SHAPES, common_prefix_len
 from edgespec.engine import Result, SpeculativeDecoder
-from edgespec.runtimes.base import Runtime, capture_graphs, keeps_one_graph
+from edgespec.runtimes.base import Runtime, capture_graphs
 from edgespec.sampling import SamplingParams
 
 ACCEPTANCE = (1.0, 0.9, 0.8, 0.6)
@@ -436,8 +436,7 @@ def measure(args: argparse.Namespace) -> dict:
     curve = measure_curve(target, settings.curve_n, reps=settings.curve_reps)
     # where the target keeps one CUDA graph (llama.cpp), measure_curve's passes ran
     # uncaptured: the controller gets replayed passes and the switch, as calibrate() does
-    switch_s = max(0.0, curve[0] - steady_one_token(target)) if keeps_one_graph(target) else 0.0
-    policy_curve = [t - switch_s for t in curve]
+    policy_curve, switch_s = replayed(target, curve)
     draft_token_s = measure_curve(draft, 1, reps=settings.curve_reps)[0] if draft else 0.0
     bench = Bench(target, draft, settings, draft_token_s)
     reference, plain = bench.plain()
