@@ -41,6 +41,7 @@ import statistics
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -662,6 +663,31 @@ def load_curves(
     return curves
 
 
+@dataclass(frozen=True)
+class KitRun:
+    """A GPU kit run (bench/gpu/measure.py's JSON) as the replay reads it, all in replayed
+    one-token target passes."""
+
+    name: str  # its label, back-end and device
+    ratios: list[float]  # t(n)/t(1) of replayed passes
+    draft_ratio: float | None  # a draft token (None: the run had no draft)
+    one_graph: tuple[float, float] | None  # where the target keeps one graph: the switch
+    #                                        (the draft's taken as the target's: unmeasured)
+
+
+def kit_run(path: str) -> KitRun:
+    r = json.loads(Path(path).read_text())
+    switch = float(r.get("switch_ms") or 0.0)
+    replayed = [t - switch for t in r["curve_ms"]]  # the kit's curve alternates widths
+    one = replayed[0]
+    return KitRun(
+        f"{r['label']}-{r['backend']}-{r['device']}",
+        [round(t / one, 4) for t in replayed],
+        r["draft_token_ms"] / one if r.get("draft_token_ms") else None,
+        (switch / one, switch / one) if switch else None,
+    )
+
+
 def confidence_for(policy: str, given: float | None) -> float:
     """The draft model's confidence under `policy`: given, else edgespec's own (the
     controller's; a fixed k is drafted whole)."""
@@ -792,6 +818,11 @@ def main() -> None:
     rep.add_argument(
         "--no-draft", action="store_true", help="prompt lookup alone, draft model recorded or not"
     )
+    rep.add_argument(
+        "--kit",
+        help="a GPU kit run's JSON (bench/gpu/measure.py --json): its curve (replayed passes), "
+        "draft price and, where its target keeps one graph, --one-graph, unless given",
+    )
     rep.add_argument("--json")
     args = ap.parse_args()
     if args.command == "record":
@@ -811,7 +842,13 @@ def main() -> None:
     noise = parse_noise(args.noise)
     recorded = recording.get("curve")
     believed = [*load_curves([args.believed], recorded).values()][0] if args.believed else None
-    draft_ratio = None if args.no_draft else (args.draft_ratio or recording.get("draft_ratio"))
+    kit = kit_run(args.kit) if args.kit else None
+    one_graph = parse_pair(args.one_graph) if args.one_graph else (kit.one_graph if kit else None)
+    draft_ratio = None
+    if not args.no_draft:
+        drafts = all("draft" in case for case in recording["cases"])
+        from_kit = kit.draft_ratio if kit and drafts else None  # a kit's draft, where recorded
+        draft_ratio = args.draft_ratio or from_kit or recording.get("draft_ratio")
     if draft_ratio is not None and not all("draft" in case for case in recording["cases"]):
         raise SystemExit(
             f"{args.record} holds no draft model's predictions: record with a bundle or "
@@ -828,7 +865,8 @@ def main() -> None:
         "draft_ratio": draft_ratio,
         "confidence": args.confidence,
         "cold": args.cold,
-        "one_graph": args.one_graph,
+        "one_graph": one_graph,
+        "kit": args.kit,
         "untold": args.untold,
         "curves": {},
     }
@@ -838,7 +876,10 @@ def main() -> None:
             if draft_ratio is None:
                 raise SystemExit(f"--policies {policy}: replay with a draft model's recording")
     default = (["recorded"] if recorded else []) + list(DEFAULT_CURVES)
-    for name, ratios in load_curves(args.curve or default, recorded).items():
+    curves = load_curves(args.curve or ([] if kit else default), recorded)
+    if kit:
+        curves[kit.name] = kit.ratios
+    for name, ratios in curves.items():
         for policy in policies:
             rows = replay_suite(
                 recording["cases"],
@@ -850,7 +891,7 @@ def main() -> None:
                 draft_ratio,
                 confidence_for(policy, args.confidence),
                 cold=args.cold,
-                one_graph=parse_pair(args.one_graph) if args.one_graph else None,
+                one_graph=one_graph,
                 told=not args.untold,
             )
             summary = summarise(rows)

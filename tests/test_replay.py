@@ -3,6 +3,8 @@ and every pass is charged by the curve (hand-made recordings; the real one is a 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -322,3 +324,23 @@ def test_on_one_graph_plain_decoding_pays_two_switches_and_drafting_pays_its_own
     # 2-token pass and the one-token pass after it run uncaptured
     assert told["n_accepted"] == untold["n_accepted"] == 23
     assert (told["cost"], untold["cost"]) == (28.0, 44.5)
+
+
+def test_a_gpu_kit_run_is_read_as_replayed_passes_with_its_switch(tmp_path):
+    """--kit: the kit's curve alternates widths, so on a one-graph target (switch_ms) every
+    pass ran uncaptured: the replay takes the switch off, in replayed one-token passes."""
+    replay = load_module()
+    run = {"label": "demo", "backend": "llama", "device": "cuda", "curve_ms": [3.0, 4.0, 5.0],
+           "draft_token_ms": 0.5, "switch_ms": 2.0}  # fmt: skip
+    path = tmp_path / "kit.json"
+    path.write_text(json.dumps(run))
+    kit = replay.kit_run(str(path))
+    assert (kit.name, kit.ratios, kit.draft_ratio, kit.one_graph) == (
+        "demo-llama-cuda",
+        [1.0, 2.0, 3.0],
+        0.5,
+        (2.0, 2.0),
+    )
+    path.write_text(json.dumps({**run, "switch_ms": 0.0, "draft_token_ms": 0.0}))
+    kit = replay.kit_run(str(path))
+    assert (kit.ratios, kit.draft_ratio, kit.one_graph) == ([1.0, 1.3333, 1.6667], None, None)
