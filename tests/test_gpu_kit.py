@@ -328,7 +328,7 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
 ):
     """run.sh's GPU steps (sourced, with a stand-in Python and the exports marked done):
     llama.cpp (graphs on, full; off, quick), the fp16 ONNX target, then the INT4 one (with
-    ORT_FPA_INTB_GEMM=1, quick, then as it is, full); where
+    ORT_FPA_INTB_GEMM=1, then as it is, both quick); where
     the load check exits 3, measure.py runs with llama_cpp imported first."""
     kit, out = tmp_path / "kit", tmp_path / "out"
     (kit / "state").mkdir(parents=True)
@@ -368,7 +368,7 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
         f"--label demo-fp16 --json {out}/demo-fp16-onnx-graphs-on.json",
         f"ORT_FPA_INTB_GEMM=1 {measure} onnx --graphs on --grid quick --bundle "
         f"{bundles}/demo-onnx --label demo-fpa-intb --json {out}/demo-fpa-intb-onnx-graphs-on.json",
-        f"{measure} onnx --graphs on --grid full --bundle {bundles}/demo-onnx "
+        f"{measure} onnx --graphs on --grid quick --bundle {bundles}/demo-onnx "
         f"--label demo --json {out}/demo-onnx-graphs-on.json",
         f"bench/gpu/measure.py --report {out}/demo-fp16-onnx-graphs-on.json "
         f"{out}/demo-fpa-intb-onnx-graphs-on.json "
