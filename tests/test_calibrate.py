@@ -119,3 +119,23 @@ def test_a_one_graph_runtimes_curve_keeps_its_switch_and_a_key_of_its_own(pair, 
         assert tune_key(pair) == key.replace(" gpu_layers=0", " gpu_layers=0 one-graph")
     finally:
         pair.target.keeps_one_graph = False
+
+
+def test_a_one_graph_pair_is_calibrated_with_its_switch_and_decodes_as_plain(pair, measured):
+    """The whole path on real llama.cpp models said to keep one CUDA graph (on this CPU the
+    switch measures about nothing): calibrated with the switch, stored under the one-graph
+    key, priced by the policy, drafted a token a pass, and the output plain decoding's."""
+    from edgespec.loader import SpecOptions, build_decoder
+
+    pair.target.keeps_one_graph = pair.draft.keeps_one_graph = True
+    try:
+        decoder = build_decoder(pair, SpecOptions(k_max=4))
+        curve = decoder.policy.curve
+        assert measured == [5] and curve.switch_s >= 0.0
+        assert calibrate.load_tuned(tune_key(pair)) == curve and " one-graph" in tune_key(pair)
+        assert decoder.drafters["model"].one_token_passes
+        prompt = pair.target.tokenize("the theme of the week, in the ether", special=True)
+        plain = decoder.generate(prompt, max_tokens=24, speculative=False)
+        assert decoder.generate(prompt, max_tokens=24).tokens == plain.tokens
+    finally:
+        pair.target.keeps_one_graph = pair.draft.keeps_one_graph = False
