@@ -621,8 +621,8 @@ MUTANTS = (
     Mutant(
         "top-rows-ignore-the-cut",
         "runtimes/base.py",
-        "if width is None and getattr(runtime",
-        "if getattr(runtime",
+        'if width is None and getattr(runtime, "top_outputs", False):',
+        'if getattr(runtime, "top_outputs", False):',
         ("tests/test_top_outputs.py",),
     ),
     Mutant(
