@@ -382,10 +382,7 @@ class AdaptivePolicy:
         priced = [(e, self.option(e, e.offer.available)) for e in self.estimates
                   if e.offer.available > 0]  # fmt: skip
         live = [e for e, option in priced if self.in_use(e, option)]
-        options = [
-            replace(option, leaves_s=self.left_behind_s([x for x in live if x is not e]))
-            for e, option in priced
-        ]
+        options = [self.leaving(option, [x for x in live if x is not e]) for e, option in priced]
         choice = best_choice(
             self.curve, options, self.k_max, self.left_behind_s(live), self.switch_s()
         )
@@ -424,12 +421,19 @@ class AdaptivePolicy:
             return False
         return best_choice(self.curve, [option], self.k_max).drafter is e.drafter
 
+    def leaving(self, option: Option, behind: Sequence[Estimate]) -> Option:
+        """option charged what its steps leave the drafters `behind` to catch up on (as it
+        is where it leaves none: a plain copy of a frozen dataclass costs microseconds)."""
+        return replace(option, leaves_s=self.left_behind_s(behind)) if behind else option
+
     def left_behind_s(self, drafters: Sequence[Estimate]) -> float:
         """Seconds per token a step not drafted by these drafters costs them later: each
         catches up on it in its next forward pass, at the slope of its cost curve (without
         this, prompt lookup's one-token guesses, a plain step each, left a draft model
         further behind every step until catching up priced it out for the rest of the
         request: bench/replay.py)."""
+        if not drafters:
+            return 0.0
         slope = (self.curve.target(4) - self.curve.target(2)) / (2 * self.curve.target(1))
         return sum(e.token_s for e in drafters) * max(slope, 0.0)
 
