@@ -338,6 +338,17 @@ def first_passes(runtime: Runtime, n_max: int, last_only: bool, prefix: int = 64
     return out
 
 
+def step_ms(runtime: Runtime, n: int, rng: np.random.Generator) -> float:
+    """One loop step's pass, timed (ms): a plain step (one token, its row), or a verify pass
+    of n tokens (every row)."""
+    return 1e3 * time_pass(runtime, n, rng, last_only=n == 1)
+
+
+def slowest_first_pass(passes: list[dict]) -> dict:
+    """The width whose first pass cost the most times its second (first_passes' rows)."""
+    return max(passes, key=lambda x: x["first_over_second"])
+
+
 def width_switches(
     runtime: Runtime, widths: Sequence[int] = (2, 5, 9), reps: int = 6, prefix: int = 64
 ) -> list[dict]:
@@ -350,11 +361,10 @@ def width_switches(
     rng = np.random.default_rng(2)
     warm_at_prefix(runtime, min(prefix, runtime.n_ctx - max(widths)), rng)
 
-    def ms(n: int) -> float:
-        return 1e3 * time_pass(runtime, n, rng, last_only=n == 1)
-
     def settled(times: list[float]) -> float:
         return round(float(np.median(times[2:])), 4)  # the first two may capture a graph
+
+    ms = partial(step_ms, runtime, rng=rng)
 
     out = []
     for n in widths:
@@ -404,9 +414,7 @@ def switch_recovery(
     Runtime) shows no such tail."""
     rng = np.random.default_rng(3)
     warm_at_prefix(runtime, min(prefix, runtime.n_ctx - max(widths)), rng)
-
-    def ms(n: int) -> float:
-        return 1e3 * time_pass(runtime, n, rng, last_only=n == 1)
+    ms = partial(step_ms, runtime, rng=rng)
 
     out = []
     for n in widths:
@@ -582,7 +590,7 @@ def table(reports: list[dict]) -> str:
                      + (f"; a change of width {r['switch_ms']:.2f} ms (one graph)"
                         if r.get("switch_ms") else ""))  # fmt: skip
         for model, passes in (r.get("first_passes") or {}).items():
-            worst = max(passes, key=lambda x: x["first_over_second"])
+            worst = slowest_first_pass(passes)
             lines.append(f"first pass / second, {model}: up to {worst['first_over_second']:.1f}x "
                          f"(width {worst['width']}: {worst['first_ms']:.2f} against "
                          f"{worst['second_ms']:.2f} ms)")  # fmt: skip
@@ -593,7 +601,7 @@ def table(reports: list[dict]) -> str:
                          + f" ms ({w['extra_after_ms']:+.2f} ms over steady after it)")  # fmt: skip
         capture = r.get("capture_at_load") or {}
         for model, passes in (capture.get("first_passes_after") or {}).items():
-            worst = max(passes, key=lambda x: x["first_over_second"])
+            worst = slowest_first_pass(passes)
             lines.append(f"captured at load, {model}: {capture[model]['graphs']} graphs in "
                          f"{capture[model]['seconds']:.2f} s; first pass / second after: up to "
                          f"{worst['first_over_second']:.1f}x (width {worst['width']})")  # fmt: skip
