@@ -316,39 +316,56 @@ STAND_IN_PYTHON = """#!/usr/bin/env bash
 echo "${ORT_FPA_INTB_GEMM:+ORT_FPA_INTB_GEMM=$ORT_FPA_INTB_GEMM }$*" >> "$CALLS"
 case "$*" in
   *llama_load_check.py*) exit "$LOAD_CHECK_EXIT" ;;
+  *--fpa-pays*) echo "$FPA_BLOCK" ;;
   *--report*) echo table ;;
   *--json*) echo '{}' > "${@: -1}" ;;
 esac
 """
 
 
-@pytest.mark.parametrize("load_check_exit", [0, 3])
-def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_check_says(
-    tmp_path, load_check_exit
-):
-    """run.sh's GPU steps (sourced, with a stand-in Python and the exports marked done):
-    llama.cpp (graphs on, full; off, quick), the fp16 ONNX target, then the INT4 one (with
-    ORT_FPA_INTB_GEMM=1, then as it is, both quick); where
-    the load check exits 3, measure.py runs with llama_cpp imported first."""
+def run_kit_steps(tmp_path: Path, steps: str, marks: tuple[str, ...], **env: str):
+    """run.sh sourced with a stand-in Python that logs each launch; `marks` left in its state.
+    Returns the finished process and the launches, one line each."""
     kit, out = tmp_path / "kit", tmp_path / "out"
-    (kit / "state").mkdir(parents=True)
-    for mark in ("background", "bundle-demo-gguf", "bundle-demo-onnx", "bundle-demo-onnx-fp16"):
+    (kit / "state").mkdir(parents=True, exist_ok=True)
+    for mark in marks:
         (kit / "state" / mark).touch()
-    (kit / "work" / "bundles" / "demo-gguf").mkdir(parents=True)
-    (kit / "work" / "bundles" / "demo-gguf" / "draft.q8_0.gguf").touch()
     python = tmp_path / "python"
     python.write_text(STAND_IN_PYTHON)
     python.chmod(0o755)
     calls = tmp_path / "calls"
     script = Path(__file__).parent.parent / "bench" / "gpu" / "run.sh"
-    steps = f"set -euo pipefail; source {script} --kit {kit} --out {out} --no-7b; "
+    sourced = f"set -euo pipefail; source {script} --kit {kit} --out {out} --no-7b; PY={python}; "
     done = subprocess.run(
-        ["bash", "-c", steps + f"PY={python}; measure_all"],
+        ["bash", "-c", sourced + steps],
         capture_output=True, text=True, timeout=60,
-        env={"PATH": "/usr/bin:/bin", "CALLS": str(calls), "LOAD_CHECK_EXIT": str(load_check_exit)},
+        env={"PATH": "/usr/bin:/bin", "CALLS": str(calls), **env},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    launched = calls.read_text().splitlines()
+    return done, calls.read_text().splitlines() if calls.exists() else []
+
+
+@pytest.mark.parametrize("load_check_exit, fpa_block", [(0, None), (3, None), (0, 32), (0, 128)])
+def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_check_says(
+    tmp_path, load_check_exit, fpa_block
+):
+    """run.sh's GPU steps (sourced, with a stand-in Python and the exports marked done):
+    llama.cpp (graphs on, full; off, quick), the fp16 ONNX target, then the INT4 one, quick;
+    where MatMulNBits alone found fpA_intB pays, first the INT4 pair with ORT_FPA_INTB_GEMM=1
+    in that block size's export; where the load check exits 3, measure.py runs with llama_cpp
+    imported first."""
+    kit, out = tmp_path / "kit", tmp_path / "out"
+    marks = ("background", "bundle-demo-gguf", "bundle-demo-onnx", "bundle-demo-onnx-fp16",
+             "bundle-demo-onnx-b32")  # fmt: skip
+    (kit / "work" / "bundles" / "demo-gguf").mkdir(parents=True)
+    (kit / "work" / "bundles" / "demo-gguf" / "draft.q8_0.gguf").touch()
+    if fpa_block:
+        out.mkdir()
+        (out / "matmul-nbits.json").write_text("{}")
+    done, launched = run_kit_steps(
+        tmp_path, "measure_all", marks,
+        LOAD_CHECK_EXIT=str(load_check_exit), FPA_BLOCK=str(fpa_block or ""),
+    )  # fmt: skip
     llama_first = (
         "-c import llama_cpp, runpy, sys; sys.argv = sys.argv[1:]; "
         "runpy.run_path(sys.argv[0], run_name='__main__') "
@@ -357,6 +374,23 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
     )
     bundles = kit / "work" / "bundles"
     measure = "bench/gpu/measure.py --device cuda --backend"
+    fpa = []
+    if fpa_block:
+        fpa_bundle = bundles / ("demo-onnx-b32" if fpa_block == 32 else "demo-onnx")
+        fpa_json = f"{out}/demo-fpa-intb-b{fpa_block}-onnx-graphs-on.json"
+        fpa = [
+            f"bench/gpu/matmul_nbits.py --fpa-pays {out}/matmul-nbits.json",
+            f"ORT_FPA_INTB_GEMM=1 {measure} onnx --graphs on --grid quick --bundle "
+            f"{fpa_bundle} --label demo-fpa-intb-b{fpa_block} --json {fpa_json}",
+        ]
+    else:
+        assert "fpA_intB: no gain in MatMulNBits alone, so not measured end to end" in done.stderr
+    reports = sorted(
+        [f"{out}/demo-{name}-graphs-{graphs}.json"
+         for name, graphs in (("fp16-onnx", "on"), ("llama", "off"), ("llama", "on"),
+                              ("onnx", "on"))]
+        + ([fpa_json] if fpa_block else [])
+    )  # fmt: skip
     assert launched == [
         f"bench/gpu/llama_load_check.py {bundles}/demo-gguf/draft.q8_0.gguf "
         f"--json {out}/llama-load-check.json",
@@ -366,12 +400,149 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
         f"--label demo --json {out}/demo-llama-graphs-off.json",
         f"{measure} onnx --graphs on --grid full --bundle {bundles}/demo-onnx-fp16 "
         f"--label demo-fp16 --json {out}/demo-fp16-onnx-graphs-on.json",
-        f"ORT_FPA_INTB_GEMM=1 {measure} onnx --graphs on --grid quick --bundle "
-        f"{bundles}/demo-onnx --label demo-fpa-intb --json {out}/demo-fpa-intb-onnx-graphs-on.json",
+        *fpa,
         f"{measure} onnx --graphs on --grid quick --bundle {bundles}/demo-onnx "
         f"--label demo --json {out}/demo-onnx-graphs-on.json",
-        f"bench/gpu/measure.py --report {out}/demo-fp16-onnx-graphs-on.json "
-        f"{out}/demo-fpa-intb-onnx-graphs-on.json "
-        f"{out}/demo-llama-graphs-off.json {out}/demo-llama-graphs-on.json "
-        f"{out}/demo-onnx-graphs-on.json",
+        "bench/gpu/measure.py --report " + " ".join(reports),
+        *([f"bench/gpu/matmul_nbits.py --report {out}/matmul-nbits.json"] if fpa_block else []),
     ]
+
+
+@pytest.mark.parametrize("build_done", [False, True])
+def test_the_kit_times_matmul_rows_once_and_says_when_a_build_ran_beside(tmp_path, build_done):
+    kit, out = tmp_path / "kit", tmp_path / "out"
+    marks = ("background",) if build_done else ()
+    _, launched = run_kit_steps(tmp_path, "matmul_rows; matmul_rows", marks)
+    beside = "" if build_done else " --beside-build"
+    assert launched == [
+        f"bench/gpu/matmul_nbits.py --shape qwen2.5-1.5b --work {kit}/work{beside} "
+        f"--json {out}/matmul-nbits.json"
+    ]  # the second call found its JSON
+
+
+# --- bench/gpu/matmul_nbits.py: MatMulNBits against a pass's rows ---------------------------
+
+matmul_rows = load_bench_script("gpu/matmul_nbits.py", "gpu_matmul_nbits")
+
+
+def matmul_shapes(graph) -> dict[tuple[str, int, int], int]:
+    """(op, K, N) of every matmul node, counted; a dense MatMul's from its weight's shape."""
+    import collections
+
+    dims = {t.name: list(t.dims) for t in graph.initializer}
+    shapes: collections.Counter = collections.Counter()
+    for node in graph.node:
+        attrs = {a.name: a.i for a in node.attribute}
+        if node.op_type == "MatMulNBits":
+            shapes["MatMulNBits", attrs["K"], attrs["N"]] += 1
+        elif node.op_type == "MatMul":
+            k, n = dims[node.input[1]]
+            shapes["MatMul", k, n] += 1
+    return dict(shapes)
+
+
+def test_the_matmul_graph_holds_the_exported_targets_matmul_shapes(tmp_path):
+    """Layer for layer, the benchmark's graph multiplies what `edgespec export` makes the
+    target multiply: fused q/k/v, o, gate, up, down, and the output layer."""
+    import onnx
+
+    run = partial_run(tmp_path)
+    run("bench/gpu/make_models.py", "--shape", "tiny", "--out", "hf-t", "--seed", "1")
+    run("bench/gpu/make_models.py", "--shape", "tiny-draft", "--out", "hf-d", "--seed", "2")
+    run("-m", "edgespec", "export", "--format", "onnx", "--target", "hf-t", "--draft", "hf-d",
+        "--out", "onnx", "--target-quant", "int4", "--draft-quant", "fp16")  # fmt: skip
+    exported = onnx.load(str(tmp_path / "onnx/target.int4/model.onnx"), load_external_data=False)
+    vocab = json.loads((tmp_path / "hf-t/config.json").read_text())["vocab_size"]
+    tiny = matmul_rows.SHAPES["tiny"]
+    shape = matmul_rows.Shape(tiny.hidden, tiny.layers, tiny.heads, tiny.kv_heads,
+                              tiny.intermediate, tied=False, vocab=vocab)  # fmt: skip
+    for block in (128, None):
+        graph = matmul_rows.MatmulGraph(shape, block, np.float32, tmp_path / f"{block}.data")
+        built = matmul_shapes(graph.build().graph)
+        expected = matmul_shapes(exported.graph)
+        if block is None:
+            expected = {("MatMul", k, n): c for (_, k, n), c in expected.items()}
+        assert built == expected
+    assert expected == {  # the tiny shape: hidden 256, 4 heads of 64, 2 of them k/v, 512 wide
+        ("MatMul", 256, 512): 6, ("MatMul", 256, 256): 2, ("MatMul", 512, 256): 2,
+        ("MatMul", 256, vocab): 1,
+    }  # fmt: skip
+
+
+def partial_run(cwd: Path):
+    def run(*args: str) -> None:
+        full = [sys.executable, *(str(REPO / a) if a.startswith("bench/") else a for a in args)]
+        done = subprocess.run(full, cwd=cwd, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    return run
+
+
+def test_matmul_rows_times_every_variant_at_every_row_count_on_the_cpu(tmp_path):
+    out = tmp_path / "rows.json"
+    partial_run(tmp_path)("bench/gpu/matmul_nbits.py", "--smoke", "--json", str(out))
+    report = json.loads(out.read_text())
+    assert (report["device"], report["shape"], report["dtype"]) == ("cpu", "tiny", "float32")
+    assert list(report["variants"]) == ["dense", "int4-b128", "int4-b32"]
+    for entry in report["variants"].values():
+        assert "error" not in entry, entry
+        assert list(entry["rows"]) == ["1", "2", "5"]
+        assert all(0 < r["min_ms"] <= r["ms"] for r in entry["rows"].values())
+        assert entry["fpa_kernels"] == []  # the CPU has no fpA_intB
+    lines = matmul_rows.table(report).splitlines()
+    assert lines[0] == "MatMulNBits against rows: tiny's matmuls, float32, on cpu " + (
+        f"(onnxruntime {report['onnxruntime']})"
+    )
+    assert lines[1] == "| variant | 1 row (ms) | t(2)/t(1) | t(5)/t(1) |"
+    assert [line.split(" | ")[0] for line in lines[3:6]] == ["| dense", "| int4-b128", "| int4-b32"]
+    assert lines[-1] == "fpA_intB pays: no"
+
+
+FPA_DEBUG_LOG = """\
+[fpA_intB_debug] M=1 N=2048 K=1536 nbits=4 block_size=32 device_sm=90 packing_sm=80 has_bias=0 \
+has_zero_points=0 weight_format=runtime-prepacked(SM80 layout) kernel=GEMV(cuda) tactic=a b
+[fpA_intB_debug] M=2 N=2048 K=1536 nbits=4 block_size=32 device_sm=90 packing_sm=80 has_bias=0 \
+has_zero_points=0 weight_format=runtime-prepacked(SM80 layout) kernel=CUTLASS(non-hopper gemm) t=x
+some other line
+[fpA_intB_debug] M=1 N=2048 K=1536 nbits=4 block_size=32 device_sm=90 packing_sm=80 has_bias=0 \
+has_zero_points=0 weight_format=runtime-prepacked(SM80 layout) kernel=GEMV(cuda) tactic=a b
+[fpA_intB_debug] M=1 N=1536 K=8960 nbits=4 block_size=32 device_sm=90 packing_sm=90 has_bias=0 \
+has_zero_points=0 weight_format=raw kernel=CUTLASS(hopper gemm) tactic=c
+"""
+
+
+def test_the_fpa_kernel_of_each_shape_is_read_once_from_onnxruntimes_debug_lines():
+    assert matmul_rows.fpa_kernels(FPA_DEBUG_LOG) == [
+        {"M": 1, "N": 1536, "K": 8960, "kernel": "CUTLASS(hopper gemm)"},
+        {"M": 1, "N": 2048, "K": 1536, "kernel": "GEMV(cuda)"},
+        {"M": 2, "N": 2048, "K": 1536, "kernel": "CUTLASS(non-hopper gemm)"},
+    ]
+
+
+def rows_report(**two_row_ratios: float | str) -> dict:
+    """A matmul_nbits report whose variants cost 1 ms at one row and the given ratio at two
+    (a string: that variant failed)."""
+    variants = {}
+    for name, r in two_row_ratios.items():
+        name = name.replace("_", "-")
+        if isinstance(r, str):
+            variants[name] = {"error": r}
+        else:
+            variants[name] = {"rows": {"1": {"ms": 1.0}, "2": {"ms": r}}}
+    return {"variants": variants}
+
+
+def test_fpa_pays_where_it_takes_a_fifth_off_its_blocks_two_row_cost():
+    pays = matmul_rows.fpa_pays
+    assert pays(rows_report(int4_b32=5.0, int4_b32_fpa=1.1, int4_b128=5.0)) == 32
+    assert pays(rows_report(int4_b32=5.0, int4_b32_fpa=4.0, int4_b128=5.0)) == 32  # 0.8 exactly
+    assert pays(rows_report(int4_b32=5.0, int4_b32_fpa=4.1, int4_b128=5.0)) is None
+    assert pays(rows_report(int4_b32=5.0, int4_b32_fpa="RuntimeError: x",
+                            int4_b128=5.0, int4_b128_fpa=1.2)) == 128  # fmt: skip
+    assert pays(rows_report(int4_b32=1.1, int4_b32_fpa=1.05, int4_b128=1.1)) is None
+    assert pays(rows_report(int4_b128=5.0, int4_b128_fpa="RuntimeError: x")) is None
+    table = matmul_rows.table(
+        {"variants": rows_report(int4_b32=5.0, int4_b32_fpa=1.1)["variants"], "gpu": "H200",
+         "device": "cuda", "shape": "qwen2.5-1.5b", "dtype": "float16", "onnxruntime": "1.31.1"}
+    )  # fmt: skip
+    assert table.splitlines()[-1] == "fpA_intB pays: blocks of 32"

@@ -130,13 +130,13 @@ make_model() {  # make_model SHAPE
   fi
 }
 
-export_bundle() {  # export_bundle NAME FORMAT TARGET DRAFT TARGET_QUANT DRAFT_QUANT
+export_bundle() {  # export_bundle NAME FORMAT TARGET DRAFT TARGET_QUANT DRAFT_QUANT [FLAG...]
   local name=$1 format=$2
   is_done "bundle-$name" && return
   say "export $name"
   rm -rf "${WORK:?}/bundles/$name"  # what a failed try left: export refuses a non-empty folder
-  local extra=()
-  [ "$format" = onnx ] && extra=(--device cuda)
+  local extra=("${@:7}")
+  [ "$format" = onnx ] && extra+=(--device cuda)
   if "$PY" -m edgespec export --format "$format" --target "$WORK/hf/$3" --draft "$WORK/hf/$4" \
     --out "$WORK/bundles/$name" --target-quant "$5" --draft-quant "$6" --force "${extra[@]}" \
     > "$KIT/logs/export-$name.log" 2>&1; then
@@ -157,6 +157,9 @@ models_and_exports() {  # ONNX exports need no llama.cpp: they run while it buil
   # on an H200 the INT4 target's 2-token pass cost 5.2 of its 1-token pass (MatMulNBits);
   # an fp16 target has no MatMulNBits
   export_bundle demo-onnx-fp16 onnx qwen2.5-1.5b qwen2.5-0.5b fp16 fp16 &
+  pids+=($!)
+  # onnxruntime-gpu 1.31.1 takes MatMulNBits to its CUTLASS fpA_intB kernels in blocks of 32 only
+  export_bundle demo-onnx-b32 onnx qwen2.5-1.5b qwen2.5-0.5b int4 fp16 --int4-block 32 &
   pids+=($!)
   if [ $WITH_7B = 1 ]; then
     make_model qwen2.5-7b
@@ -219,8 +222,8 @@ measure_all() {  # demo pair first; the 7B when its bundles are ready in time
       [ $format = gguf ] && backend=llama && check_llama_load "$bundle"
       [ $format = onnx-fp16 ] && label=$pair-fp16
       local grid=full
-      if [ $format = onnx ]; then  # MatMulNBits by CUTLASS's mixed GEMM: is the cliff gone?
-        ORT_FPA_INTB_GEMM=1 run_measure "$label-fpa-intb" onnx on quick "$bundle"
+      if [ $format = onnx ]; then
+        measure_fpa_intb "$pair" "$label"
         # the demo pair's oracle grid was measured on 2026-11-26 (H200): 40 s of device time
         [ "$pair" = demo ] && grid=quick
       fi
@@ -229,7 +232,38 @@ measure_all() {  # demo pair first; the 7B when its bundles are ready in time
     done
   done
   "$PY" bench/gpu/measure.py --report "$OUT"/*-graphs-*.json > "$OUT/table.txt"
+  if [ -s "$OUT/matmul-nbits.json" ]; then
+    "$PY" bench/gpu/matmul_nbits.py --report "$OUT/matmul-nbits.json" >> "$OUT/table.txt"
+  fi
   cat "$OUT/table.txt"
+}
+
+matmul_rows() {  # MatMulNBits against a pass's rows, by block size and kernel (a minute or so)
+  [ -s "$OUT/matmul-nbits.json" ] && return
+  say "MatMulNBits against rows (log: $KIT/logs/matmul-nbits.log)"
+  local beside=()
+  is_done background || beside=(--beside-build)  # GPU time in CUDA graphs: the CPUs matter little
+  "$PY" bench/gpu/matmul_nbits.py --shape qwen2.5-1.5b --work "$WORK" "${beside[@]}" \
+    --json "$OUT/matmul-nbits.json" > "$KIT/logs/matmul-nbits.log" 2>&1 \
+    || say "MatMulNBits against rows failed: $(tail -3 "$KIT/logs/matmul-nbits.log")"
+}
+
+measure_fpa_intb() {  # measure_fpa_intb PAIR LABEL: the pair end to end with fpA_intB, where
+  # matmul_rows found it pays (the demo pair only: its blocks-of-32 export)
+  local block=
+  [ -s "$OUT/matmul-nbits.json" ] \
+    && block=$("$PY" bench/gpu/matmul_nbits.py --fpa-pays "$OUT/matmul-nbits.json")
+  if [ -z "$block" ]; then
+    say "fpA_intB: no gain in MatMulNBits alone, so not measured end to end"
+    return 0
+  fi
+  local bundle=$WORK/bundles/$1-onnx
+  if [ "$block" = 32 ]; then
+    [ "$1" = demo ] || return 0  # only the demo pair has a blocks-of-32 export
+    wait_for bundle-demo-onnx-b32 || return 0
+    bundle=$WORK/bundles/demo-onnx-b32
+  fi
+  ORT_FPA_INTB_GEMM=1 run_measure "$2-fpa-intb-b$block" onnx on quick "$bundle"
 }
 
 # how measure.py starts for llama.cpp: check_llama_load prefixes an early `import llama_cpp`
@@ -291,5 +325,6 @@ if ! is_done background && ! pgrep -f background_steps > /dev/null; then
   background_steps &
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+matmul_rows
 gpu_tests
 measure_all

@@ -1,0 +1,393 @@
+"""What ONNX Runtime's MatMulNBits costs as a pass's rows grow, on a target's own matmul shapes.
+
+On an H200 the INT4 ONNX target's 2-token pass cost 5.2 one-token passes (11.0 against 2.0 ms)
+while its fp16 draft's cost about one: the verify curve that speculation lives on. This times
+the target's matmuls alone, as one graph: every layer's q/k/v, o, gate, up and down (each layer
+its own weights, so nothing stays in the GPU's L2 between layers) and the output layer, at
+M = 1..17 rows, in each of these variants, each in a session of its own:
+
+    dense          float MatMul (cuBLAS on CUDA): what a flat curve looks like
+    int4-b128      MatMulNBits, 4 bits, blocks of 128 (the export's default), symmetric
+    int4-b32       blocks of 32
+    int4-b*-fpa    the same with the session entry ep.cuda.fpa_intb_gemm=1 (ONNX Runtime's
+                   CUTLASS fpA_intB kernels; onnxruntime-gpu 1.31.1's library holds the
+                   condition "block_size_ == 32 && !has_zero_points_" for them)
+
+On CUDA each M is replayed as a CUDA graph of its own, as edgespec's runtime runs verify
+passes, and the fpA_intB kernel ONNX Runtime chose for each shape is read from its
+ORT_FPA_INTB_DEBUG lines.
+
+    python bench/gpu/matmul_nbits.py --shape qwen2.5-1.5b --json OUT.json   # on the GPU
+    python bench/gpu/matmul_nbits.py --smoke --json OUT.json               # CPU, tiny shape
+    python bench/gpu/matmul_nbits.py --report OUT.json                     # its table again
+    python bench/gpu/matmul_nbits.py --fpa-pays OUT.json   # the block size whose fpA pays
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from make_models import SHAPES, Shape  # noqa: E402
+
+CUDA_ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17)  # verify widths: k = 0..16 drafts and the bonus row
+SMOKE_ROWS = (1, 2, 5)
+SMOKE_SHAPE = Shape(256, 2, 4, 2, 512, tied=False, vocab=1024)
+FPA_ENTRY = "ep.cuda.fpa_intb_gemm"  # onnxruntime-gpu's session entry (env: ORT_FPA_INTB_GEMM)
+FPA_PROFILE_ENTRY = "ep.cuda.fpa_intb_profile_m"
+WEIGHT_POOL = 1 << 24  # bytes of random weights, repeated
+FPA_PAYS = 0.8  # --fpa-pays: fpA's t(2)/t(1) at most this share of the same blocks' without
+DEBUG_LINE = re.compile(r"\[fpA_intB_debug\] M=(\d+) N=(\d+) K=(\d+) .*?kernel=(\S+(?: gemm\))?)")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    block: int | None  # None: a dense float MatMul
+    fpa: bool = False
+
+
+CUDA_VARIANTS = (
+    Variant("dense", None),
+    Variant("int4-b128", 128),
+    Variant("int4-b32", 32),
+    Variant("int4-b128-fpa", 128, fpa=True),
+    Variant("int4-b32-fpa", 32, fpa=True),
+)
+CPU_VARIANTS = CUDA_VARIANTS[:3]
+
+
+# --- the graph ----------------------------------------------------------------------------------
+
+
+class MatmulGraph:
+    """The target's matmuls as one ONNX graph: x [M, hidden] -> logits [M, vocab], each layer
+    q/k/v -> (q) o -> + x -> gate * up -> down -> + x, then the output layer."""
+
+    def __init__(self, shape: Shape, block: int | None, dtype: type, data: Path):
+        self.shape, self.block, self.dtype = shape, block, np.dtype(dtype)
+        self.data = data  # the weights' external file, written as the graph is built
+        # weights are a pool of random bytes laid end to end: a matmul costs what its shapes
+        # cost, and writing gigabytes of fresh random numbers would cost the lent GPU minutes
+        self.pool = np.random.default_rng(0).integers(0, 256, WEIGHT_POOL, np.uint8).tobytes()
+        self.nodes: list = []
+        self.initializers: list = []
+
+    def build(self):
+        from onnx import helper
+
+        s = self.shape
+        head_dim = s.hidden // s.heads
+        x = "x"
+        for layer in range(s.layers):
+            p = f"l{layer}."
+            qkv = self.matmul(x, s.hidden, s.hidden + 2 * s.kv_heads * head_dim, p + "qkv")
+            q = self.op("Slice", qkv, self.const(p + "s0", [0]), self.const(p + "s1", [s.hidden]),
+                        self.const(p + "ax", [1]))  # fmt: skip
+            h = self.op("Add", x, self.matmul(q, s.hidden, s.hidden, p + "o"))
+            gate = self.matmul(h, s.hidden, s.intermediate, p + "gate")
+            up = self.matmul(h, s.hidden, s.intermediate, p + "up")
+            down = self.matmul(self.op("Mul", gate, up), s.intermediate, s.hidden, p + "down")
+            x = self.op("Add", h, down)
+        logits = self.matmul(x, s.hidden, s.vocab, "lm_head")
+        elem = helper.np_dtype_to_tensor_dtype(self.dtype)
+        graph = helper.make_graph(
+            self.nodes, "matmuls",
+            [helper.make_tensor_value_info("x", elem, ["M", s.hidden])],
+            [helper.make_tensor_value_info(logits, elem, ["M", s.vocab])],
+            self.initializers,
+        )  # fmt: skip
+        opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+        return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+    def op(self, op_type: str, *inputs: str, domain: str = "", **attrs) -> str:
+        from onnx import helper
+
+        out = f"t{len(self.nodes)}"
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], domain=domain, **attrs))
+        return out
+
+    def const(self, name: str, value) -> str:
+        from onnx import numpy_helper
+
+        array = value if isinstance(value, np.ndarray) else np.array(value, np.int64)
+        self.initializers.append(numpy_helper.from_array(array, name))
+        return name
+
+    def matmul(self, x: str, k: int, n: int, name: str) -> str:
+        if self.block is None:
+            return self.op("MatMul", x, self.weight(name, (k, n), self.dtype))
+        blocks = -(-k // self.block)
+        packed = self.weight(name + ".q4", (n, blocks, self.block // 2), np.dtype(np.uint8))
+        scales = np.full((n, blocks), 0.01, self.dtype)
+        return self.op(
+            "MatMulNBits", x, packed, self.const(name + ".scales", scales),
+            domain="com.microsoft", K=k, N=n, bits=4, block_size=self.block, accuracy_level=4,
+        )  # fmt: skip
+
+    def weight(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> str:
+        """An initializer stored in the external file, its bytes the pool's, page-aligned.
+        (Random bytes read as float16 include NaNs and infinities; the cost is the same.)"""
+        from onnx import TensorProto, helper
+
+        length = int(np.prod(shape)) * dtype.itemsize
+        with open(self.data, "ab") as f:
+            f.write(b"\0" * (-f.tell() % 4096))
+            offset = f.tell()
+            for start in range(0, length, len(self.pool)):
+                f.write(self.pool[: min(len(self.pool), length - start)])
+        tensor = TensorProto(
+            name=name, dims=shape, data_type=helper.np_dtype_to_tensor_dtype(dtype)
+        )
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", self.data.name), ("offset", offset), ("length", length)):
+            tensor.external_data.add(key=key, value=str(value))
+        self.initializers.append(tensor)
+        return name
+
+
+def write_model(shape: Shape, block: int | None, dtype: type, folder: Path) -> Path:
+    import onnx
+
+    path = folder / f"matmuls-{block or 'dense'}.onnx"
+    if not path.exists():  # the fpA variants share their blocks' file
+        onnx.save_model(MatmulGraph(shape, block, dtype, path.with_suffix(".data")).build(), path)
+    return path
+
+
+# --- timing -------------------------------------------------------------------------------------
+
+
+def open_session(ort, path: Path, variant: Variant, rows: tuple[int, ...], on_cuda: bool):
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if on_cuda:
+        options.add_session_config_entry(FPA_ENTRY, "1" if variant.fpa else "0")
+        # fpA_intB profiles its tactics at load for these row counts (default: up to thousands)
+        options.add_session_config_entry(FPA_PROFILE_ENTRY, ",".join(map(str, rows)))
+        providers = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"})]
+    else:
+        providers = ["CPUExecutionProvider"]
+    session = ort.InferenceSession(str(path), options, providers=providers)
+    if on_cuda and "CUDAExecutionProvider" not in session.get_providers():
+        raise RuntimeError("ONNX Runtime's CUDA execution provider did not load")
+    return session
+
+
+class Passes:
+    """One bound pass per row count, at fixed device addresses, each its own CUDA graph."""
+
+    def __init__(self, ort, session, shape: Shape, dtype: type, rows: tuple[int, ...], on_cuda):
+        self.ort, self.session = ort, session
+        self.bound = {}
+        for m in rows:
+            x = (np.random.default_rng(m).standard_normal((m, shape.hidden)) * 0.1).astype(dtype)
+            binding = session.io_binding()
+            device = "cuda" if on_cuda else "cpu"
+            binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(x, device, 0))
+            out = ort.OrtValue.ortvalue_from_shape_and_type((m, shape.vocab), dtype, device, 0)
+            binding.bind_ortvalue_output(session.get_outputs()[0].name, out)
+            run_options = ort.RunOptions()
+            if on_cuda:
+                run_options.add_run_config_entry("gpu_graph_id", str(m))
+            self.bound[m] = (binding, run_options, out)
+
+    def run(self, m: int) -> float:
+        binding, run_options, _ = self.bound[m]
+        start = time.perf_counter()
+        self.session.run_with_iobinding(binding, run_options)  # waits for the device
+        return (time.perf_counter() - start) * 1e3
+
+
+def time_rows(passes: Passes, rows: tuple[int, ...], rounds: int, warmup: int) -> dict:
+    """Per row count: the median and the fastest pass (ms), in rounds across the row counts so
+    the machine's drift falls on all alike; the first `warmup` rounds (captures) unrecorded."""
+    times: dict[int, list[float]] = {m: [] for m in rows}
+    for r in range(warmup + rounds):
+        for m in rows:
+            ms = passes.run(m)
+            if r >= warmup:
+                times[m].append(ms)
+    return {str(m): {"ms": statistics.median(t), "min_ms": min(t)} for m, t in times.items()}
+
+
+@contextlib.contextmanager
+def native_stdout_to(path: Path):
+    """File descriptor 1 (what ONNX Runtime's C++ prints with std::cout) into `path`."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with open(path, "wb") as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def fpa_kernels(log: str) -> list[dict]:
+    """The fpA_intB kernel ONNX Runtime chose per (M, N, K), once each, from its debug lines."""
+    seen: dict[tuple, dict] = {}
+    for m, n, k, kernel in DEBUG_LINE.findall(log):
+        seen.setdefault((int(m), int(n), int(k)), {"M": int(m), "N": int(n), "K": int(k),
+                                                   "kernel": kernel})  # fmt: skip
+    return sorted(seen.values(), key=lambda e: (e["N"], e["K"], e["M"]))
+
+
+def measure_variant(ort, variant: Variant, args, folder: Path) -> dict:
+    on_cuda = args.device == "cuda"
+    dtype = np.float16 if on_cuda else np.float32
+    rows = SMOKE_ROWS if args.smoke else CUDA_ROWS
+    entry: dict = {"block": variant.block, "fpa": variant.fpa}
+    try:
+        path = write_model(args.shape_obj, variant.block, dtype, folder)
+        log = folder / f"{variant.name}.stdout"
+        with native_stdout_to(log):
+            session = open_session(ort, path, variant, rows, on_cuda)
+            passes = Passes(ort, session, args.shape_obj, dtype, rows, on_cuda)
+            entry["rows"] = time_rows(passes, rows, args.rounds, warmup=3)
+        entry["fpa_kernels"] = fpa_kernels(log.read_text(errors="replace"))
+    except Exception as e:  # noqa: BLE001 - a variant this build refuses is itself a finding
+        entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+    return entry
+
+
+def measure(args) -> dict:
+    if args.device == "cuda":
+        os.environ["ORT_FPA_INTB_DEBUG"] = "1"  # read once, at the first fpA_intB pass
+    import onnxruntime as ort
+
+    if args.device == "cuda":  # edgespec as installed: the checkout is not a package layout
+        from edgespec.runtimes.onnxrt import preload_cuda_libraries
+
+        preload_cuda_libraries(ort)
+    variants = CPU_VARIANTS if args.device == "cpu" else CUDA_VARIANTS
+    report = {
+        "onnxruntime": ort.__version__,
+        "device": args.device,
+        "gpu": gpu_name() if args.device == "cuda" else None,
+        "shape": args.shape,
+        "dtype": "float16" if args.device == "cuda" else "float32",
+        "rounds": args.rounds,
+        "beside_build": args.beside_build,
+        "variants": {},
+    }
+    if args.work:
+        args.work.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+        for variant in variants:
+            print(f"{variant.name} ...", file=sys.stderr, flush=True)
+            report["variants"][variant.name] = measure_variant(ort, variant, args, Path(tmp))
+    return report
+
+
+def gpu_name() -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+# --- reading the report -------------------------------------------------------------------------
+
+
+def ratio(entry: dict, m: int) -> float | None:
+    rows = entry.get("rows") or {}
+    if "1" not in rows or str(m) not in rows:
+        return None
+    return rows[str(m)]["ms"] / rows["1"]["ms"]
+
+
+def fpa_pays(report: dict) -> int | None:
+    """The block size whose fpA_intB variant makes a 2-row pass at most FPA_PAYS of what the
+    same blocks cost without it (relative to one row), the smaller block first; None if none."""
+    variants = report["variants"]
+    for block in (32, 128):
+        with_fpa, without = variants.get(f"int4-b{block}-fpa", {}), variants.get(f"int4-b{block}")
+        fast, slow = ratio(with_fpa, 2), ratio(without or {}, 2)
+        if fast is not None and slow is not None and fast <= FPA_PAYS * slow:
+            return block
+    return None
+
+
+def table(report: dict) -> str:
+    any_rows = next((v["rows"] for v in report["variants"].values() if v.get("rows")), {})
+    rows = [int(m) for m in any_rows]
+    where = report.get("gpu") or report["device"]
+    lines = [
+        f"MatMulNBits against rows: {report['shape']}'s matmuls, {report['dtype']}, on {where} "
+        f"(onnxruntime {report['onnxruntime']})",
+        "| variant | 1 row (ms) | " + " | ".join(f"t({m})/t(1)" for m in rows[1:]) + " |",
+        "|---" * (len(rows) + 1) + "|",
+    ]
+    for name, entry in report["variants"].items():
+        if "error" in entry:
+            lines.append(f"| {name} | failed: {entry['error'][:120]} |")
+            continue
+        cells = " | ".join(f"{ratio(entry, m):.2f}" for m in rows[1:])
+        lines.append(f"| {name} | {entry['rows']['1']['ms']:.3f} | {cells} |")
+    for name, entry in report["variants"].items():
+        kernels = sorted({(k["M"], k["kernel"]) for k in entry.get("fpa_kernels", [])})
+        if kernels:
+            lines.append(f"{name}: " + ", ".join(f"M={m} {kernel}" for m, kernel in kernels))
+    block = fpa_pays(report)
+    lines.append(f"fpA_intB pays: blocks of {block}" if block else "fpA_intB pays: no")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", choices=sorted(s for s in SHAPES if not s.startswith("tiny")),
+                    default="qwen2.5-1.5b")  # fmt: skip
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--smoke", action="store_true", help="CPU, a tiny shape, 3 row counts")
+    ap.add_argument("--work", type=Path, help="where the graphs are written (default: /tmp)")
+    ap.add_argument(
+        "--beside-build",
+        action="store_true",
+        help="recorded in the JSON: a build or export ran on the CPUs meanwhile",
+    )
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--report", type=Path, help="print the table of a JSON written before")
+    ap.add_argument("--fpa-pays", type=Path, help="print the block size whose fpA_intB pays")
+    args = ap.parse_args()
+    if args.report or args.fpa_pays:
+        report = json.loads((args.report or args.fpa_pays).read_text())
+        if args.report:
+            print(table(report))
+        else:
+            print(fpa_pays(report) or "")
+        return
+    if args.smoke:
+        args.device, args.rounds = "cpu", min(args.rounds, 3)
+    args.shape_obj = SMOKE_SHAPE if args.smoke else SHAPES[args.shape]
+    if args.smoke:
+        args.shape = "tiny"
+    report = measure(args)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1))
+    print(table(report))
+
+
+if __name__ == "__main__":
+    main()
