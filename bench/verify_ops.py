@@ -9,6 +9,11 @@ scratch copy (4: int8 activations, the export's default; 1: float32; 2: float16;
 
     python bench/verify_ops.py MODEL_DIR [--widths 1,2,3,4,5,8] [--rounds 10] \
         [--accuracy N] [--threads 2] [--json F]
+    CUDA_LAUNCH_BLOCKING=1 python bench/verify_ops.py MODEL_DIR --device cuda --widths 1,2,5
+
+On CUDA the passes run without CUDA graphs, and ONNX Runtime times an operator on the host:
+with CUDA_LAUNCH_BLOCKING=1 each launch waits for its kernels, so that is the GPU's time
+(every pass slower by the waits, alike at every width); without it, launches only.
 
 Run it on a quiet machine: nothing else running.
 """
@@ -24,7 +29,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+try:  # edgespec as installed: on the GPU kit's machine the checkout is not its package layout
+    import edgespec  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from edgespec.app.bench import machine_info, machine_line  # noqa: E402
 from edgespec.hugepages import reexec_with_tunable  # noqa: E402
@@ -57,8 +65,9 @@ def with_accuracy(model_dir: Path, level: int, scratch: Path) -> Path:
     return scratch
 
 
-def profiled_runtime(model_dir: Path, threads: int, prefix: str):
-    """The edgespec ONNX runtime with ONNX Runtime's profiler writing under `prefix`."""
+def profiled_runtime(model_dir: Path, threads: int, prefix: str, device: str = "cpu"):
+    """The edgespec ONNX runtime with ONNX Runtime's profiler writing under `prefix`; on
+    CUDA without graphs (a replayed graph has no operators to time)."""
     import onnxruntime as ort
 
     from edgespec.runtimes.onnxrt import OnnxRuntime
@@ -72,6 +81,13 @@ def profiled_runtime(model_dir: Path, threads: int, prefix: str):
 
     ort.InferenceSession = session
     try:
+        if device == "cuda":
+            runtime = OnnxRuntime(
+                model_dir, n_ctx=PREFIX + 64, providers=["CUDAExecutionProvider"], cuda_graph=False
+            )
+            if not runtime.on_cuda:
+                raise SystemExit(f"{model_dir}: ONNX Runtime's CUDA EP did not load")
+            return runtime
         return OnnxRuntime(model_dir, n_ctx=PREFIX + 64, n_threads=threads)
     finally:
         ort.InferenceSession = original
@@ -139,6 +155,15 @@ def table(result: dict[int, dict], widths: list[int], top: int = 6) -> str:
     return "\n".join(lines)
 
 
+def timing(args: argparse.Namespace, blocking: bool) -> str:
+    """What the operator times are, for the table's heading."""
+    if args.device == "cpu":
+        return f"{args.threads} threads"
+    if blocking:
+        return "CUDA, each launch waited for (CUDA_LAUNCH_BLOCKING=1): operator times are the GPU's"
+    return "CUDA: operator times are launches only (set CUDA_LAUNCH_BLOCKING=1)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", type=Path, help="an ONNX model folder (edgespec export)")
@@ -146,6 +171,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--accuracy", type=int, choices=[0, 1, 2, 3, 4])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
@@ -153,13 +179,14 @@ def main() -> None:
         model = args.model
         if args.accuracy is not None:
             model = with_accuracy(model, args.accuracy, Path(tmp) / "model")
-        runtime = profiled_runtime(model, args.threads, str(Path(tmp) / "profile"))
+        runtime = profiled_runtime(model, args.threads, str(Path(tmp) / "profile"), args.device)
         order = run_rounds(runtime, widths, args.rounds)
         profile = runtime.session.end_profiling()
         events = json.loads(Path(profile).read_text())
     result = by_width(events, order, skip=len(widths))
     print(machine_line(machine_info()))
-    print(f"{args.model}, accuracy {args.accuracy or 'as exported'}, {args.threads} threads")
+    blocking = os.environ.get("CUDA_LAUNCH_BLOCKING") == "1"
+    print(f"{args.model}, accuracy {args.accuracy or 'as exported'}, {timing(args, blocking)}")
     print(table(result, widths))
     if args.json:
         args.json.write_text(
@@ -169,6 +196,8 @@ def main() -> None:
                     "model": str(args.model),
                     "accuracy": args.accuracy,
                     "threads": args.threads,
+                    "device": args.device,
+                    "cuda_launch_blocking": blocking,
                     "rounds": args.rounds,
                     "widths": {str(w): result[w] for w in widths},
                 },

@@ -313,7 +313,8 @@ def test_the_llama_load_check_loads_a_model_every_way_on_a_build_that_does(tiny_
 
 
 STAND_IN_PYTHON = """#!/usr/bin/env bash
-echo "${ORT_FPA_INTB_GEMM:+ORT_FPA_INTB_GEMM=$ORT_FPA_INTB_GEMM }$*" >> "$CALLS"
+echo "${CUDA_LAUNCH_BLOCKING:+CUDA_LAUNCH_BLOCKING=$CUDA_LAUNCH_BLOCKING }\
+${ORT_FPA_INTB_GEMM:+ORT_FPA_INTB_GEMM=$ORT_FPA_INTB_GEMM }$*" >> "$CALLS"
 case "$*" in
   *llama_load_check.py*) exit "$LOAD_CHECK_EXIT" ;;
   *--fpa-pays*) echo "$FPA_BLOCK" ;;
@@ -418,6 +419,20 @@ def test_the_kit_times_matmul_rows_once_and_says_when_a_build_ran_beside(tmp_pat
         f"bench/gpu/matmul_nbits.py --shape qwen2.5-1.5b --work {kit}/work{beside} "
         f"--json {out}/matmul-nbits.json"
     ]  # the second call found its JSON
+
+
+@pytest.mark.parametrize("exported", [True, False])
+def test_the_kit_times_the_int4_targets_operators_with_every_launch_waited_for(tmp_path, exported):
+    kit, out = tmp_path / "kit", tmp_path / "out"
+    marks = ("bundle-demo-onnx",) if exported else ("failed-bundle-demo-onnx",)
+    _, launched = run_kit_steps(tmp_path, "operator_times; operator_times", marks)
+    target = kit / "work" / "bundles" / "demo-onnx" / "target.int4"
+    assert launched == (
+        [f"CUDA_LAUNCH_BLOCKING=1 bench/verify_ops.py {target} --device cuda --widths 1,2,5,9 "
+         f"--rounds 5 --json {out}/verify-ops-cuda.json"]
+        if exported
+        else []
+    )  # fmt: skip
 
 
 # --- bench/gpu/matmul_nbits.py: MatMulNBits against a pass's rows ---------------------------

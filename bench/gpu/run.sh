@@ -235,6 +235,7 @@ measure_all() {  # demo pair first; the 7B when its bundles are ready in time
   if [ -s "$OUT/matmul-nbits.json" ]; then
     "$PY" bench/gpu/matmul_nbits.py --report "$OUT/matmul-nbits.json" >> "$OUT/table.txt"
   fi
+  if [ -s "$OUT/verify-ops-cuda.txt" ]; then cat "$OUT/verify-ops-cuda.txt" >> "$OUT/table.txt"; fi
   cat "$OUT/table.txt"
 }
 
@@ -246,6 +247,16 @@ matmul_rows() {  # MatMulNBits against a pass's rows, by block size and kernel (
   "$PY" bench/gpu/matmul_nbits.py --shape qwen2.5-1.5b --work "$WORK" "${beside[@]}" \
     --json "$OUT/matmul-nbits.json" > "$KIT/logs/matmul-nbits.log" 2>&1 \
     || say "MatMulNBits against rows failed: $(tail -3 "$KIT/logs/matmul-nbits.log")"
+}
+
+operator_times() {  # the INT4 target's passes by operator and width, each kernel waited for
+  [ -s "$OUT/verify-ops-cuda.json" ] && return
+  wait_for bundle-demo-onnx || return 0
+  say "the INT4 target's operators by width (log: $KIT/logs/verify-ops-cuda.log)"
+  CUDA_LAUNCH_BLOCKING=1 "$PY" bench/verify_ops.py "$WORK/bundles/demo-onnx/target.int4" \
+    --device cuda --widths 1,2,5,9 --rounds 5 --json "$OUT/verify-ops-cuda.json" \
+    > "$OUT/verify-ops-cuda.txt" 2> "$KIT/logs/verify-ops-cuda.log" \
+    || say "operator times failed: $(tail -3 "$KIT/logs/verify-ops-cuda.log")"
 }
 
 measure_fpa_intb() {  # measure_fpa_intb PAIR LABEL: the pair end to end with fpA_intB, where
@@ -327,4 +338,5 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 matmul_rows
 gpu_tests
+operator_times
 measure_all
