@@ -209,6 +209,7 @@ class OnnxRuntime:
         row_multiple: int = 1,
         pool: ThreadPool | None = None,
         sampling_head: bool = False,
+        fpa_intb_gemm: bool = False,
     ) -> None:
         """pool: where the session's threads run and how they wait (ThreadPool; None: a pool
         of the session's own whose workers spin SPIN_US, or the shared pool where that cannot
@@ -226,7 +227,11 @@ class OnnxRuntime:
         sampling_head: reduce a sampled step's logits to each row's likeliest columns where
         they are (runtimes/sampling_head.py). Off by default: on an H200 the head made a
         sampled 5-row pass 8-9 ms dearer than copying its logits to the host (20.9 against
-        12.5 ms; docs/benchmarks.md, 2026-11-26)."""
+        12.5 ms; docs/benchmarks.md, 2026-11-26).
+        fpa_intb_gemm: on CUDA, MatMulNBits by ONNX Runtime's CUTLASS fpA_intB kernels, their
+        tactics profiled at load for the widths the loop captures. Off by default until the
+        GPU kit measures it (docs/gpu.md: an INT4 target's 2-token pass cost 5.2 one-token
+        ones on an H200); onnxruntime-gpu 1.31.1 takes it in blocks of 32 only."""
         import onnxruntime as ort
 
         self.ort = ort
@@ -250,6 +255,9 @@ class OnnxRuntime:
         wants_cuda = any(provider_name(p) == "CUDAExecutionProvider" for p in providers or ())
         if wants_cuda:
             preload_cuda_libraries(ort)
+        self.session_entries = (
+            fpa_intb_entries(max_graph_width) if wants_cuda and fpa_intb_gemm else {}
+        )
         self.cuda_graph = cuda_graph and wants_cuda and self.fp16_compute_for_cuda()
         self.providers = [
             with_cuda_graph(p) if self.cuda_graph else p
@@ -306,6 +314,8 @@ class OnnxRuntime:
         # fold DequantizeLinear of constant weights (fp8) into float32 at load, as Cast (fp16)
         # is folded: ORT's CPU has no fp8 matmul, and unfolded they cost 15x per pass
         opts.add_session_config_entry("session.disable_quant_qdq", "1")
+        for key, value in self.session_entries.items():
+            opts.add_session_config_entry(key, value)
         try:
             return ort.InferenceSession(str(self.model_file), opts, providers=self.providers)
         except Exception as e:  # noqa: BLE001 - ORT raises several pybind types for bad files
@@ -754,6 +764,17 @@ def preload_cuda_libraries(ort) -> None:
         preload()
     except Exception as e:  # noqa: BLE001 - best effort: the session reports what is missing
         log.info("could not preload CUDA libraries from nvidia packages: %s", e)
+
+
+def fpa_intb_entries(max_graph_width: int) -> dict[str, str]:
+    """The CUDA EP's session entries for MatMulNBits by CUTLASS fpA_intB: on, its tactics
+    profiled at load for every width a step is captured at (others are profiled on first
+    use, which a pass being captured as a CUDA graph cannot do)."""
+    widths = range(1, max(max_graph_width, LAST_ROW_GRAPH_WIDTH) + 1)
+    return {
+        "ep.cuda.fpa_intb_gemm": "1",
+        "ep.cuda.fpa_intb_profile_m": ",".join(map(str, widths)),
+    }
 
 
 def captured_graph_id(width: int, rows: int, max_graph_width: int) -> int:

@@ -318,6 +318,20 @@ MUTANTS = (
         ("tests/test_onnx.py",),
     ),
     Mutant(
+        "fpa-intb-asked-of-cpu-sessions",
+        "runtimes/onnxrt.py",
+        "fpa_intb_entries(max_graph_width) if wants_cuda and fpa_intb_gemm else {}",
+        "fpa_intb_entries(max_graph_width) if fpa_intb_gemm else {}",
+        ("tests/test_onnx.py",),
+    ),
+    Mutant(
+        "fpa-intb-profiled-short-of-the-widest-verify",
+        "runtimes/onnxrt.py",
+        "widths = range(1, max(max_graph_width, LAST_ROW_GRAPH_WIDTH) + 1)",
+        "widths = range(1, max(max_graph_width, LAST_ROW_GRAPH_WIDTH))",
+        ("tests/test_onnx.py",),
+    ),
+    Mutant(
         "capturing-at-load-leaves-the-cache-moved",
         "runtimes/onnxrt.py",
         "            self.rollback(n_past)\n        return len(todo)",

@@ -381,8 +381,8 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
         fpa_json = f"{out}/demo-fpa-intb-b{fpa_block}-onnx-graphs-on.json"
         fpa = [
             f"bench/gpu/matmul_nbits.py --fpa-pays {out}/matmul-nbits.json",
-            f"ORT_FPA_INTB_GEMM=1 {measure} onnx --graphs on --grid quick --bundle "
-            f"{fpa_bundle} --label demo-fpa-intb-b{fpa_block} --json {fpa_json}",
+            f"{measure} onnx --graphs on --grid quick --bundle {fpa_bundle} --fpa-intb "
+            f"--label demo-fpa-intb-b{fpa_block} --json {fpa_json}",
         ]
     else:
         assert "fpA_intB: no gain in MatMulNBits alone, so not measured end to end" in done.stderr

@@ -621,3 +621,35 @@ def test_a_drafts_reforward_replayed_as_a_cuda_graph_gives_the_cpus_row(
     at_load = OnnxRuntime(onnx_dir, n_ctx=64, providers=["CUDAExecutionProvider"])
     assert at_load.capture_graphs([(1, 1), (2, 1), (3, 3)]) == 3  # captured at position 0
     assert reforward_error(at_load, whole) < 0.05  # replayed at 3, 5, 7 and 3
+
+
+@pytest.mark.parametrize(
+    "providers, wanted",
+    [(["CUDAExecutionProvider"], True), (["CUDAExecutionProvider"], False),
+     (None, True)],
+)  # fmt: skip
+def test_fpa_intb_is_asked_of_cuda_sessions_that_want_it(exported, monkeypatch, providers, wanted):
+    """fpa_intb_gemm: the CUDA EP's CUTLASS MatMulNBits on, its tactics profiled at load for
+    every captured width (1..17, the k_max + 1 verify); never asked of a CPU session."""
+    import onnxruntime as ort
+
+    entries = []
+
+    def session(path, options, providers=None):
+        keys = ("ep.cuda.fpa_intb_gemm", "ep.cuda.fpa_intb_profile_m")
+        entries.append({k: options.get_session_config_entry(k) for k in keys if has(options, k)})
+        return real(path, options, providers=["CPUExecutionProvider"])
+
+    def has(options, key: str) -> bool:
+        try:
+            options.get_session_config_entry(key)
+        except Exception:  # noqa: BLE001 - ONNX Runtime raises for a key never set
+            return False
+        return True
+
+    real = ort.InferenceSession
+    monkeypatch.setattr(ort, "InferenceSession", session)
+    OnnxRuntime(exported, n_ctx=64, providers=providers, fpa_intb_gemm=wanted)
+    widths = ",".join(str(w) for w in range(1, 18))
+    on = {"ep.cuda.fpa_intb_gemm": "1", "ep.cuda.fpa_intb_profile_m": widths}
+    assert entries == [on if providers and wanted else {}]

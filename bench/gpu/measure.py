@@ -452,6 +452,7 @@ def measure(args: argparse.Namespace) -> dict:
         "label": args.label, "backend": args.backend, "device": args.device,
         "cuda_graphs": args.graphs, "machine": machine(), "bundle": str(args.bundle),
         "environment": {k: os.environ[k] for k in KERNEL_SWITCHES if k in os.environ},
+        "fpa_intb_gemm": args.fpa_intb,
         "settings": settings.__dict__, "prompt_tokens": len(bench.prompt),
         "curve_ms": [round(1e3 * t, 4) for t in curve],
         "curve_ratio": [round(t / curve[0], 4) for t in curve],
@@ -519,6 +520,7 @@ def open_model(path: Path, args: argparse.Namespace) -> Runtime:
         providers=providers,
         cuda_graph=args.graphs == "on",
         sampling_head=args.device == "cuda",  # for Bench.sampling_head's comparison only
+        fpa_intb_gemm=args.fpa_intb,
     )
     if args.device == "cuda" and not rt.on_cuda:
         raise SystemExit(f"{path}: ONNX Runtime's CUDA EP did not load (see the log above)")
@@ -580,6 +582,7 @@ def table(reports: list[dict]) -> str:
     lines = []
     for r in reports:
         env = "".join(f", {k}={v}" for k, v in (r.get("environment") or {}).items())
+        env += ", MatMulNBits by fpA_intB" if r.get("fpa_intb_gemm") else ""
         gpu = r["machine"].get("gpu") or "no GPU"
         lines.append(f"\n## {r['label']} on {r['backend']} ({r['device']}, CUDA graphs "
                      f"{r['cuda_graphs']}{env}) — {gpu}")  # fmt: skip
@@ -659,6 +662,11 @@ def main() -> None:
         choices=["full", "quick"],
         default="full",
         help="quick: the cost curve, plain decoding and the loop only",
+    )
+    ap.add_argument(
+        "--fpa-intb",
+        action="store_true",
+        help="ONNX Runtime on CUDA: MatMulNBits by its CUTLASS fpA_intB kernels",
     )
     ap.add_argument("--label", default="pair")
     ap.add_argument("--smoke", action="store_true", help="tiny settings for a CPU check")

@@ -274,7 +274,7 @@ measure_fpa_intb() {  # measure_fpa_intb PAIR LABEL: the pair end to end with fp
     wait_for bundle-demo-onnx-b32 || return 0
     bundle=$WORK/bundles/demo-onnx-b32
   fi
-  ORT_FPA_INTB_GEMM=1 run_measure "$2-fpa-intb-b$block" onnx on quick "$bundle"
+  run_measure "$2-fpa-intb-b$block" onnx on quick "$bundle" --fpa-intb
 }
 
 # how measure.py starts for llama.cpp: check_llama_load prefixes an early `import llama_cpp`
@@ -297,14 +297,15 @@ runpy.run_path(sys.argv[0], run_name='__main__')")
   fi
 }
 
-run_measure() {  # run_measure PAIR BACKEND GRAPHS GRID BUNDLE: a process each (clean CUDA state)
-  local name=$1-$2-graphs-$3
+run_measure() {  # run_measure PAIR BACKEND GRAPHS GRID BUNDLE [FLAG...]: a process each
+  local name=$1-$2-graphs-$3  # (clean CUDA state)
   [ -s "$OUT/$name.json" ] && return  # measured in an earlier call: a run resumes
   say "measure $name"
   local launch=()
   [ "$2" = llama ] && launch=("${LLAMA_FIRST[@]}")
   "$PY" "${launch[@]}" bench/gpu/measure.py --device cuda --backend "$2" --graphs "$3" --grid "$4" \
-    --bundle "$5" --label "$1" --json "$OUT/$name.json" > "$KIT/logs/measure-$name.log" 2>&1 \
+    --bundle "$5" "${@:6}" --label "$1" --json "$OUT/$name.json" \
+    > "$KIT/logs/measure-$name.log" 2>&1 \
     || say "measure $name failed: $(tail -3 "$KIT/logs/measure-$name.log")"
 }
 
