@@ -10,8 +10,9 @@ M = 1..17 rows, in each of these variants, each in a session of its own:
     int4-b128      MatMulNBits, 4 bits, blocks of 128 (the export's default), symmetric
     int4-b32       blocks of 32
     int4-b*-fpa    the same with the session entry ep.cuda.fpa_intb_gemm=1 (ONNX Runtime's
-                   CUTLASS fpA_intB kernels; onnxruntime-gpu 1.31.1's library holds the
-                   condition "block_size_ == 32 && !has_zero_points_" for them)
+                   CUTLASS fpA_intB kernels, as OnnxRuntime(fpa_intb_gemm=True) asks for
+                   them; onnxruntime-gpu 1.31.1's library holds the condition
+                   "block_size_ == 32 && !has_zero_points_" for them)
 
 On CUDA each M is replayed as a CUDA graph of its own, as edgespec's runtime runs verify
 passes, and the fpA_intB kernel ONNX Runtime chose for each shape is read from its
@@ -46,8 +47,6 @@ from make_models import SHAPES, Shape  # noqa: E402
 CUDA_ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17)  # verify widths: k = 0..16 drafts and the bonus row
 SMOKE_ROWS = (1, 2, 5)
 SMOKE_SHAPE = Shape(256, 2, 4, 2, 512, tied=False, vocab=1024)
-FPA_ENTRY = "ep.cuda.fpa_intb_gemm"  # onnxruntime-gpu's session entry (env: ORT_FPA_INTB_GEMM)
-FPA_PROFILE_ENTRY = "ep.cuda.fpa_intb_profile_m"
 WEIGHT_POOL = 1 << 24  # bytes of random weights, repeated
 FPA_PAYS = 0.8  # --fpa-pays: fpA's t(2)/t(1) at most this share of the same blocks' without
 DEBUG_LINE = re.compile(r"\[fpA_intB_debug\] M=(\d+) N=(\d+) K=(\d+) .*?kernel=(\S+(?: gemm\))?)")
@@ -175,9 +174,10 @@ def open_session(ort, path: Path, variant: Variant, rows: tuple[int, ...], on_cu
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if on_cuda:
-        options.add_session_config_entry(FPA_ENTRY, "1" if variant.fpa else "0")
-        # fpA_intB profiles its tactics at load for these row counts (default: up to thousands)
-        options.add_session_config_entry(FPA_PROFILE_ENTRY, ",".join(map(str, rows)))
+        from edgespec.runtimes.onnxrt import fpa_intb_entries  # the runtime's own switch
+
+        for key, value in (fpa_intb_entries(max(rows)) if variant.fpa else {}).items():
+            options.add_session_config_entry(key, value)
         providers = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"})]
     else:
         providers = ["CPUExecutionProvider"]
