@@ -292,6 +292,9 @@ def measure(args) -> dict:
         for variant in variants:
             print(f"{variant.name} ...", file=sys.stderr, flush=True)
             report["variants"][variant.name] = measure_variant(ort, variant, args, Path(tmp))
+            if args.json:  # after each variant: a run stopped by a timeout keeps what it had
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(report, indent=1))
     return report
 
 
@@ -382,11 +385,7 @@ def main() -> None:
     args.shape_obj = SMOKE_SHAPE if args.smoke else SHAPES[args.shape]
     if args.smoke:
         args.shape = "tiny"
-    report = measure(args)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1))
-    print(table(report))
+    print(table(measure(args)))
 
 
 if __name__ == "__main__":

@@ -244,7 +244,8 @@ matmul_rows() {  # MatMulNBits against a pass's rows, by block size and kernel (
   say "MatMulNBits against rows (log: $KIT/logs/matmul-nbits.log)"
   local beside=()
   is_done background || beside=(--beside-build)  # GPU time in CUDA graphs: the CPUs matter little
-  "$PY" bench/gpu/matmul_nbits.py --shape qwen2.5-1.5b --work "$WORK" "${beside[@]}" \
+  # its JSON grows a variant at a time: a run stopped at the limit keeps what it measured
+  timeout 300 "$PY" bench/gpu/matmul_nbits.py --shape qwen2.5-1.5b --work "$WORK" "${beside[@]}" \
     --json "$OUT/matmul-nbits.json" > "$KIT/logs/matmul-nbits.log" 2>&1 \
     || say "MatMulNBits against rows failed: $(tail -3 "$KIT/logs/matmul-nbits.log")"
 }
