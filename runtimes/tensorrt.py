@@ -29,7 +29,7 @@ import json
 import logging
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -305,6 +305,27 @@ class TensorRTRuntime(OnnxRuntime):
         self.parity ^= 1  # the set just written holds the cache now
         self.n_past += n
         return np.array(self.host_logits[:keep])
+
+    def capture_graphs(self, shapes: Iterable[tuple[int, int]]) -> int:
+        """Capture now each step shape's graphs that a request would otherwise capture on
+        first use: a width returning every row, one graph per KV buffer parity, so each is
+        run twice at n_past and rolled back (each run carries the cache's valid rows over to
+        the other set, so the cache is as it was). Other shapes run uncaptured. Returns how
+        many graphs were captured. (OnnxRuntime's own, inherited, would read the state of
+        an ONNX Runtime session this runtime never opens.)"""
+        n_past, before = self.n_past, self.n_graphs()
+        for width, rows in dict.fromkeys(shapes):
+            ctx = self.by_width.get(width) if rows == width else None
+            if ctx is None or n_past + width > self.n_ctx:
+                continue
+            for _ in range(2):  # run() captures the parity it meets, then flips it
+                if len(ctx.graphs) < 2:
+                    self.run([0] * width, rows)
+                    self.rollback(n_past)
+        return self.n_graphs() - before
+
+    def n_graphs(self) -> int:
+        return sum(len(ctx.graphs) for ctx in self.contexts)
 
     def bind_kv(self, ctx: Context) -> None:
         past, present = self.kv_sets[self.parity], self.kv_sets[self.parity ^ 1]

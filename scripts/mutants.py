@@ -332,6 +332,13 @@ MUTANTS = (
         ("tests/test_onnx.py",),
     ),
     Mutant(
+        "tensorrt-captures-one-kv-parity-at-load",
+        "runtimes/tensorrt.py",
+        "for _ in range(2):  # run() captures the parity it meets, then flips it",
+        "for _ in range(1):",
+        ("tests/test_tensorrt.py",),
+    ),
+    Mutant(
         "capturing-at-load-leaves-the-cache-moved",
         "runtimes/onnxrt.py",
         "            self.rollback(n_past)\n        return len(todo)",

@@ -305,6 +305,92 @@ def test_greedy_speculative_equals_plain_on_the_engines(bundle):
     assert out.tokens == plain.tokens and out.stats.n_draft_tokens > 0
 
 
+@pytest.mark.gpu
+def test_graphs_captured_at_load_leave_the_cache_as_it_was(bundle):
+    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.runtimes.base import capture_graphs
+
+    gpu_runtime_or_skip(bundle)
+    engine = open_runtime(bundle / "target.int4", RuntimeOptions(n_ctx=256, device="cuda"))
+    ref = StandardOnnxRuntime(bundle / "target.int4", n_ctx=256).forward(TOKENS)
+    engine.forward(TOKENS[:4])
+    widths = sorted(engine.by_width)
+    assert capture_graphs(engine, [(w, w) for w in widths] + [(2, 1)]) == 2 * len(widths)
+    assert engine.n_past == 4
+    steps = [engine.forward(TOKENS[i:j]) for i, j in ((4, 6), (6, 7), (7, 10))]
+    assert np.abs(np.concatenate(steps) - ref[4:]).max() < 0.05
+    assert capture_graphs(engine, [(w, w) for w in widths]) == 0
+
+
+class FakeCuda:
+    """The Cuda calls TensorRTRuntime.run makes, recorded instead of made."""
+
+    handle = 0
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def to_device(self, dst: int, array: np.ndarray) -> None:
+        pass
+
+    def to_host(self, dst: int, src: int, nbytes: int) -> None:
+        pass
+
+    def sync(self) -> None:
+        pass
+
+    def capture(self, launch) -> str:
+        launch()
+        self.calls.append("capture")
+        return f"graph {len(self.calls)}"
+
+    def replay(self, graph: str) -> None:
+        self.calls.append("replay " + graph)
+
+
+class FakeContext:
+    def set_tensor_address(self, name: str, address: int) -> None:
+        pass
+
+    def set_input_shape(self, name: str, shape: tuple) -> None:
+        pass
+
+    def execute_async_v3(self, stream: int) -> bool:
+        return True
+
+
+def engine_without_a_gpu(widths: tuple[int, ...], n_past: int, n_ctx: int):
+    """TensorRTRuntime's own run() over a recording stand-in for CUDA and TensorRT."""
+    rt = tensorrt.TensorRTRuntime.__new__(tensorrt.TensorRTRuntime)
+    rt.cuda, rt.n_vocab, rt.n_past, rt.n_ctx, rt.parity = FakeCuda(), 8, n_past, n_ctx, 0
+    rt.ids = rt.position = rt.rows = rt.logits = 0
+    rt.kv_sets = [{"0.key": 1, "0.value": 2}, {"0.key": 3, "0.value": 4}]
+    rt.host_logits = np.zeros((max(widths), rt.n_vocab), np.float32)
+    rt.contexts = [tensorrt.Context(FakeContext(), 0, None, {})] + [
+        tensorrt.Context(FakeContext(), i + 1, w, {}) for i, w in enumerate(widths)
+    ]
+    rt.by_width = {c.width: c for c in rt.contexts if c.width is not None}
+    return rt
+
+
+def test_capture_at_load_makes_each_widths_graph_for_both_kv_parities():
+    """base.capture_graphs on a TensorRT runtime (serve and bench ask for it): every width's
+    graph for both buffer parities, nothing for the last-row or prompt shapes, n_past and
+    the parity as they were, nothing twice, widths past the context skipped."""
+    from edgespec.runtimes.base import capture_graphs
+
+    rt = engine_without_a_gpu((1, 2, 3), n_past=7, n_ctx=10)
+    assert capture_graphs(rt, [(1, 1), (2, 2), (3, 3), (4, 4), (2, 1)]) == 6
+    assert [sorted(c.graphs) for c in rt.contexts] == [[], [0, 1], [0, 1], [0, 1]]
+    assert (rt.n_past, rt.parity) == (7, 0)
+    assert rt.cuda.calls.count("capture") == 6
+    assert capture_graphs(rt, [(1, 1), (2, 2), (3, 3)]) == 0
+    assert rt.cuda.calls.count("capture") == 6
+    late = engine_without_a_gpu((1, 2, 3), n_past=8, n_ctx=10)  # room for 2 tokens
+    assert capture_graphs(late, [(1, 1), (2, 2), (3, 3)]) == 4
+    assert [sorted(c.graphs) for c in late.contexts] == [[], [0, 1], [0, 1], []]
+
+
 def test_doctor_reports_tensorrt_absent_and_the_precision_it_would_pick(capsys):
     if import_tensorrt() is not None or tensorrt.gpu_properties() is not None:
         pytest.skip("TensorRT or a GPU is here: the absent branch does not apply")
