@@ -170,19 +170,20 @@ def write_model(shape: Shape, block: int | None, dtype: type, folder: Path) -> P
 # --- timing -------------------------------------------------------------------------------------
 
 
-def open_session(ort, path: Path, variant: Variant, rows: tuple[int, ...], on_cuda: bool):
+def open_session(ort, path: Path, variant: Variant, rows: tuple[int, ...], graphs: bool | None):
+    """graphs: CUDA graphs on or off on the CUDA EP; None: the CPU EP."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    if on_cuda:
+    if graphs is not None:
         from edgespec.runtimes.onnxrt import fpa_intb_entries  # the runtime's own switch
 
         for key, value in (fpa_intb_entries(max(rows)) if variant.fpa else {}).items():
             options.add_session_config_entry(key, value)
-        providers = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"})]
+        providers = [("CUDAExecutionProvider", {"enable_cuda_graph": "1" if graphs else "0"})]
     else:
         providers = ["CPUExecutionProvider"]
     session = ort.InferenceSession(str(path), options, providers=providers)
-    if on_cuda and "CUDAExecutionProvider" not in session.get_providers():
+    if graphs is not None and "CUDAExecutionProvider" not in session.get_providers():
         raise RuntimeError("ONNX Runtime's CUDA execution provider did not load")
     return session
 
@@ -190,18 +191,19 @@ def open_session(ort, path: Path, variant: Variant, rows: tuple[int, ...], on_cu
 class Passes:
     """One bound pass per row count, at fixed device addresses, each its own CUDA graph."""
 
-    def __init__(self, ort, session, shape: Shape, dtype: type, rows: tuple[int, ...], on_cuda):
+    def __init__(self, ort, session, shape: Shape, dtype: type, rows: tuple[int, ...],
+                 graphs: bool | None):  # fmt: skip
         self.ort, self.session = ort, session
         self.bound = {}
         for m in rows:
             x = (np.random.default_rng(m).standard_normal((m, shape.hidden)) * 0.1).astype(dtype)
             binding = session.io_binding()
-            device = "cuda" if on_cuda else "cpu"
+            device = "cpu" if graphs is None else "cuda"
             binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(x, device, 0))
             out = ort.OrtValue.ortvalue_from_shape_and_type((m, shape.vocab), dtype, device, 0)
             binding.bind_ortvalue_output(session.get_outputs()[0].name, out)
             run_options = ort.RunOptions()
-            if on_cuda:
+            if graphs:
                 run_options.add_run_config_entry("gpu_graph_id", str(m))
             self.bound[m] = (binding, run_options, out)
 
@@ -253,16 +255,21 @@ def measure_variant(ort, variant: Variant, args, folder: Path) -> dict:
     dtype = np.float16 if on_cuda else np.float32
     rows = SMOKE_ROWS if args.smoke else CUDA_ROWS
     entry: dict = {"block": variant.block, "fpa": variant.fpa}
-    try:
-        path = write_model(args.shape_obj, variant.block, dtype, folder)
-        log = folder / f"{variant.name}.stdout"
-        with native_stdout_to(log):
-            session = open_session(ort, path, variant, rows, on_cuda)
-            passes = Passes(ort, session, args.shape_obj, dtype, rows, on_cuda)
-            entry["rows"] = time_rows(passes, rows, args.rounds, warmup=3)
-        entry["fpa_kernels"] = fpa_kernels(log.read_text(errors="replace"))
-    except Exception as e:  # noqa: BLE001 - a variant this build refuses is itself a finding
-        entry["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+    # on CUDA graphs first, as the runtime runs verify passes; where they fail, without
+    for graphs in (True, False) if on_cuda else (None,):
+        entry["cuda_graphs"] = graphs
+        try:
+            path = write_model(args.shape_obj, variant.block, dtype, folder)
+            log = folder / f"{variant.name}.stdout"
+            with native_stdout_to(log):
+                session = open_session(ort, path, variant, rows, graphs)
+                passes = Passes(ort, session, args.shape_obj, dtype, rows, graphs)
+                entry["rows"] = time_rows(passes, rows, args.rounds, warmup=3)
+            entry["fpa_kernels"] = fpa_kernels(log.read_text(errors="replace"))
+            return entry
+        except Exception as e:  # noqa: BLE001 - a variant this build refuses is a finding
+            key = "graph_error" if graphs else "error"
+            entry[key] = f"{type(e).__name__}: {str(e)[:400]}"
     return entry
 
 
@@ -346,7 +353,8 @@ def table(report: dict) -> str:
             lines.append(f"| {name} | failed: {entry['error'][:120]} |")
             continue
         cells = " | ".join(f"{ratio(entry, m):.2f}" for m in rows[1:])
-        lines.append(f"| {name} | {entry['rows']['1']['ms']:.3f} | {cells} |")
+        label = name + (" (no CUDA graphs)" if entry.get("cuda_graphs") is False else "")
+        lines.append(f"| {label} | {entry['rows']['1']['ms']:.3f} | {cells} |")
     for name, entry in report["variants"].items():
         kernels = sorted({(k["M"], k["kernel"]) for k in entry.get("fpa_kernels", [])})
         if kernels:
