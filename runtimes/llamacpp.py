@@ -134,10 +134,11 @@ class LlamaCppRuntime:
             os.environ["GGML_CPU_TILED_MM"] = "1" if tiled else "0"
         self.path = Path(path)
         check_gguf_file(self.path)
-        if not vocab_only:  # a vocab-only load reads no hyperparameters
-            check_gguf_metadata(self.path, n_ctx, on_cpu=n_gpu_layers == 0)
         init_backend()
         self.llama = import_llama_cpp()
+        n_gpu_layers = self.offloadable(n_gpu_layers)
+        if not vocab_only:  # a vocab-only load reads no hyperparameters
+            check_gguf_metadata(self.path, n_ctx, on_cpu=n_gpu_layers == 0)
         self.ctx = None
         self.repack, self.flash_attn = repack, flash_attn
         self.pad_to, self.min_width = max(1, pad_to), max(1, min_width)
@@ -163,6 +164,18 @@ class LlamaCppRuntime:
             self.batch = self.llama.llama_batch_init(self.n_batch, 0, 1)
 
     # --- loading -------------------------------------------------------------------------
+
+    def offloadable(self, n_gpu_layers: int) -> int:
+        """n_gpu_layers, or 0 with a warning where this llama-cpp-python build has no GPU
+        back-end: llama.cpp would run every layer on the CPU without a word."""
+        if n_gpu_layers != 0 and not self.llama.llama_supports_gpu_offload():
+            log.warning(
+                "%s: layers were asked for on the GPU, but this llama-cpp-python build has no "
+                "GPU back-end, so everything runs on the CPU; `edgespec doctor` says how to "
+                "build it with CUDA", self.path.name,
+            )  # fmt: skip
+            return 0
+        return n_gpu_layers
 
     def load_model(self, n_gpu_layers: int, vocab_only: bool):
         params = self.llama.llama_model_default_params()

@@ -181,12 +181,18 @@ def test_doctor_says_whether_llama_cpp_offloads_and_keeps_one_graph(monkeypatch)
 
     def build(gpu: bool, info: bytes):
         return SimpleNamespace(
-            llama_supports_gpu_offload=lambda: gpu, llama_print_system_info=lambda: info
+            llama_supports_gpu_offload=lambda: gpu,
+            llama_print_system_info=lambda: info,
+            __version__="0.3.36",
         )
 
     cuda = b"CUDA : ARCHS = 870 | USE_GRAPHS = 1 | CPU : NEON = 1 | "
     monkeypatch.delenv("GGML_CUDA_DISABLE_GRAPHS", raising=False)
-    assert llama_gpu_status(build(False, b"CPU : AVX2 = 1 | ")) == "no (CPU build)"
+    assert llama_gpu_status(build(False, b"CPU : AVX2 = 1 | ")) == (
+        'no (CPU build; for CUDA: CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native" '
+        "pip install --force-reinstall --no-deps --no-binary llama-cpp-python "
+        "llama-cpp-python==0.3.36)"
+    )
     assert llama_gpu_status(build(True, cuda)) == (
         "yes, with CUDA graphs, one a context: a pass of a new width runs uncaptured, "
         "which the calibration measures and the controller prices"

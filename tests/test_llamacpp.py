@@ -4,6 +4,7 @@ On float32 models llama.cpp's batched and single-token logits agree to rounding,
 speculative output must equal plain output token for token.
 """
 
+import logging
 from dataclasses import replace
 
 import numpy as np
@@ -229,3 +230,29 @@ def test_a_cuda_build_with_graphs_keeps_one_graph_unless_they_are_turned_off():
 
 def test_a_cpu_runtime_keeps_no_graph(tiny_runtimes):
     assert [rt.keeps_one_graph for rt in tiny_runtimes] == [False, False]
+
+
+def test_layers_asked_for_on_a_gpu_this_build_cannot_offload_to_are_said_to_run_on_the_cpu(
+    tiny_pair, caplog
+):
+    """llama.cpp, asked for GPU layers by a build without a GPU back-end, runs them on the CPU
+    without a word; the runtime says so once, and runs them there as asked."""
+    import llama_cpp
+
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    target, _ = tiny_pair
+    with caplog.at_level(logging.WARNING, logger="edgespec.runtimes.llamacpp"):
+        on_gpu = LlamaCppRuntime(target, n_ctx=64, n_gpu_layers=-1)
+        LlamaCppRuntime(target, n_ctx=64, n_gpu_layers=0)
+    said = [r.getMessage() for r in caplog.records if "GPU back-end" in r.getMessage()]
+    if llama_cpp.llama_supports_gpu_offload():
+        assert said == [] and on_gpu.keeps_one_graph in (True, False)
+    else:
+        assert said == [
+            f"{target.name}: layers were asked for on the GPU, but this llama-cpp-python build "
+            "has no GPU back-end, so everything runs on the CPU; `edgespec doctor` says how to "
+            "build it with CUDA"
+        ]
+        assert on_gpu.keeps_one_graph is False
+    assert on_gpu.forward([5, 9, 14]).shape == (3, on_gpu.n_vocab)

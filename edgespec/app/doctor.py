@@ -47,13 +47,25 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
     return rows + tensorrt_report()
 
 
+def llama_cuda_build(version: str | None) -> str:
+    """How this llama-cpp-python is rebuilt for the GPU at hand (deploy/jetson/install.sh
+    does it on a Jetson)."""
+    pin = f"=={version}" if version else ""
+    return (
+        'CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native" pip install '
+        f"--force-reinstall --no-deps --no-binary llama-cpp-python llama-cpp-python{pin}"
+    )
+
+
 def llama_gpu_status(llama_cpp) -> str:
     """Whether this llama-cpp-python offloads to a GPU, and with CUDA graphs (one a context:
     a change of verify width costs a pass run uncaptured; docs/gpu.md)."""
     from edgespec.runtimes.llamacpp import one_graph_build
 
     if not llama_cpp.llama_supports_gpu_offload():
-        return "no (CPU build)"
+        return (
+            f"no (CPU build; for CUDA: {llama_cuda_build(getattr(llama_cpp, '__version__', None))})"
+        )
     if one_graph_build(llama_cpp.llama_print_system_info(), os.environ):
         return (
             "yes, with CUDA graphs, one a context: a pass of a new width runs uncaptured, "
