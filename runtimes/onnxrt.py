@@ -267,7 +267,11 @@ class OnnxRuntime:
         self.session = self.open_session(n_threads)
         self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
         if wants_cuda and not self.on_cuda:
-            log.warning("%s: the CUDA EP is not available; running on the CPU", self.path)
+            log.warning(
+                "%s: ONNX Runtime's CUDA execution provider is not available here, so this "
+                "runs on the CPU; install edgespec[onnx-gpu] (onnxruntime-gpu) in place of "
+                "onnxruntime, and see `edgespec doctor`", self.path,
+            )  # fmt: skip
             self.cuda_graph = False
         self.pad_to_width = pad_to_width or 0
         self.kv_dtype = kv_dtype(self.session)

@@ -15,6 +15,7 @@ Greedy speculative output must equal plain greedy output token for token: float3
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -653,3 +654,22 @@ def test_fpa_intb_is_asked_of_cuda_sessions_that_want_it(exported, monkeypatch, 
     widths = ",".join(str(w) for w in range(1, 18))
     on = {"ep.cuda.fpa_intb_gemm": "1", "ep.cuda.fpa_intb_profile_m": widths}
     assert entries == [on if providers and wanted else {}]
+
+
+def test_cuda_asked_of_an_onnxruntime_without_it_runs_on_the_cpu_and_says_how_to_get_it(
+    exported, caplog
+):
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA provider")
+    with caplog.at_level(logging.WARNING, logger="edgespec.runtimes.onnxrt"):
+        rt = OnnxRuntime(exported, n_ctx=64, providers=["CUDAExecutionProvider"])
+    said = [r.getMessage() for r in caplog.records if "not available" in r.getMessage()]
+    assert said == [
+        f"{exported}: ONNX Runtime's CUDA execution provider is not available here, so this "
+        "runs on the CPU; install edgespec[onnx-gpu] (onnxruntime-gpu) in place of "
+        "onnxruntime, and see `edgespec doctor`"
+    ]
+    assert not rt.on_cuda and not rt.cuda_graph
+    assert rt.forward(TOKENS[:3]).shape == (3, rt.n_vocab)
