@@ -673,3 +673,36 @@ def test_cuda_asked_of_an_onnxruntime_without_it_runs_on_the_cpu_and_says_how_to
     ]
     assert not rt.on_cuda and not rt.cuda_graph
     assert rt.forward(TOKENS[:3]).shape == (3, rt.n_vocab)
+
+
+@pytest.mark.gpu
+def test_fpa_intb_steps_give_the_default_kernels_logits_and_plain_greedy_output(tmp_path):
+    """INT4 in blocks of 32 (what onnxruntime-gpu 1.31.1 takes fpA_intB in), shapes its
+    kernels accept (every matmul's N a multiple of 64 but the output layer's): logits within
+    0.05 of the same session's without fpA_intB, graphs captured at load, and greedy
+    speculative output equal to plain at k = 1 and 4 (the draft: the same weights, noised)."""
+    reason = cuda_available()
+    if reason:
+        pytest.skip(f"fpA_intB not tested: {reason}")
+    hf = make_tiny_hf(tmp_path / "hf", arch="qwen2", n_embd=128, n_ff=256, seed=5)
+    onnx_dir = export_onnx(hf, tmp_path / "int4", quant="int4", compute="fp16", block_size=32)
+    cuda = ["CUDAExecutionProvider"]
+    fpa = OnnxRuntime(onnx_dir, n_ctx=128, providers=cuda, fpa_intb_gemm=True)
+    default = OnnxRuntime(onnx_dir, n_ctx=128, providers=cuda)
+    assert fpa.on_cuda and fpa.cuda_graph
+    assert np.abs(fresh_logits(fpa, TOKENS) - fresh_logits(default, TOKENS)).max() < 0.05
+    fpa.reset()
+    assert fpa.capture_graphs([(w, w) for w in range(1, 6)] + [(2, 1)]) == 6
+    rng = np.random.default_rng(7)
+    noised = with_weights(
+        hf, tmp_path / "draft", lambda _, w: w + 0.3 * w.std() * rng.standard_normal(w.shape)
+    )
+    draft_dir = export_onnx(noised, tmp_path / "draft-onnx", quant="fp16", compute="fp16")
+    draft = OnnxRuntime(draft_dir, n_ctx=128, providers=cuda)
+    tokens = fpa.tokenize(PROMPT, special=True)
+    plain = SpeculativeDecoder(fpa).generate(tokens, max_tokens=32, speculative=False)
+    for k in (1, 4):
+        out = SpeculativeDecoder(fpa, [ModelDrafter(draft)], FixedPolicy("model", k)).generate(
+            tokens, max_tokens=32
+        )
+        assert out.tokens == plain.tokens
