@@ -332,6 +332,13 @@ MUTANTS = (
         ("tests/test_onnx.py",),
     ),
     Mutant(
+        "gpu-layers-asked-of-a-cpu-build-run-there-unsaid",
+        "runtimes/llamacpp.py",
+        "n_gpu_layers = self.offloadable(n_gpu_layers)",
+        "pass",
+        ("tests/test_llamacpp.py",),
+    ),
+    Mutant(
         "tensorrt-captures-one-kv-parity-at-load",
         "runtimes/tensorrt.py",
         "for _ in range(2):  # run() captures the parity it meets, then flips it",
