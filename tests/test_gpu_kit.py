@@ -561,3 +561,15 @@ def test_fpa_pays_where_it_takes_a_fifth_off_its_blocks_two_row_cost():
          "device": "cuda", "shape": "qwen2.5-1.5b", "dtype": "float16", "onnxruntime": "1.31.1"}
     )  # fmt: skip
     assert table.splitlines()[-1] == "fpA_intB pays: blocks of 32"
+
+
+def test_the_table_says_where_fpa_intb_was_asked_for_and_not_taken():
+    report = {"variants": rows_report(int4_b128=5.0, int4_b128_fpa=5.0)["variants"],
+              "gpu": "H200", "device": "cuda", "shape": "qwen2.5-1.5b", "dtype": "float16",
+              "onnxruntime": "1.31.1"}  # fmt: skip
+    report["variants"]["int4-b128-fpa"]["fpa"] = True
+    lines = matmul_rows.table(report).splitlines()
+    assert lines[-2:] == [
+        "int4-b128-fpa: fpA_intB not taken (ONNX Runtime printed no fpA_intB line)",
+        "fpA_intB pays: no",
+    ]

@@ -359,6 +359,8 @@ def table(report: dict) -> str:
         kernels = sorted({(k["M"], k["kernel"]) for k in entry.get("fpa_kernels", [])})
         if kernels:
             lines.append(f"{name}: " + ", ".join(f"M={m} {kernel}" for m, kernel in kernels))
+        elif entry.get("fpa") and entry.get("rows") and report["device"] == "cuda":
+            lines.append(f"{name}: fpA_intB not taken (ONNX Runtime printed no fpA_intB line)")
     block = fpa_pays(report)
     lines.append(f"fpA_intB pays: blocks of {block}" if block else "fpA_intB pays: no")
     return "\n".join(lines)
