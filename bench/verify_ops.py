@@ -81,16 +81,17 @@ def profiled_runtime(model_dir: Path, threads: int, prefix: str, device: str = "
 
     ort.InferenceSession = session
     try:
-        if device == "cuda":
-            runtime = OnnxRuntime(
-                model_dir, n_ctx=PREFIX + 64, providers=["CUDAExecutionProvider"], cuda_graph=False
-            )
-            if not runtime.on_cuda:
-                raise SystemExit(f"{model_dir}: ONNX Runtime's CUDA EP did not load")
-            return runtime
-        return OnnxRuntime(model_dir, n_ctx=PREFIX + 64, n_threads=threads)
+        where = (
+            {"providers": ["CUDAExecutionProvider"], "cuda_graph": False}
+            if device == "cuda"
+            else {"n_threads": threads}
+        )
+        runtime = OnnxRuntime(model_dir, n_ctx=PREFIX + 64, **where)
     finally:
         ort.InferenceSession = original
+    if device == "cuda" and not runtime.on_cuda:
+        raise SystemExit(f"{model_dir}: ONNX Runtime's CUDA EP did not load")
+    return runtime
 
 
 def run_rounds(runtime, widths: list[int], rounds: int) -> list[int]:
