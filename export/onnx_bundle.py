@@ -78,7 +78,7 @@ def draft_head(
 def checkpoint_vocab(ckpt: Checkpoint) -> VocabInfo:
     from tokenizers import Tokenizer
 
-    from edgespec.runtimes.onnxrt import tokenizer_vocab_info, vocab_type
+    from edgespec.runtimes.model_folder import tokenizer_vocab_info, vocab_type
 
     info = model_info(ckpt, "fp32", "fp32", 32, 0)
     return tokenizer_vocab_info(

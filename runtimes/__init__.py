@@ -79,7 +79,8 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
 
     path = Path(path)
     if path.is_dir() and (path / "model.json").is_file():
-        from edgespec.runtimes.onnxrt import OnnxRuntime, read_model_json
+        from edgespec.runtimes.model_folder import read_model_json
+        from edgespec.runtimes.onnxrt import OnnxRuntime
 
         if opts.n_gpu_layers is not None:
             raise ModelFileError(

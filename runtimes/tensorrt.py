@@ -15,7 +15,8 @@ position and the logit rows in; the KV buffers in and out whole. So:
   captured once per width and buffer parity with stream capture and replayed as a CUDA
   graph: a step costs three small host-to-device copies, one graph launch, and one copy of
   the logits rows the verifier reads (the graph computes only the rows asked for);
-- the tokenizer and vocabulary are OnnxRuntime's (the model folder is the same).
+- the tokenizer and vocabulary are ExportedModelFolder's, as ONNX Runtime's are (the model
+  folder is the same).
 
 open_standard() picks this runtime for a TensorRT bundle's model where the engine, TensorRT
 and a GPU are all present and match, and ONNX Runtime on the same ONNX elsewhere (saying so
@@ -40,7 +41,7 @@ import numpy as np
 from edgespec.bundle import sha256_file
 from edgespec.errors import ModelFileError
 from edgespec.runtimes.base import forward_in_chunks
-from edgespec.runtimes.onnxrt import OnnxRuntime, read_model_json
+from edgespec.runtimes.model_folder import ExportedModelFolder
 
 if TYPE_CHECKING:
     from edgespec.runtimes.base import Runtime
@@ -209,16 +210,14 @@ class Context:
     graphs: dict[int, Any]
 
 
-class TensorRTRuntime(OnnxRuntime):
-    """The Runtime protocol over a TensorRT engine of a standard-flavour model folder. It
-    inherits OnnxRuntime's tokenizer and vocabulary methods (the folder is the same) and
-    replaces everything that runs the model; no ONNX Runtime session is opened."""
+class TensorRTRuntime(ExportedModelFolder):
+    """The Runtime protocol over a TensorRT engine of a standard-flavour model folder: the
+    model through TensorRT, the tokenizer as ExportedModelFolder's (the folder is the one
+    ONNX Runtime reads; no ONNX Runtime session is opened)."""
 
     def __init__(self, model_dir: str | os.PathLike[str], meta: dict, trt: ModuleType,
                  *, n_ctx: int = 4096) -> None:  # fmt: skip
-        self.path = Path(model_dir)
-        self.info = read_model_json(self.path)
-        self.n_vocab = int(self.info["n_vocab"])
+        self.read_folder(model_dir)
         self.capacity = int(meta["capacity"])
         self.n_ctx = min(self.context_size(n_ctx), self.capacity)
         self.n_batch = int(meta["prefill_max"])
@@ -311,8 +310,7 @@ class TensorRTRuntime(OnnxRuntime):
         first use: a width returning every row, one graph per KV buffer parity, so each is
         run twice at n_past and rolled back (each run carries the cache's valid rows over to
         the other set, so the cache is as it was). Other shapes run uncaptured. Returns how
-        many graphs were captured. (OnnxRuntime's own, inherited, would read the state of
-        an ONNX Runtime session this runtime never opens.)"""
+        many graphs were captured."""
         n_past, before = self.n_past, self.n_graphs()
         for width, rows in dict.fromkeys(shapes):
             ctx = self.by_width.get(width) if rows == width else None

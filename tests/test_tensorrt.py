@@ -391,6 +391,29 @@ def test_capture_at_load_makes_each_widths_graph_for_both_kv_parities():
     assert [sorted(c.graphs) for c in late.contexts] == [[], [0, 1], [0, 1], []]
 
 
+def test_the_tensorrt_runtime_takes_the_folders_tokenizer_and_no_onnx_runtime_model_code(bundle):
+    """TensorRTRuntime shares ExportedModelFolder with ONNX Runtime, not OnnxRuntime itself:
+    the same tokens, text, vocabulary and template from the same folder, and none of the
+    attributes through which base.py hands a step to ONNX Runtime's own code (an inherited
+    capture_graphs once crashed `serve` and `bench` at load)."""
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    rt = tensorrt.TensorRTRuntime.__new__(tensorrt.TensorRTRuntime)
+    rt.read_folder(bundle / "target.int4")
+    rt.load_vocabulary()
+    ref = StandardOnnxRuntime(bundle / "target.int4", n_ctx=256)
+    ids = ref.tokenize(PROMPT, special=False)
+    assert rt.tokenize(PROMPT, special=False) == ids and len(ids) > 10
+    assert rt.detokenize(ids) == ref.detokenize(ids) == PROMPT.encode()
+    assert rt.vocab_info() == ref.vocab_info()
+    assert rt.chat_template() == ref.chat_template()
+    assert (rt.n_vocab, rt.context_size(100_000)) == (ref.n_vocab, ref.context_size(100_000))
+    assert not isinstance(rt, OnnxRuntime)
+    for name in ("forward_top", "top_outputs", "forward_dists", "sampling_head", "logit_ids",
+                 "binds_steps", "open_session", "session"):  # fmt: skip
+        assert not hasattr(rt, name), name
+
+
 def test_doctor_reports_tensorrt_absent_and_the_precision_it_would_pick(capsys):
     if import_tensorrt() is not None or tensorrt.gpu_properties() is not None:
         pytest.skip("TensorRT or a GPU is here: the absent branch does not apply")
