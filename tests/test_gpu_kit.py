@@ -317,6 +317,7 @@ echo "${CUDA_LAUNCH_BLOCKING:+CUDA_LAUNCH_BLOCKING=$CUDA_LAUNCH_BLOCKING }\
 ${ORT_FPA_INTB_GEMM:+ORT_FPA_INTB_GEMM=$ORT_FPA_INTB_GEMM }$*" >> "$CALLS"
 case "$*" in
   *llama_load_check.py*) exit "$LOAD_CHECK_EXIT" ;;
+  *llama_supports_gpu_offload*) exit "${PREBUILT_EXIT:-0}" ;;
   *--fpa-pays*) echo "$FPA_BLOCK" ;;
   *--report*) echo table ;;
   *--json*) echo '{}' > "${@: -1}" ;;
@@ -433,6 +434,119 @@ def test_the_kit_times_the_int4_targets_operators_with_every_launch_waited_for(t
         if exported
         else []
     )  # fmt: skip
+
+
+PREBUILT = "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+
+
+def carry_prebuilt_llama(kit: Path, arch: str, damaged: bool = False) -> None:
+    """What prepare.sh leaves for a prebuilt llama-cpp-python of sm_`arch`: its wheel in two
+    parts in two uploads, listed in MANIFEST.sha256, the whole in LLAMA.sha256."""
+    import hashlib
+
+    wheel = b"PK wheel bytes " * 100
+    joined = f"llama-cuda-sm{arch}--{PREBUILT}"
+    parts = {f"up2/{joined}.part00": wheel[:700], f"up3/{joined}.part01": wheel[700:]}
+    (kit / "up1").mkdir(parents=True)
+    (kit / "up1" / "llama_cpp_python-0.3.36-trimmed.tar.gz").write_bytes(b"source")
+    for path, data in parts.items():
+        (kit / path).parent.mkdir(exist_ok=True)
+        (kit / path).write_bytes(data + (b"!" if damaged and path.startswith("up3") else b""))
+    (kit / "up1" / "MANIFEST.sha256").write_text(
+        "".join(f"{hashlib.sha256(d).hexdigest()}  {p}\n" for p, d in parts.items())
+    )
+    (kit / "up1" / "LLAMA.sha256").write_text(f"{hashlib.sha256(wheel).hexdigest()}  {joined}\n")
+
+
+def fake_nvidia_smi(tmp_path: Path, compute_cap: str) -> str:
+    """A PATH whose nvidia-smi answers the compute-capability query as a GPU would."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\necho {compute_cap}\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return f"{bin_dir}:/usr/bin:/bin"
+
+
+@pytest.mark.parametrize("compute_cap, listed", [("9.0", True), ("8.9", False)])
+def test_a_prebuilt_llama_cpp_is_used_only_on_the_gpu_it_was_built_for(
+    tmp_path, compute_cap, listed
+):
+    carry_prebuilt_llama(tmp_path / "kit", "90")
+    done, _ = run_kit_steps(
+        tmp_path, "prebuilt_llama_listed && echo listed || echo not listed", (),
+        PATH=fake_nvidia_smi(tmp_path, compute_cap),
+    )  # fmt: skip
+    assert done.stdout == ("listed\n" if listed else "not listed\n")
+
+
+@pytest.mark.parametrize("compute_cap, carried", [("9.0", "whole"), ("9.0", "in part"),
+                                                   ("8.9", "whole")])  # fmt: skip
+def test_the_background_builds_llama_cpp_only_where_no_prebuilt_fits_the_gpu(
+    tmp_path, compute_cap, carried
+):
+    """The first call's background steps: the models and exports either way; a prebuilt
+    llama-cpp-python for this GPU installed at once where its parts are all here, left for
+    the main run where some are still to come, and the source built only where the uploads
+    carry none for this GPU."""
+    kit = tmp_path / "kit"
+    carry_prebuilt_llama(kit, "90")
+    if carried == "in part":
+        for part in (kit / "up3").iterdir():
+            part.unlink()
+    _, launched = run_kit_steps(
+        tmp_path, "WAIT_MIN=0; background_steps", (), PATH=fake_nvidia_smi(tmp_path, compute_cap)
+    )
+    builds = [c for c in launched if c.endswith("llama_cpp_python-0.3.36-trimmed.tar.gz")]
+    installs = [c for c in launched if c.endswith(PREBUILT)]
+    exports = [c for c in launched if c.startswith("-m edgespec export --format onnx")]
+    expected = {("9.0", "whole"): (0, 1), ("9.0", "in part"): (0, 0), ("8.9", "whole"): (1, 0)}
+    assert (len(builds), len(installs)) == expected[compute_cap, carried]
+    assert len(exports) == 3
+
+
+def test_a_prebuilt_tried_once_is_not_tried_again(tmp_path):
+    """The first call's background and the main run may both find the parts here: the one
+    that comes second does nothing (the first installed it, or is building instead)."""
+    carry_prebuilt_llama(tmp_path / "kit", "90")
+    _, launched = run_kit_steps(
+        tmp_path, "llama_from_uploads; wait", ("llama-prebuilt-tried",),
+        PATH=fake_nvidia_smi(tmp_path, "9.0"),
+    )  # fmt: skip
+    assert launched == []
+
+
+@pytest.mark.parametrize("outcome", ["loads", "does not load", "damaged"])
+def test_the_kit_installs_the_prebuilt_llama_cpp_and_builds_where_it_fails(tmp_path, outcome):
+    """llama_from_uploads on an sm_90 GPU whose uploads carry a prebuilt for it: the parts
+    joined in order and checked, installed, then asked whether their GPU back-end loads; a
+    prebuilt that does not load is removed and the source built instead (in the background),
+    as is a damaged one, which is never installed. Nothing happens twice."""
+    kit = tmp_path / "kit"
+    carry_prebuilt_llama(kit, "90", damaged=outcome == "damaged")
+    site = kit / "site"
+    (site / "llama_cpp").mkdir(parents=True)  # what a failed install would leave
+    done, launched = run_kit_steps(
+        tmp_path, "llama_from_uploads; wait; llama_from_uploads; wait", (),
+        PATH=fake_nvidia_smi(tmp_path, "9.0"), PREBUILT_EXIT="0" if outcome == "loads" else "4",
+    )  # fmt: skip
+    joined = kit / "work" / "wheels" / PREBUILT
+    install = f"-m pip install --no-index --no-deps --no-compile --target {site} {joined}"
+    check = "-c import sys, llama_cpp; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 4)"
+    build = (
+        "-m pip install --no-index --no-deps --no-build-isolation --no-compile --target "
+        f"{site} {kit}/up1/llama_cpp_python-0.3.36-trimmed.tar.gz"
+    )
+    if outcome == "loads":
+        assert launched == [install, check]  # the joined parts matched LLAMA.sha256
+        assert not joined.exists()
+    elif outcome == "does not load":
+        assert launched == [install, check, build]
+        assert not (site / "llama_cpp").exists() and not joined.exists()
+        assert "the prebuilt llama-cpp-python does not load here" in done.stderr
+    else:
+        assert launched == [build]
+        assert not joined.exists()
+    assert (kit / "state" / "llama").exists()
 
 
 # --- bench/gpu/matmul_nbits.py: MatMulNBits against a pass's rows ---------------------------

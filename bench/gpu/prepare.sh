@@ -73,6 +73,19 @@ cp "$DL"/edgespec-*.whl "$OUT/up1/"
 
 ORT=$(ls "$DL"/onnxruntime_gpu-$ORT_VERSION-*.whl)
 split -b "${CHUNK_MIB}M" -d -a 2 "$ORT" "$TRIM/$(basename "$ORT").part"
+# llama-cpp-python built for a GPU architecture by prebuild_llama.sh, where one was: run.sh
+# installs it on a GPU of that architecture instead of building (its parts say which)
+: > "$OUT/LLAMA.sha256"
+for wheel in "$DL"/llama-cuda-sm*/llama_cpp_python-"$LLAMA_VERSION"-*.whl; do
+  [ -f "$wheel" ] || continue
+  arch=$(basename "$(dirname "$wheel")")
+  joined=$arch--$(basename "$wheel")  # the parts' name: run.sh joins them under it
+  split -b "${CHUNK_MIB}M" -d -a 2 "$wheel" "$TRIM/$joined.part"
+  echo "$(sha256sum < "$wheel" | cut -d' ' -f1)  $joined" >> "$OUT/LLAMA.sha256"
+  echo "carrying $arch's prebuilt llama-cpp-python ($(du -h "$wheel" | cut -f1))" >&2
+done
+[ -s "$OUT/LLAMA.sha256" ] || echo "no prebuilt llama-cpp-python: the GPU machine builds it" \
+  "(about 4 minutes there; bash bench/gpu/prebuild_llama.sh makes one where nvcc is)" >&2
 # first fit: each part goes into the first upload with room for it (the last, small part
 # usually rides with upload 1)
 limit=$((CHUNK_MIB * 1024 * 1024))
@@ -88,7 +101,7 @@ done
 # one checksum list over every upload: run.sh names what is missing or damaged
 (cd "$OUT" && find up* -type f | sort | xargs sha256sum > MANIFEST.sha256 \
   && sha256sum "downloads/$(basename "$ORT")" | sed "s# downloads/# #" > ORT.sha256)
-cp "$OUT/MANIFEST.sha256" "$OUT/ORT.sha256" "$OUT/up1/"
+cp "$OUT/MANIFEST.sha256" "$OUT/ORT.sha256" "$OUT/LLAMA.sha256" "$OUT/up1/"
 
 echo
 echo "Send these to the GPU machine, one upload each, into $OUT/ beside the checkout:"

@@ -187,25 +187,84 @@ wait_for() {  # wait_for MARK: 0 once a step has left it; 1 if it failed or WAIT
 
 background_steps() {
   rm -f "$KIT"/state/failed-*
-  build_llama || done_mark failed-llama &
-  local build=$!
+  if prebuilt_llama_listed; then
+    llama_from_uploads  # now where upload 1 carries it whole, else in the main run
+  else
+    build_llama || done_mark failed-llama &
+  fi
   models_and_exports
-  wait $build
+  wait  # a build still running
   done_mark background
+}
+
+joined_wheel() {  # joined_wheel PARTS_GLOB SUMS: a wheel prepare.sh split across uploads,
+  # joined and checked in $WORK; its name is the parts' without ".partNN" and any "...--" prefix
+  local parts joined wheel
+  parts=$(find "$KIT"/up* -name "$1" -printf '%f %p\n' | sort | cut -d' ' -f2-)
+  [ -n "$parts" ] || { say "no upload holds $1"; return 1; }
+  joined=$(basename "$(echo "$parts" | head -1)" | sed 's/\.part[0-9]*$//')
+  mkdir -p "$WORK/wheels"
+  # shellcheck disable=SC2086  # one path per word, in part order
+  cat $parts > "$WORK/$joined"
+  (cd "$WORK" && awk -v name="$joined" '$2 == name' "$KIT/up1/$2" | sha256sum -c --quiet -) >&2 \
+    || { rm -f "$WORK/$joined"; return 1; }
+  wheel=$WORK/wheels/${joined#*--}
+  mv "$WORK/$joined" "$wheel"
+  echo "$wheel"
 }
 
 install_onnxruntime_gpu() {
   is_done ort && return
-  local parts wheel
-  parts=$(find "$KIT"/up* -name 'onnxruntime_gpu-*.whl.part*' -printf '%f %p\n' | sort | cut -d' ' -f2-)
-  wheel=$WORK/$(basename "$(echo "$parts" | head -1)" | sed 's/\.part[0-9]*$//')
-  mkdir -p "$WORK"
-  # shellcheck disable=SC2086  # one path per word, in part order
-  cat $parts > "$wheel"
-  (cd "$WORK" && sha256sum -c --quiet "$KIT/up1/ORT.sha256")
+  local wheel
+  wheel=$(joined_wheel 'onnxruntime_gpu-*.whl.part*' ORT.sha256)
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$wheel"
   rm -f "$wheel"
   done_mark ort
+}
+
+gpu_arch() {  # this GPU's compute capability as CUDA names architectures (9.0 -> 90)
+  { nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null || true; } \
+    | head -1 | tr -d '. '
+}
+
+prebuilt_parts() {  # the uploads' paths of llama-cpp-python's parts built for this GPU, if any
+  local arch
+  arch=$(gpu_arch)
+  [ -z "$arch" ] || awk -v arch="$arch" 'index($2, "/llama-cuda-sm" arch "--") { print $2 }' \
+    "$KIT/up1/MANIFEST.sha256"
+}
+
+prebuilt_llama_listed() {  # the uploads carry llama-cpp-python built for this GPU (prebuild_llama.sh)
+  [ -n "$(prebuilt_parts)" ]
+}
+
+llama_from_uploads() {  # once a prebuilt for this GPU is here whole: install it, or where it
+  # does not load, build from source in the background (once: the first caller does it)
+  is_done llama && return 0
+  prebuilt_llama_listed || return 0
+  local path
+  for path in $(prebuilt_parts); do [ -f "$KIT/$path" ] || return 0; done
+  is_done llama-prebuilt-tried && return 0
+  done_mark llama-prebuilt-tried
+  install_prebuilt_llama && return 0
+  { build_llama || done_mark failed-llama; } &
+}
+
+install_prebuilt_llama() {  # 0 once the prebuilt loads with its GPU back-end; else 1, removed
+  local wheel log=$KIT/logs/llama-prebuilt.log
+  wheel=$(joined_wheel "llama-cuda-sm$(gpu_arch)--*.whl.part*" LLAMA.sha256) || return 1
+  if "$PY" -m pip install --no-index --no-deps --no-compile --target "$SITE" "$wheel" \
+       > "$log" 2>&1 \
+     && "$PY" -c "import sys, llama_cpp; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() \
+else 4)" >> "$log" 2>&1; then
+    rm -f "$wheel"
+    done_mark llama
+    say "llama-cpp-python: the prebuilt one for sm_$(gpu_arch) (no build here)"
+    return 0
+  fi
+  rm -rf "$wheel" "$SITE/llama_cpp" "$SITE"/llama_cpp_python-*.dist-info
+  say "the prebuilt llama-cpp-python does not load here ($(tail -1 "$log")): building it"
+  return 1
 }
 
 measure_all() {  # demo pair first; the 7B when its bundles are ready in time
@@ -334,6 +393,7 @@ if [ "$BACKGROUND" = 1 ]; then
 fi
 check_uploads all
 install_onnxruntime_gpu
+llama_from_uploads
 if ! is_done background && ! pgrep -f background_steps > /dev/null; then
   background_steps &
 fi
