@@ -554,16 +554,18 @@ def test_the_kit_installs_the_prebuilt_llama_cpp_and_builds_where_it_fails(tmp_p
 matmul_rows = load_bench_script("gpu/matmul_nbits.py", "gpu_matmul_nbits")
 
 
-def matmul_shapes(graph) -> dict[tuple[str, int, int], int]:
-    """(op, K, N) of every matmul node, counted; a dense MatMul's from its weight's shape."""
+def matmul_shapes(graph) -> dict[tuple, int]:
+    """(op, K, N) of every matmul node, counted, MatMulNBits' with its bits and its packed
+    weight's shape; a dense MatMul's from its weight's shape."""
     import collections
 
-    dims = {t.name: list(t.dims) for t in graph.initializer}
+    dims = {t.name: tuple(t.dims) for t in graph.initializer}
     shapes: collections.Counter = collections.Counter()
     for node in graph.node:
         attrs = {a.name: a.i for a in node.attribute}
         if node.op_type == "MatMulNBits":
-            shapes["MatMulNBits", attrs["K"], attrs["N"]] += 1
+            key = attrs["K"], attrs["N"], attrs["bits"], dims[node.input[1]]
+            shapes[("MatMulNBits", *key)] += 1
         elif node.op_type == "MatMul":
             k, n = dims[node.input[1]]
             shapes["MatMul", k, n] += 1
@@ -572,29 +574,32 @@ def matmul_shapes(graph) -> dict[tuple[str, int, int], int]:
 
 def test_the_matmul_graph_holds_the_exported_targets_matmul_shapes(tmp_path):
     """Layer for layer, the benchmark's graph multiplies what `edgespec export` makes the
-    target multiply: fused q/k/v, o, gate, up, down, and the output layer."""
+    target multiply: fused q/k/v, o, gate, up, down, and the output layer, its weights packed
+    as the export packs them in 4 and in 8 bits."""
     import onnx
 
     run = partial_run(tmp_path)
     run("bench/gpu/make_models.py", "--shape", "tiny", "--out", "hf-t", "--seed", "1")
     run("bench/gpu/make_models.py", "--shape", "tiny-draft", "--out", "hf-d", "--seed", "2")
-    run("-m", "edgespec", "export", "--format", "onnx", "--target", "hf-t", "--draft", "hf-d",
-        "--out", "onnx", "--target-quant", "int4", "--draft-quant", "fp16")  # fmt: skip
-    exported = onnx.load(str(tmp_path / "onnx/target.int4/model.onnx"), load_external_data=False)
     vocab = json.loads((tmp_path / "hf-t/config.json").read_text())["vocab_size"]
     tiny = matmul_rows.SHAPES["tiny"]
     shape = matmul_rows.Shape(tiny.hidden, tiny.layers, tiny.heads, tiny.kv_heads,
                               tiny.intermediate, tied=False, vocab=vocab)  # fmt: skip
-    for block in (128, None):
-        graph = matmul_rows.MatmulGraph(shape, block, np.float32, tmp_path / f"{block}.data")
-        built = matmul_shapes(graph.build().graph)
-        expected = matmul_shapes(exported.graph)
-        if block is None:
-            expected = {("MatMul", k, n): c for (_, k, n), c in expected.items()}
-        assert built == expected
-    assert expected == {  # the tiny shape: hidden 256, 4 heads of 64, 2 of them k/v, 512 wide
+    for quant, bits in (("int4", 4), ("int8", 8)):
+        run("-m", "edgespec", "export", "--format", "onnx", "--target", "hf-t", "--draft", "hf-d",
+            "--out", quant, "--target-quant", quant, "--draft-quant", "fp16")  # fmt: skip
+        model = tmp_path / quant / f"target.{quant}" / "model.onnx"
+        expected = matmul_shapes(onnx.load(str(model), load_external_data=False).graph)
+        graph = matmul_rows.MatmulGraph(shape, 128, np.float32, tmp_path / f"{quant}.data", bits)
+        assert matmul_shapes(graph.build().graph) == expected
+        assert {key[3] for key in expected} == {bits}
+    dense = matmul_rows.MatmulGraph(shape, None, np.float32, tmp_path / "dense.data")
+    assert matmul_shapes(dense.build().graph) == {  # hidden 256, 4 heads of 64, 2 of them k/v
         ("MatMul", 256, 512): 6, ("MatMul", 256, 256): 2, ("MatMul", 512, 256): 2,
         ("MatMul", 256, vocab): 1,
+    }  # fmt: skip
+    assert {key[1:3]: c for key, c in expected.items()} == {  # the same shapes, 8 bits
+        (256, 512): 6, (256, 256): 2, (512, 256): 2, (256, vocab): 1,
     }  # fmt: skip
 
 
@@ -612,7 +617,7 @@ def test_matmul_rows_times_every_variant_at_every_row_count_on_the_cpu(tmp_path)
     partial_run(tmp_path)("bench/gpu/matmul_nbits.py", "--smoke", "--json", str(out))
     report = json.loads(out.read_text())
     assert (report["device"], report["shape"], report["dtype"]) == ("cpu", "tiny", "float32")
-    assert list(report["variants"]) == ["dense", "int4-b128", "int4-b32"]
+    assert list(report["variants"]) == ["dense", "int4-b128", "int4-b32", "int8-b128"]
     for entry in report["variants"].values():
         assert "error" not in entry, entry
         assert list(entry["rows"]) == ["1", "2", "5"]
@@ -623,7 +628,9 @@ def test_matmul_rows_times_every_variant_at_every_row_count_on_the_cpu(tmp_path)
         f"(onnxruntime {report['onnxruntime']})"
     )
     assert lines[1] == "| variant | 1 row (ms) | t(2)/t(1) | t(5)/t(1) |"
-    assert [line.split(" | ")[0] for line in lines[3:6]] == ["| dense", "| int4-b128", "| int4-b32"]
+    assert [line.split(" | ")[0] for line in lines[3:7]] == [
+        "| dense", "| int4-b128", "| int4-b32", "| int8-b128"
+    ]  # fmt: skip
     assert lines[-1] == "fpA_intB pays: no"
 
 

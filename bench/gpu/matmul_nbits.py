@@ -13,6 +13,9 @@ M = 1..17 rows, in each of these variants, each in a session of its own:
                    CUTLASS fpA_intB kernels, as OnnxRuntime(fpa_intb_gemm=True) asks for
                    them; onnxruntime-gpu 1.31.1's library holds the condition
                    "block_size_ == 32 && !has_zero_points_" for them)
+    int8-b128      MatMulNBits, 8 bits (`edgespec export --target-quant int8`), blocks of
+    int8-b32       128 and of 32: half an fp16 target's memory, if its curve is flat where
+                   4 bits' is not (1.31.1 names a one-row kernel for 4 bits only)
 
 On CUDA each M is replayed as a CUDA graph of its own, as edgespec's runtime runs verify
 passes, and the fpA_intB kernel ONNX Runtime chose for each shape is read from its
@@ -57,6 +60,7 @@ class Variant:
     name: str
     block: int | None  # None: a dense float MatMul
     fpa: bool = False
+    bits: int = 4  # MatMulNBits' weight bits
 
 
 CUDA_VARIANTS = (
@@ -65,8 +69,10 @@ CUDA_VARIANTS = (
     Variant("int4-b32", 32),
     Variant("int4-b128-fpa", 128, fpa=True),
     Variant("int4-b32-fpa", 32, fpa=True),
+    Variant("int8-b128", 128, bits=8),  # last: the 5-minute cap cuts these first
+    Variant("int8-b32", 32, bits=8),
 )
-CPU_VARIANTS = CUDA_VARIANTS[:3]
+CPU_VARIANTS = (*CUDA_VARIANTS[:3], CUDA_VARIANTS[5])
 
 
 # --- the graph ----------------------------------------------------------------------------------
@@ -76,8 +82,8 @@ class MatmulGraph:
     """The target's matmuls as one ONNX graph: x [M, hidden] -> logits [M, vocab], each layer
     q/k/v -> (q) o -> + x -> gate * up -> down -> + x, then the output layer."""
 
-    def __init__(self, shape: Shape, block: int | None, dtype: type, data: Path):
-        self.shape, self.block, self.dtype = shape, block, np.dtype(dtype)
+    def __init__(self, shape: Shape, block: int | None, dtype: type, data: Path, bits: int = 4):
+        self.shape, self.block, self.dtype, self.bits = shape, block, np.dtype(dtype), bits
         self.data = data  # the weights' external file, written as the graph is built
         # weights are a pool of random bytes laid end to end: a matmul costs what its shapes
         # cost, and writing gigabytes of fresh random numbers would cost the lent GPU minutes
@@ -130,11 +136,12 @@ class MatmulGraph:
         if self.block is None:
             return self.op("MatMul", x, self.weight(name, (k, n), self.dtype))
         blocks = -(-k // self.block)
-        packed = self.weight(name + ".q4", (n, blocks, self.block // 2), np.dtype(np.uint8))
+        blob = (n, blocks, self.block * self.bits // 8)
+        packed = self.weight(name + f".q{self.bits}", blob, np.dtype(np.uint8))
         scales = np.full((n, blocks), 0.01, self.dtype)
         return self.op(
-            "MatMulNBits", x, packed, self.const(name + ".scales", scales),
-            domain="com.microsoft", K=k, N=n, bits=4, block_size=self.block, accuracy_level=4,
+            "MatMulNBits", x, packed, self.const(name + ".scales", scales), domain="com.microsoft",
+            K=k, N=n, bits=self.bits, block_size=self.block, accuracy_level=4,
         )  # fmt: skip
 
     def weight(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> str:
@@ -158,12 +165,14 @@ class MatmulGraph:
         return name
 
 
-def write_model(shape: Shape, block: int | None, dtype: type, folder: Path) -> Path:
+def write_model(shape: Shape, variant: Variant, dtype: type, folder: Path) -> Path:
     import onnx
 
-    path = folder / f"matmuls-{block or 'dense'}.onnx"
+    name = f"int{variant.bits}-b{variant.block}" if variant.block else "dense"
+    path = folder / f"matmuls-{name}.onnx"
     if not path.exists():  # the fpA variants share their blocks' file
-        onnx.save_model(MatmulGraph(shape, block, dtype, path.with_suffix(".data")).build(), path)
+        graph = MatmulGraph(shape, variant.block, dtype, path.with_suffix(".data"), variant.bits)
+        onnx.save_model(graph.build(), path)
     return path
 
 
@@ -254,12 +263,12 @@ def measure_variant(ort, variant: Variant, args, folder: Path) -> dict:
     on_cuda = args.device == "cuda"
     dtype = np.float16 if on_cuda else np.float32
     rows = SMOKE_ROWS if args.smoke else CUDA_ROWS
-    entry: dict = {"block": variant.block, "fpa": variant.fpa}
+    entry: dict = {"block": variant.block, "bits": variant.bits, "fpa": variant.fpa}
     # on CUDA graphs first, as the runtime runs verify passes; where they fail, without
     for graphs in (True, False) if on_cuda else (None,):
         entry["cuda_graphs"] = graphs
         try:
-            path = write_model(args.shape_obj, variant.block, dtype, folder)
+            path = write_model(args.shape_obj, variant, dtype, folder)
             log = folder / f"{variant.name}.stdout"
             with native_stdout_to(log):
                 session = open_session(ort, path, variant, rows, graphs)
