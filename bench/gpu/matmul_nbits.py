@@ -16,6 +16,7 @@ M = 1..17 rows, in each of these variants, each in a session of its own:
     int8-b128      MatMulNBits, 8 bits (`edgespec export --target-quant int8`), blocks of
     int8-b32       128 and of 32: half an fp16 target's memory, if its curve is flat where
                    4 bits' is not (1.31.1 names a one-row kernel for 4 bits only)
+    int8-b32-fpa   8 bits by fpA_intB (its condition takes 8 bits in blocks of 32 as well)
 
 On CUDA each M is replayed as a CUDA graph of its own, as edgespec's runtime runs verify
 passes, and the fpA_intB kernel ONNX Runtime chose for each shape is read from its
@@ -71,6 +72,7 @@ CUDA_VARIANTS = (
     Variant("int4-b32-fpa", 32, fpa=True),
     Variant("int8-b128", 128, bits=8),  # last: the 5-minute cap cuts these first
     Variant("int8-b32", 32, bits=8),
+    Variant("int8-b32-fpa", 32, fpa=True, bits=8),  # fpA_intB takes 8 bits in blocks of 32 too
 )
 CPU_VARIANTS = (*CUDA_VARIANTS[:3], CUDA_VARIANTS[5])
 
