@@ -436,17 +436,36 @@ def test_the_kit_times_the_int4_targets_operators_with_every_launch_waited_for(t
     )  # fmt: skip
 
 
-PREBUILT = "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+PREBUILT = "llama_cpp_python-0.3.36-cuda.tar.xz"
 
 
 def carry_prebuilt_llama(kit: Path, arch: str, damaged: bool = False) -> None:
-    """What prepare.sh leaves for a prebuilt llama-cpp-python of sm_`arch`: its wheel in two
-    parts in two uploads, listed in MANIFEST.sha256, the whole in LLAMA.sha256."""
+    """What prepare.sh leaves for a prebuilt llama-cpp-python of sm_`arch`: the package as
+    prebuild_llama.sh packs it (a library under two names, one a link; its dist-info),
+    xz-compressed, in two parts in two uploads, listed in MANIFEST.sha256, the whole in
+    LLAMA.sha256."""
     import hashlib
+    import io
+    import tarfile
 
-    wheel = b"PK wheel bytes " * 100
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz") as tar:
+        files = {
+            "llama_cpp/__init__.py": b"# stand-in\n",
+            "llama_cpp/lib/libllama.so.0.5.0": b"\x7fELF" + bytes(2000),
+            "llama_cpp_python-0.3.36.dist-info/METADATA": b"Name: x\n",
+        }
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("llama_cpp/lib/libllama.so.0")
+        link.type, link.linkname = tarfile.SYMTYPE, "libllama.so.0.5.0"
+        tar.addfile(link)
+    package = buffer.getvalue()
     joined = f"llama-cuda-sm{arch}--{PREBUILT}"
-    parts = {f"up2/{joined}.part00": wheel[:700], f"up3/{joined}.part01": wheel[700:]}
+    half = len(package) // 2
+    parts = {f"up2/{joined}.part00": package[:half], f"up3/{joined}.part01": package[half:]}
     (kit / "up1").mkdir(parents=True)
     (kit / "up1" / "llama_cpp_python-0.3.36-trimmed.tar.gz").write_bytes(b"source")
     for path, data in parts.items():
@@ -455,7 +474,8 @@ def carry_prebuilt_llama(kit: Path, arch: str, damaged: bool = False) -> None:
     (kit / "up1" / "MANIFEST.sha256").write_text(
         "".join(f"{hashlib.sha256(d).hexdigest()}  {p}\n" for p, d in parts.items())
     )
-    (kit / "up1" / "LLAMA.sha256").write_text(f"{hashlib.sha256(wheel).hexdigest()}  {joined}\n")
+    sums = f"{hashlib.sha256(package).hexdigest()}  {joined}\n"
+    (kit / "up1" / "LLAMA.sha256").write_text(sums)
 
 
 def fake_nvidia_smi(tmp_path: Path, compute_cap: str) -> str:
@@ -497,7 +517,7 @@ def test_the_background_builds_llama_cpp_only_where_no_prebuilt_fits_the_gpu(
         tmp_path, "WAIT_MIN=0; background_steps", (), PATH=fake_nvidia_smi(tmp_path, compute_cap)
     )
     builds = [c for c in launched if c.endswith("llama_cpp_python-0.3.36-trimmed.tar.gz")]
-    installs = [c for c in launched if c.endswith(PREBUILT)]
+    installs = [c for c in launched if "llama_supports_gpu_offload" in c]
     exports = [c for c in launched if c.startswith("-m edgespec export --format onnx")]
     expected = {("9.0", "whole"): (0, 1), ("9.0", "in part"): (0, 0), ("8.9", "whole"): (1, 0)}
     assert (len(builds), len(installs)) == expected[compute_cap, carried]
@@ -518,34 +538,37 @@ def test_a_prebuilt_tried_once_is_not_tried_again(tmp_path):
 @pytest.mark.parametrize("outcome", ["loads", "does not load", "damaged"])
 def test_the_kit_installs_the_prebuilt_llama_cpp_and_builds_where_it_fails(tmp_path, outcome):
     """llama_from_uploads on an sm_90 GPU whose uploads carry a prebuilt for it: the parts
-    joined in order and checked, installed, then asked whether their GPU back-end loads; a
-    prebuilt that does not load is removed and the source built instead (in the background),
-    as is a damaged one, which is never installed. Nothing happens twice."""
+    joined in order and checked, unpacked into the kit's site (links as links), then asked
+    whether their GPU back-end loads; a prebuilt that does not load is removed and the source
+    built instead (in the background), as is a damaged one, which is never unpacked. Nothing
+    happens twice."""
     kit = tmp_path / "kit"
     carry_prebuilt_llama(kit, "90", damaged=outcome == "damaged")
     site = kit / "site"
-    (site / "llama_cpp").mkdir(parents=True)  # what a failed install would leave
+    (site / "llama_cpp").mkdir(parents=True)  # what an earlier, failed unpacking would leave
     done, launched = run_kit_steps(
         tmp_path, "llama_from_uploads; wait; llama_from_uploads; wait", (),
         PATH=fake_nvidia_smi(tmp_path, "9.0"), PREBUILT_EXIT="0" if outcome == "loads" else "4",
     )  # fmt: skip
-    joined = kit / "work" / "wheels" / PREBUILT
-    install = f"-m pip install --no-index --no-deps --no-compile --target {site} {joined}"
     check = "-c import sys, llama_cpp; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 4)"
     build = (
         "-m pip install --no-index --no-deps --no-build-isolation --no-compile --target "
         f"{site} {kit}/up1/llama_cpp_python-0.3.36-trimmed.tar.gz"
     )
+    unpacked = site / "llama_cpp" / "lib" / "libllama.so.0"
     if outcome == "loads":
-        assert launched == [install, check]  # the joined parts matched LLAMA.sha256
-        assert not joined.exists()
+        assert launched == [check]  # the joined parts matched LLAMA.sha256
+        assert unpacked.is_symlink() and unpacked.read_bytes().startswith(b"\x7fELF")
+        assert (site / "llama_cpp_python-0.3.36.dist-info" / "METADATA").exists()
     elif outcome == "does not load":
-        assert launched == [install, check, build]
-        assert not (site / "llama_cpp").exists() and not joined.exists()
+        assert launched == [check, build]
+        assert not (site / "llama_cpp").exists()
+        assert not (site / "llama_cpp_python-0.3.36.dist-info").exists()
         assert "the prebuilt llama-cpp-python does not load here" in done.stderr
     else:
         assert launched == [build]
-        assert not joined.exists()
+        assert not unpacked.exists()
+    assert not list((kit / "work").glob("**/*.tar.xz*"))  # joined, then removed
     assert (kit / "state" / "llama").exists()
 
 

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Build llama-cpp-python with CUDA here, on a machine with no GPU, for one GPU architecture,
-# so the GPU machine installs it in seconds instead of building it there (about 4 minutes of
-# a 15-minute device session on 16 cores). prepare.sh then carries the wheel in the uploads,
-# and run.sh uses it where the GPU's compute capability matches, building from source
-# otherwise or where it does not load.
+# so the GPU machine unpacks it in seconds instead of building it there (3 min 50 s of an
+# H200's 16 cores, in a session with 15 minutes of device time). prepare.sh then carries it in
+# the uploads, and run.sh uses it where the GPU's compute capability matches, building from
+# source otherwise or where it does not load.
 #
 #   bash bench/gpu/prebuild_llama.sh [--arch 90] [--out .gpukit]
 #
 # Needs nvcc of the GPU machine's CUDA major version (13: its driver is 580) and pip's reach
-# to PyPI (cuBLAS's headers and libraries come from the nvidia-cublas wheel). The CPU code is
-# built for AVX2, not for this machine (-march=native would leave the GPU host's CPU an
-# instruction set it may lack). On 2 cores it takes most of an hour; the wheel lands in
-# OUT/downloads/llama-cuda-smARCH/.
+# to PyPI (cuBLAS's headers and libraries come from the nvidia-cublas wheel). The GPU code is
+# that architecture's machine code alone (no PTX), the CPU code AVX2 (-march=native would
+# leave the GPU host's CPU an instruction set it may lack). What it leaves is the installed
+# package, not the wheel: a wheel holds each shared library three times over (its symlinks as
+# copies), 263 MB; the package with its links as links, xz-compressed, is what upload 1 can
+# carry. On 2 cores it takes most of an hour; the result lands in
+# OUT/downloads/llama-cuda-smARCH/llama_cpp_python-VERSION-cuda.tar.xz.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ARCH=90
@@ -46,12 +49,30 @@ if ! compgen -G "$DL/nvidia_cublas-$version.*.whl" > /dev/null; then
   "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$DL" "nvidia-cublas==$version.*"
 fi
 
+package_wheel() {  # package_wheel WHEEL TARBALL: the package as pip installs it (python code,
+  # its libraries, its dist-info; not the wheel's top-level lib/ and include/, which nothing
+  # imports), each library's copies under its other names made links again, xz-compressed
+  local site=$WORK/site lib name target
+  "$PY" -m pip install -q --no-deps --no-compile --target "$site" "$1"
+  lib=$site/llama_cpp/lib
+  for name in "$lib"/*.so "$lib"/*.so.*; do  # libX.so and libX.so.0 -> libX.so.0.25.3
+    target=$(ls "$lib/$(basename "$name")".* 2>/dev/null | sort | tail -1 || true)
+    if [ -n "$target" ] && cmp -s "$name" "$target"; then
+      ln -sf "$(basename "$target")" "$name"
+    fi
+  done
+  rm -rf "$(dirname "$2")"
+  mkdir -p "$(dirname "$2")"
+  (cd "$site" && tar -cf - llama_cpp llama_cpp_python-*.dist-info) | xz -T0 -9 > "$2"
+}
+
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 # a toolkit of our own: nvcc's, plus cuBLAS, plus a libcuda stub to link against (the
 # driver's libcuda.so.1 is what loads on the GPU machine)
 TOOLKIT=$WORK/cuda
-cp -a "$(cd "$(dirname "$(readlink -f "$NVCC")")/.." && pwd)" "$TOOLKIT"
+top=$("$NVCC" --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
+cp -a "$(cd "$top" && pwd -P)" "$TOOLKIT"  # nvcc may be a wrapper script: ask it where it is
 TARGET=$TOOLKIT/targets/x86_64-linux
 "$PY" -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
 [z.extract(n, sys.argv[2]) for n in z.namelist() if '/include/' in n or '/lib/' in n]" \
@@ -68,12 +89,11 @@ echo "building llama-cpp-python $LLAMA_VERSION for sm_$ARCH with CUDA $version" 
   "(log: $OUT/logs/prebuild-llama.log)" >&2
 mkdir -p "$OUT/logs" "$WORK/wheel"
 PATH=$TOOLKIT/bin:$PATH CUDACXX=$TOOLKIT/bin/nvcc CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH -DLLAVA_BUILD=off \
+CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH-real -DLLAVA_BUILD=off \
 -DCUDAToolkit_ROOT=$TOOLKIT -DCMAKE_CUDA_COMPILER=$TOOLKIT/bin/nvcc -DGGML_NATIVE=OFF \
 -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" \
   "$PY" -m pip wheel -v --no-deps -w "$WORK/wheel" "$WORK/llama_cpp_python-$LLAMA_VERSION" \
   > "$OUT/logs/prebuild-llama.log" 2>&1
-rm -rf "$DEST"
-mkdir -p "$DEST"
-mv "$WORK"/wheel/llama_cpp_python-*.whl "$DEST/"
-echo "$DEST/$(ls "$DEST")  $(du -h "$DEST"/*.whl | cut -f1)" >&2
+package_wheel "$(ls "$WORK"/wheel/llama_cpp_python-*.whl)" \
+  "$DEST/llama_cpp_python-$LLAMA_VERSION-cuda.tar.xz"
+echo "$DEST: $(du -h "$DEST"/*.tar.xz | cut -f1)" >&2

@@ -74,15 +74,15 @@ cp "$DL"/edgespec-*.whl "$OUT/up1/"
 ORT=$(ls "$DL"/onnxruntime_gpu-$ORT_VERSION-*.whl)
 split -b "${CHUNK_MIB}M" -d -a 2 "$ORT" "$TRIM/$(basename "$ORT").part"
 # llama-cpp-python built for a GPU architecture by prebuild_llama.sh, where one was: run.sh
-# installs it on a GPU of that architecture instead of building (its parts say which)
+# unpacks it on a GPU of that architecture instead of building (its parts say which)
 : > "$OUT/LLAMA.sha256"
-for wheel in "$DL"/llama-cuda-sm*/llama_cpp_python-"$LLAMA_VERSION"-*.whl; do
-  [ -f "$wheel" ] || continue
-  arch=$(basename "$(dirname "$wheel")")
-  joined=$arch--$(basename "$wheel")  # the parts' name: run.sh joins them under it
-  split -b "${CHUNK_MIB}M" -d -a 2 "$wheel" "$TRIM/$joined.part"
-  echo "$(sha256sum < "$wheel" | cut -d' ' -f1)  $joined" >> "$OUT/LLAMA.sha256"
-  echo "carrying $arch's prebuilt llama-cpp-python ($(du -h "$wheel" | cut -f1))" >&2
+for package in "$DL"/llama-cuda-sm*/llama_cpp_python-"$LLAMA_VERSION"-cuda.tar.xz; do
+  [ -f "$package" ] || continue
+  arch=$(basename "$(dirname "$package")")
+  joined=$arch--$(basename "$package")  # the parts' name: run.sh joins them under it
+  split -b "${CHUNK_MIB}M" -d -a 2 "$package" "$TRIM/$joined.part"
+  echo "$(sha256sum < "$package" | cut -d' ' -f1)  $joined" >> "$OUT/LLAMA.sha256"
+  echo "carrying $arch's prebuilt llama-cpp-python ($(du -h "$package" | cut -f1))" >&2
 done
 [ -s "$OUT/LLAMA.sha256" ] || echo "no prebuilt llama-cpp-python: the GPU machine builds it" \
   "(about 4 minutes there; bash bench/gpu/prebuild_llama.sh makes one where nvcc is)" >&2

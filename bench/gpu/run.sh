@@ -197,26 +197,26 @@ background_steps() {
   done_mark background
 }
 
-joined_wheel() {  # joined_wheel PARTS_GLOB SUMS: a wheel prepare.sh split across uploads,
+joined_upload() {  # joined_upload PARTS_GLOB SUMS: a file prepare.sh split across uploads,
   # joined and checked in $WORK; its name is the parts' without ".partNN" and any "...--" prefix
-  local parts joined wheel
+  local parts joined file
   parts=$(find "$KIT"/up* -name "$1" -printf '%f %p\n' | sort | cut -d' ' -f2-)
   [ -n "$parts" ] || { say "no upload holds $1"; return 1; }
   joined=$(basename "$(echo "$parts" | head -1)" | sed 's/\.part[0-9]*$//')
-  mkdir -p "$WORK/wheels"
+  mkdir -p "$WORK/joined"
   # shellcheck disable=SC2086  # one path per word, in part order
   cat $parts > "$WORK/$joined"
   (cd "$WORK" && awk -v name="$joined" '$2 == name' "$KIT/up1/$2" | sha256sum -c --quiet -) >&2 \
     || { rm -f "$WORK/$joined"; return 1; }
-  wheel=$WORK/wheels/${joined#*--}
-  mv "$WORK/$joined" "$wheel"
-  echo "$wheel"
+  file=$WORK/joined/${joined#*--}
+  mv "$WORK/$joined" "$file"
+  echo "$file"
 }
 
 install_onnxruntime_gpu() {
   is_done ort && return
   local wheel
-  wheel=$(joined_wheel 'onnxruntime_gpu-*.whl.part*' ORT.sha256)
+  wheel=$(joined_upload 'onnxruntime_gpu-*.whl.part*' ORT.sha256)
   "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$wheel"
   rm -f "$wheel"
   done_mark ort
@@ -251,18 +251,18 @@ llama_from_uploads() {  # once a prebuilt for this GPU is here whole: install it
 }
 
 install_prebuilt_llama() {  # 0 once the prebuilt loads with its GPU back-end; else 1, removed
-  local wheel log=$KIT/logs/llama-prebuilt.log
-  wheel=$(joined_wheel "llama-cuda-sm$(gpu_arch)--*.whl.part*" LLAMA.sha256) || return 1
-  if "$PY" -m pip install --no-index --no-deps --no-compile --target "$SITE" "$wheel" \
-       > "$log" 2>&1 \
+  local package log=$KIT/logs/llama-prebuilt.log
+  package=$(joined_upload "llama-cuda-sm$(gpu_arch)--*.tar.xz.part*" LLAMA.sha256) || return 1
+  mkdir -p "$SITE"
+  if tar -xJf "$package" -C "$SITE" > "$log" 2>&1 \
      && "$PY" -c "import sys, llama_cpp; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() \
 else 4)" >> "$log" 2>&1; then
-    rm -f "$wheel"
+    rm -f "$package"
     done_mark llama
     say "llama-cpp-python: the prebuilt one for sm_$(gpu_arch) (no build here)"
     return 0
   fi
-  rm -rf "$wheel" "$SITE/llama_cpp" "$SITE"/llama_cpp_python-*.dist-info
+  rm -rf "$package" "$SITE/llama_cpp" "$SITE"/llama_cpp_python-*.dist-info
   say "the prebuilt llama-cpp-python does not load here ($(tail -1 "$log")): building it"
   return 1
 }
