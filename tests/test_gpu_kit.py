@@ -319,6 +319,7 @@ case "$*" in
   *llama_load_check.py*) exit "$LOAD_CHECK_EXIT" ;;
   *llama_supports_gpu_offload*) exit "${PREBUILT_EXIT:-0}" ;;
   *--fpa-pays*) echo "$FPA_BLOCK" ;;
+  *--int8-pays*) echo "${INT8_PAYS:-}" ;;
   *--report*) echo table ;;
   *--json*) echo '{}' > "${@: -1}" ;;
 esac
@@ -347,26 +348,30 @@ def run_kit_steps(tmp_path: Path, steps: str, marks: tuple[str, ...], **env: str
     return done, calls.read_text().splitlines() if calls.exists() else []
 
 
-@pytest.mark.parametrize("load_check_exit, fpa_block", [(0, None), (3, None), (0, 32), (0, 128)])
+@pytest.mark.parametrize(
+    "load_check_exit, fpa_block, int8",
+    [(0, None, False), (3, None, False), (0, 32, False), (0, 128, False), (0, None, True)],
+)
 def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_check_says(
-    tmp_path, load_check_exit, fpa_block
+    tmp_path, load_check_exit, fpa_block, int8
 ):
     """run.sh's GPU steps (sourced, with a stand-in Python and the exports marked done):
     llama.cpp (graphs on, full; off, quick), the fp16 ONNX target, then the INT4 one, quick;
-    where MatMulNBits alone found fpA_intB pays, first the INT4 pair with ORT_FPA_INTB_GEMM=1
-    in that block size's export; where the load check exits 3, measure.py runs with llama_cpp
-    imported first."""
+    where MatMulNBits alone found fpA_intB pays, first the INT4 pair with fpA_intB in that
+    block size's export; where it found INT8 weights pay, the pair with the INT8 target;
+    where the load check exits 3, measure.py runs with llama_cpp imported first."""
     kit, out = tmp_path / "kit", tmp_path / "out"
     marks = ("background", "bundle-demo-gguf", "bundle-demo-onnx", "bundle-demo-onnx-fp16",
-             "bundle-demo-onnx-b32")  # fmt: skip
+             "bundle-demo-onnx-b32", "bundle-demo-onnx-int8")  # fmt: skip
     (kit / "work" / "bundles" / "demo-gguf").mkdir(parents=True)
     (kit / "work" / "bundles" / "demo-gguf" / "draft.q8_0.gguf").touch()
-    if fpa_block:
+    rows_measured = bool(fpa_block or int8)
+    if rows_measured:
         out.mkdir()
         (out / "matmul-nbits.json").write_text("{}")
     done, launched = run_kit_steps(
-        tmp_path, "measure_all", marks,
-        LOAD_CHECK_EXIT=str(load_check_exit), FPA_BLOCK=str(fpa_block or ""),
+        tmp_path, "measure_all", marks, LOAD_CHECK_EXIT=str(load_check_exit),
+        FPA_BLOCK=str(fpa_block or ""), INT8_PAYS="int8" if int8 else "",
     )  # fmt: skip
     llama_first = (
         "-c import llama_cpp, runpy, sys; sys.argv = sys.argv[1:]; "
@@ -376,22 +381,34 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
     )
     bundles = kit / "work" / "bundles"
     measure = "bench/gpu/measure.py --device cuda --backend"
-    fpa = []
+    asks = [
+        f"bench/gpu/matmul_nbits.py --{q}-pays {out}/matmul-nbits.json" for q in ("fpa", "int8")
+    ]
+    fpa, int8_steps, extra_reports = asks[:1] if rows_measured else [], [], []
     if fpa_block:
         fpa_bundle = bundles / ("demo-onnx-b32" if fpa_block == 32 else "demo-onnx")
-        fpa_json = f"{out}/demo-fpa-intb-b{fpa_block}-onnx-graphs-on.json"
-        fpa = [
-            f"bench/gpu/matmul_nbits.py --fpa-pays {out}/matmul-nbits.json",
+        extra_reports.append(f"{out}/demo-fpa-intb-b{fpa_block}-onnx-graphs-on.json")
+        fpa.append(
             f"{measure} onnx --graphs on --grid quick --bundle {fpa_bundle} --fpa-intb "
-            f"--label demo-fpa-intb-b{fpa_block} --json {fpa_json}",
-        ]
+            f"--label demo-fpa-intb-b{fpa_block} --json {extra_reports[-1]}"
+        )
     else:
         assert "fpA_intB: no gain in MatMulNBits alone, so not measured end to end" in done.stderr
+    if rows_measured:
+        int8_steps.append(asks[1])
+    if int8:
+        extra_reports.append(f"{out}/demo-int8-onnx-graphs-on.json")
+        int8_steps.append(
+            f"{measure} onnx --graphs on --grid quick --bundle {bundles}/demo-onnx-int8 "
+            f"--label demo-int8 --json {extra_reports[-1]}"
+        )
+    elif rows_measured:
+        assert "INT8: no gain in MatMulNBits alone, so not measured end to end" in done.stderr
     reports = sorted(
         [f"{out}/demo-{name}-graphs-{graphs}.json"
          for name, graphs in (("fp16-onnx", "on"), ("llama", "off"), ("llama", "on"),
                               ("onnx", "on"))]
-        + ([fpa_json] if fpa_block else [])
+        + extra_reports
     )  # fmt: skip
     assert launched == [
         f"bench/gpu/llama_load_check.py {bundles}/demo-gguf/draft.q8_0.gguf "
@@ -403,10 +420,11 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
         f"{measure} onnx --graphs on --grid full --bundle {bundles}/demo-onnx-fp16 "
         f"--label demo-fp16 --json {out}/demo-fp16-onnx-graphs-on.json",
         *fpa,
+        *int8_steps,
         f"{measure} onnx --graphs on --grid quick --bundle {bundles}/demo-onnx "
         f"--label demo --json {out}/demo-onnx-graphs-on.json",
         "bench/gpu/measure.py --report " + " ".join(reports),
-        *([f"bench/gpu/matmul_nbits.py --report {out}/matmul-nbits.json"] if fpa_block else []),
+        *([f"bench/gpu/matmul_nbits.py --report {out}/matmul-nbits.json"] if rows_measured else []),
     ]
 
 
@@ -521,7 +539,7 @@ def test_the_background_builds_llama_cpp_only_where_no_prebuilt_fits_the_gpu(
     exports = [c for c in launched if c.startswith("-m edgespec export --format onnx")]
     expected = {("9.0", "whole"): (0, 1), ("9.0", "in part"): (0, 0), ("8.9", "whole"): (1, 0)}
     assert (len(builds), len(installs)) == expected[compute_cap, carried]
-    assert len(exports) == 3
+    assert len(exports) == 4  # INT4 in blocks of 128 and of 32, fp16, INT8
 
 
 def test_a_prebuilt_tried_once_is_not_tried_again(tmp_path):
@@ -654,7 +672,8 @@ def test_matmul_rows_times_every_variant_at_every_row_count_on_the_cpu(tmp_path)
     assert [line.split(" | ")[0] for line in lines[3:7]] == [
         "| dense", "| int4-b128", "| int4-b32", "| int8-b128"
     ]  # fmt: skip
-    assert lines[-1] == "fpA_intB pays: no"
+    assert lines[-2] == "fpA_intB pays: no"  # no fpA_intB variant on the CPU
+    assert lines[-1] in ("INT8 pays: no", "INT8 pays: yes")  # timings: either
 
 
 FPA_DEBUG_LOG = """\
@@ -704,7 +723,16 @@ def test_fpa_pays_where_it_takes_a_fifth_off_its_blocks_two_row_cost():
         {"variants": rows_report(int4_b32=5.0, int4_b32_fpa=1.1)["variants"], "gpu": "H200",
          "device": "cuda", "shape": "qwen2.5-1.5b", "dtype": "float16", "onnxruntime": "1.31.1"}
     )  # fmt: skip
-    assert table.splitlines()[-1] == "fpA_intB pays: blocks of 32"
+    assert table.splitlines()[-2:] == ["fpA_intB pays: blocks of 32", "INT8 pays: no"]
+
+
+def test_int8_pays_where_it_takes_a_fifth_off_int4s_two_row_cost():
+    pays = matmul_rows.int8_pays
+    assert pays(rows_report(int4_b128=5.0, int8_b128=4.0))  # 0.8 exactly
+    assert not pays(rows_report(int4_b128=5.0, int8_b128=4.1))
+    assert not pays(rows_report(int4_b128=5.0, int8_b32=1.0))  # blocks of 128, as exported
+    assert not pays(rows_report(int4_b128=5.0, int8_b128="RuntimeError: x"))
+    assert not pays(rows_report(int8_b128=1.0))
 
 
 def test_the_table_says_where_fpa_intb_was_asked_for_and_not_taken():
@@ -713,7 +741,8 @@ def test_the_table_says_where_fpa_intb_was_asked_for_and_not_taken():
               "onnxruntime": "1.31.1"}  # fmt: skip
     report["variants"]["int4-b128-fpa"]["fpa"] = True
     lines = matmul_rows.table(report).splitlines()
-    assert lines[-2:] == [
+    assert lines[-3:] == [
         "int4-b128-fpa: fpA_intB not taken (ONNX Runtime printed no fpA_intB line)",
         "fpA_intB pays: no",
+        "INT8 pays: no",
     ]

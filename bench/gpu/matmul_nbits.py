@@ -26,6 +26,7 @@ ORT_FPA_INTB_DEBUG lines.
     python bench/gpu/matmul_nbits.py --smoke --json OUT.json               # CPU, tiny shape
     python bench/gpu/matmul_nbits.py --report OUT.json                     # its table again
     python bench/gpu/matmul_nbits.py --fpa-pays OUT.json   # the block size whose fpA pays
+    python bench/gpu/matmul_nbits.py --int8-pays OUT.json  # "int8" if 8 bits flatten the curve
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ SMOKE_ROWS = (1, 2, 5)
 SMOKE_SHAPE = Shape(256, 2, 4, 2, 512, tied=False, vocab=1024)
 WEIGHT_POOL = 1 << 24  # bytes of random weights, repeated
 FPA_PAYS = 0.8  # --fpa-pays: fpA's t(2)/t(1) at most this share of the same blocks' without
+# (--int8-pays: INT8's, blocks of 128, against INT4's: the export's default block size)
 DEBUG_LINE = re.compile(r"\[fpA_intB_debug\] M=(\d+) N=(\d+) K=(\d+) .*?kernel=(\S+(?: gemm\))?)")
 
 
@@ -337,16 +339,27 @@ def ratio(entry: dict, m: int) -> float | None:
     return rows[str(m)]["ms"] / rows["1"]["ms"]
 
 
+def pays(report: dict, variant: str, against: str) -> bool:
+    """Whether `variant` makes a 2-row pass at most FPA_PAYS of what `against` costs, each
+    relative to its own one-row pass (False where either was not measured)."""
+    variants = report["variants"]
+    fast, slow = ratio(variants.get(variant, {}), 2), ratio(variants.get(against, {}), 2)
+    return fast is not None and slow is not None and fast <= FPA_PAYS * slow
+
+
 def fpa_pays(report: dict) -> int | None:
     """The block size whose fpA_intB variant makes a 2-row pass at most FPA_PAYS of what the
     same blocks cost without it (relative to one row), the smaller block first; None if none."""
-    variants = report["variants"]
     for block in (32, 128):
-        with_fpa, without = variants.get(f"int4-b{block}-fpa", {}), variants.get(f"int4-b{block}")
-        fast, slow = ratio(with_fpa, 2), ratio(without or {}, 2)
-        if fast is not None and slow is not None and fast <= FPA_PAYS * slow:
+        if pays(report, f"int4-b{block}-fpa", f"int4-b{block}"):
             return block
     return None
+
+
+def int8_pays(report: dict) -> bool:
+    """Whether INT8 weights (blocks of 128, as `--target-quant int8` exports them) make a
+    2-row pass at most FPA_PAYS of INT4's relative cost."""
+    return pays(report, "int8-b128", "int4-b128")
 
 
 def table(report: dict) -> str:
@@ -374,6 +387,7 @@ def table(report: dict) -> str:
             lines.append(f"{name}: fpA_intB not taken (ONNX Runtime printed no fpA_intB line)")
     block = fpa_pays(report)
     lines.append(f"fpA_intB pays: blocks of {block}" if block else "fpA_intB pays: no")
+    lines.append(f"INT8 pays: {'yes' if int8_pays(report) else 'no'}")
     return "\n".join(lines)
 
 
@@ -393,13 +407,16 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--report", type=Path, help="print the table of a JSON written before")
     ap.add_argument("--fpa-pays", type=Path, help="print the block size whose fpA_intB pays")
+    ap.add_argument("--int8-pays", type=Path, help='print "int8" where INT8 weights pay')
     args = ap.parse_args()
-    if args.report or args.fpa_pays:
-        report = json.loads((args.report or args.fpa_pays).read_text())
+    if args.report or args.fpa_pays or args.int8_pays:
+        report = json.loads((args.report or args.fpa_pays or args.int8_pays).read_text())
         if args.report:
             print(table(report))
-        else:
+        elif args.fpa_pays:
             print(fpa_pays(report) or "")
+        else:
+            print("int8" if int8_pays(report) else "")
         return
     if args.smoke:
         args.device, args.rounds = "cpu", min(args.rounds, 3)

@@ -161,6 +161,9 @@ models_and_exports() {  # ONNX exports need no llama.cpp: they run while it buil
   # onnxruntime-gpu 1.31.1 takes MatMulNBits to its CUTLASS fpA_intB kernels in blocks of 32 only
   export_bundle demo-onnx-b32 onnx qwen2.5-1.5b qwen2.5-0.5b int4 fp16 --int4-block 32 &
   pids+=($!)
+  # an INT8 target: measured end to end where MatMulNBits alone finds 8 bits flatten the curve
+  export_bundle demo-onnx-int8 onnx qwen2.5-1.5b qwen2.5-0.5b int8 fp16 &
+  pids+=($!)
   if [ $WITH_7B = 1 ]; then
     make_model qwen2.5-7b
     export_bundle 7b-onnx onnx qwen2.5-7b qwen2.5-0.5b int4 fp16 &
@@ -283,6 +286,7 @@ measure_all() {  # demo pair first; the 7B when its bundles are ready in time
       local grid=full
       if [ $format = onnx ]; then
         measure_fpa_intb "$pair" "$label"
+        measure_int8 "$pair" "$label"
         # the demo pair's oracle grid was measured on 2026-11-26 (H200): 40 s of device time
         [ "$pair" = demo ] && grid=quick
       fi
@@ -335,6 +339,17 @@ measure_fpa_intb() {  # measure_fpa_intb PAIR LABEL: the pair end to end with fp
     bundle=$WORK/bundles/demo-onnx-b32
   fi
   run_measure "$2-fpa-intb-b$block" onnx on quick "$bundle" --fpa-intb
+}
+
+measure_int8() {  # measure_int8 PAIR LABEL: the pair with an INT8 target, where matmul_rows
+  # found 8 bits make a 2-row pass cheaper against one row than 4 bits do (the demo pair only)
+  [ "$1" = demo ] && [ -s "$OUT/matmul-nbits.json" ] || return 0
+  if [ -z "$("$PY" bench/gpu/matmul_nbits.py --int8-pays "$OUT/matmul-nbits.json")" ]; then
+    say "INT8: no gain in MatMulNBits alone, so not measured end to end"
+    return 0
+  fi
+  wait_for bundle-demo-onnx-int8 || return 0
+  run_measure "$2-int8" onnx on quick "$WORK/bundles/demo-onnx-int8"
 }
 
 # how measure.py starts for llama.cpp: check_llama_load prefixes an early `import llama_cpp`
