@@ -542,6 +542,16 @@ def test_the_background_builds_llama_cpp_only_where_no_prebuilt_fits_the_gpu(
     assert len(exports) == 4  # INT4 in blocks of 128 and of 32, fp16, INT8
 
 
+def test_the_main_run_leaves_llama_cpp_to_the_background_where_no_prebuilt_fits(tmp_path):
+    """On a GPU of another architecture the first call's background builds from source; the
+    main run's llama_from_uploads must not start a second build."""
+    carry_prebuilt_llama(tmp_path / "kit", "90")
+    _, launched = run_kit_steps(
+        tmp_path, "llama_from_uploads; wait", (), PATH=fake_nvidia_smi(tmp_path, "8.9")
+    )
+    assert launched == []
+
+
 def test_a_prebuilt_tried_once_is_not_tried_again(tmp_path):
     """The first call's background and the main run may both find the parts here: the one
     that comes second does nothing (the first installed it, or is building instead)."""

@@ -53,8 +53,10 @@ CUDA_ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17)  # verify widths: k = 0..16 drafts and
 SMOKE_ROWS = (1, 2, 5)
 SMOKE_SHAPE = Shape(256, 2, 4, 2, 512, tied=False, vocab=1024)
 WEIGHT_POOL = 1 << 24  # bytes of random weights, repeated
-FPA_PAYS = 0.8  # --fpa-pays: fpA's t(2)/t(1) at most this share of the same blocks' without
-# (--int8-pays: INT8's, blocks of 128, against INT4's: the export's default block size)
+# a variant pays where its t(2)/t(1) is at most this share of what it is weighed against:
+# --fpa-pays, fpA_intB against the same blocks without; --int8-pays, INT8 against INT4 (blocks
+# of 128, the export's default)
+PAYS = 0.8
 DEBUG_LINE = re.compile(r"\[fpA_intB_debug\] M=(\d+) N=(\d+) K=(\d+) .*?kernel=(\S+(?: gemm\))?)")
 
 
@@ -340,15 +342,15 @@ def ratio(entry: dict, m: int) -> float | None:
 
 
 def pays(report: dict, variant: str, against: str) -> bool:
-    """Whether `variant` makes a 2-row pass at most FPA_PAYS of what `against` costs, each
+    """Whether `variant` makes a 2-row pass at most PAYS of what `against` costs, each
     relative to its own one-row pass (False where either was not measured)."""
     variants = report["variants"]
     fast, slow = ratio(variants.get(variant, {}), 2), ratio(variants.get(against, {}), 2)
-    return fast is not None and slow is not None and fast <= FPA_PAYS * slow
+    return fast is not None and slow is not None and fast <= PAYS * slow
 
 
 def fpa_pays(report: dict) -> int | None:
-    """The block size whose fpA_intB variant makes a 2-row pass at most FPA_PAYS of what the
+    """The block size whose fpA_intB variant makes a 2-row pass at most PAYS of what the
     same blocks cost without it (relative to one row), the smaller block first; None if none."""
     for block in (32, 128):
         if pays(report, f"int4-b{block}-fpa", f"int4-b{block}"):
@@ -358,7 +360,7 @@ def fpa_pays(report: dict) -> int | None:
 
 def int8_pays(report: dict) -> bool:
     """Whether INT8 weights (blocks of 128, as `--target-quant int8` exports them) make a
-    2-row pass at most FPA_PAYS of INT4's relative cost."""
+    2-row pass at most PAYS of INT4's relative cost."""
     return pays(report, "int8-b128", "int4-b128")
 
 

@@ -11,9 +11,9 @@
 # to PyPI (cuBLAS's headers and libraries come from the nvidia-cublas wheel). The GPU code is
 # that architecture's machine code alone (no PTX), the CPU code AVX2 (-march=native would
 # leave the GPU host's CPU an instruction set it may lack). What it leaves is the installed
-# package, not the wheel: a wheel holds each shared library three times over (its symlinks as
-# copies), 263 MB; the package with its links as links, xz-compressed, is what upload 1 can
-# carry. On 2 cores it takes most of an hour; the result lands in
+# package, not the wheel: the wheel holds each shared library six times (llama.cpp's own lib/
+# beside the package's, each symlink a copy), 263 MB with PTX; the package with its links as
+# links, xz-compressed, is what upload 1 can carry. On 2 cores it takes most of an hour; the result lands in
 # OUT/downloads/llama-cuda-smARCH/llama_cpp_python-VERSION-cuda.tar.xz.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -95,8 +95,9 @@ check_package() {  # check_package TARBALL: it unpacks and imports here, its CUD
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-# a toolkit of our own: nvcc's, plus cuBLAS, plus a libcuda stub to link against (the
-# driver's libcuda.so.1 is what loads on the GPU machine)
+# a toolkit of our own: nvcc's, plus cuBLAS, plus a libcuda stub so that CMake finds
+# CUDA::cuda_driver (the stub has no symbols, so needs_driver records the dependency the
+# linker leaves out; the driver's libcuda.so.1 is what loads on the GPU machine)
 TOOLKIT=$WORK/cuda
 top=$("$NVCC" --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
 cp -a "$(cd "$top" && pwd -P)" "$TOOLKIT"  # nvcc may be a wrapper script: ask it where it is

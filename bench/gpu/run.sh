@@ -244,9 +244,10 @@ prebuilt_llama_listed() {  # the uploads carry llama-cpp-python built for this G
 llama_from_uploads() {  # once a prebuilt for this GPU is here whole: install it, or where it
   # does not load, build from source in the background (once: the first caller does it)
   is_done llama && return 0
-  prebuilt_llama_listed || return 0
-  local path
-  for path in $(prebuilt_parts); do [ -f "$KIT/$path" ] || return 0; done
+  local parts path
+  parts=$(prebuilt_parts)
+  for path in $parts; do [ -f "$KIT/$path" ] || return 0; done
+  [ -n "$parts" ] || return 0
   is_done llama-prebuilt-tried && return 0
   done_mark llama-prebuilt-tried
   install_prebuilt_llama && return 0
