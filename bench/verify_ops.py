@@ -70,7 +70,7 @@ def profiled_runtime(model_dir: Path, threads: int, prefix: str, device: str = "
     CUDA without graphs (a replayed graph has no operators to time)."""
     import onnxruntime as ort
 
-    from edgespec.runtimes.onnxrt import OnnxRuntime
+    from edgespec.runtimes.onnxrt import OnnxRuntime, require_cuda_provider
 
     original = ort.InferenceSession
 
@@ -89,8 +89,8 @@ def profiled_runtime(model_dir: Path, threads: int, prefix: str, device: str = "
         runtime = OnnxRuntime(model_dir, n_ctx=PREFIX + 64, **where)
     finally:
         ort.InferenceSession = original
-    if device == "cuda" and not runtime.on_cuda:
-        raise SystemExit(f"{model_dir}: ONNX Runtime's CUDA EP did not load")
+    if device == "cuda":
+        require_cuda_provider(runtime.session, model_dir)
     return runtime
 
 

@@ -553,6 +553,14 @@ def use_shared_thread_pool(n_threads: int) -> bool:
     return _shared_pool_threads > 0
 
 
+def require_cuda_provider(session: Any, where: object) -> None:
+    """Refuse a session the CUDA EP did not take: a GPU measurement on it would time the CPU."""
+    if "CUDAExecutionProvider" not in session.get_providers():
+        raise EdgespecError(
+            f"{where}: ONNX Runtime's CUDA execution provider did not load (see the log above)"
+        )
+
+
 def preload_cuda_libraries(ort) -> None:
     """Load CUDA and cuDNN from pip's nvidia-* packages (PyTorch's, say) when the system has
     none: onnxruntime-gpu looks for them only on the library path otherwise."""

@@ -25,7 +25,7 @@ import pytest
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
-from edgespec.errors import ModelFileError
+from edgespec.errors import EdgespecError, ModelFileError
 from edgespec.loader import SpecOptions, build_decoder
 from edgespec.pair import ModelPair
 from edgespec.runtimes import RuntimeOptions
@@ -37,7 +37,12 @@ pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (
 pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx])")
 
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
-from edgespec.runtimes.onnxrt import NO_GRAPH, OnnxRuntime, captured_graph_id  # noqa: E402
+from edgespec.runtimes.onnxrt import (
+    NO_GRAPH,
+    OnnxRuntime,
+    captured_graph_id,
+    require_cuda_provider,
+)  # noqa: E402
 from tests.tiny_hf import make_tiny_hf  # noqa: E402
 
 TOKENS = [5, 17, 42, 99, 150, 7, 33, 250, 12, 64]
@@ -673,6 +678,12 @@ def test_cuda_asked_of_an_onnxruntime_without_it_runs_on_the_cpu_and_says_how_to
     ]
     assert not rt.on_cuda and not rt.cuda_graph
     assert rt.forward(TOKENS[:3]).shape == (3, rt.n_vocab)
+    # the GPU kit's measures stop on such a session rather than time the CPU
+    with pytest.raises(EdgespecError) as refused:
+        require_cuda_provider(rt.session, exported)
+    assert str(refused.value) == (
+        f"{exported}: ONNX Runtime's CUDA execution provider did not load (see the log above)"
+    )
 
 
 @pytest.mark.gpu

@@ -190,7 +190,7 @@ def open_session(ort, path: Path, variant: Variant, rows: tuple[int, ...], graph
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if graphs is not None:
-        from edgespec.runtimes.onnxrt import fpa_intb_entries  # the runtime's own switch
+        from edgespec.runtimes.onnxrt import fpa_intb_entries, require_cuda_provider
 
         for key, value in (fpa_intb_entries(max(rows)) if variant.fpa else {}).items():
             options.add_session_config_entry(key, value)
@@ -198,8 +198,8 @@ def open_session(ort, path: Path, variant: Variant, rows: tuple[int, ...], graph
     else:
         providers = ["CPUExecutionProvider"]
     session = ort.InferenceSession(str(path), options, providers=providers)
-    if graphs is not None and "CUDAExecutionProvider" not in session.get_providers():
-        raise RuntimeError("ONNX Runtime's CUDA execution provider did not load")
+    if graphs is not None:
+        require_cuda_provider(session, path)
     return session
 
 

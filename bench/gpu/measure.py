@@ -511,7 +511,7 @@ def open_model(path: Path, args: argparse.Namespace) -> Runtime:
         if args.device == "cuda" and not isinstance(trt, TensorRTRuntime):
             raise SystemExit(f"{path}: no TensorRT engine ran (see the warning above)")
         return trt
-    from edgespec.runtimes.onnxrt import OnnxRuntime
+    from edgespec.runtimes.onnxrt import OnnxRuntime, require_cuda_provider
 
     providers = ["CUDAExecutionProvider"] if args.device == "cuda" else None
     rt = OnnxRuntime(
@@ -522,8 +522,8 @@ def open_model(path: Path, args: argparse.Namespace) -> Runtime:
         sampling_head=args.device == "cuda",  # for Bench.sampling_head's comparison only
         fpa_intb_gemm=args.fpa_intb,
     )
-    if args.device == "cuda" and not rt.on_cuda:
-        raise SystemExit(f"{path}: ONNX Runtime's CUDA EP did not load (see the log above)")
+    if args.device == "cuda":
+        require_cuda_provider(rt.session, path)
     return rt
 
 
