@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.app.demo import choose_backend, demo_onnx_bundle, modelled_rate
+from edgespec.app.bench import Run, near_tie
+from edgespec.app.demo import choose_backend, demo_onnx_bundle, departure_note, modelled_rate
 from edgespec.controller import CostCurve
 from edgespec.errors import EdgespecError
 
@@ -44,4 +45,38 @@ def test_a_folder_without_its_bundle_is_named(tmp_path, monkeypatch):
         demo_onnx_bundle(Path("t.gguf"), Path("d.gguf"))
     assert str(e.value) == (
         f"{tmp_path / 'demo-onnx'} holds no bundle.json; remove the folder and run again"
+    )
+
+
+def departed(gap: float, runtime: str, exact: bool = False) -> tuple[Run, float]:
+    bound = near_tie(runtime, exact)
+    run = Run("code: palindrome", 179, 9.0, False, departure=115, departure_gap=gap)
+    run.near_tie = gap < bound
+    return run, bound
+
+
+def test_a_departure_at_a_near_tie_is_explained_with_the_way_to_rule_it_out():
+    run, bound = departed(0.0072, "OnnxRuntime")
+    assert departure_note(run, "OnnxRuntime", bound) == (
+        "  code: palindrome: departs from plain at token 115, where the target's top two logits "
+        "were 0.007 apart: a near tie (ONNX Runtime rounds a logit up to 0.63 differently in a "
+        "one-token pass than in a verify pass). --exact (batch-invariant kernels, slower plain "
+        "decoding) makes the answers identical"
+    )
+
+
+def test_a_departure_beyond_the_rounding_is_called_a_bug():
+    run, bound = departed(1.5, "LlamaCppRuntime")
+    assert departure_note(run, "LlamaCppRuntime", bound) == (
+        "  code: palindrome: departs from plain at token 115, where the target's top two logits "
+        "were 1.500 apart: more than llama.cpp's rounding between pass widths explains (1.42). "
+        "A bug: please report it with this output"
+    )
+
+
+def test_under_exact_any_departure_is_a_bug():
+    run, bound = departed(0.001, "OnnxRuntime", exact=True)
+    assert departure_note(run, "OnnxRuntime", bound).endswith(
+        "more than ONNX Runtime's rounding between pass widths explains (0.00). "
+        "A bug: please report it with this output"
     )

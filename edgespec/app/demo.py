@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.app.bench import Bench
+from edgespec.app.bench import BATCH_NOISE, Bench, Run
 from edgespec.app.models import fetch
 from edgespec.app.options import add_runtime_args, runtime_options
 from edgespec.app.suites import Prompt
@@ -22,6 +22,7 @@ from edgespec.runtimes import RuntimeOptions
 
 BACKENDS = ("auto", "llama", "onnx")
 BACKEND_NAMES = {"llama": "llama.cpp", "onnx": "ONNX Runtime"}
+RUNTIME_NAMES = {"LlamaCppRuntime": "llama.cpp", "OnnxRuntime": "ONNX Runtime"}
 REFERENCE_ACCEPTANCE = 0.7  # between open text (0.4-0.8) and edits (0.9): a middle demand
 SHOWN_WIDTH = 5  # the verify width the message quotes (k = 4)
 
@@ -153,9 +154,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 f"{fmt(d['acceptance_rate']):>6} {fmt(d['mean_acceptance_length']):>5} "
                 f"{same if row is spec else '-':>9}"
             )
+        if not spec.runs[0].identical:
+            print(departure_note(spec.runs[0], type(bench.target).__name__, bench.near_tie))
         if args.show:
             print(bench.last_results[0].text.rstrip() + "\n")
     return 0
+
+
+def departure_note(run: Run, runtime: str, near_tie: float) -> str:
+    """Why a speculative answer left plain decoding's: a near tie that the kernels' rounding
+    at different pass widths can flip (and how to rule that out), or a gap no rounding explains."""
+    name = RUNTIME_NAMES.get(runtime, runtime)
+    where = (
+        f"  {run.prompt_id}: departs from plain at token {run.departure}, where the target's "
+        f"top two logits were {run.departure_gap:.3f} apart"
+    )
+    if not run.near_tie:
+        return (
+            f"{where}: more than {name}'s rounding between pass widths explains "
+            f"({near_tie:.2f}). A bug: please report it with this output"
+        )
+    rounding = BATCH_NOISE.get(runtime, max(BATCH_NOISE.values()))
+    return (
+        f"{where}: a near tie ({name} rounds a logit up to {rounding:.2f} differently in a "
+        "one-token pass than in a verify pass). --exact (batch-invariant kernels, slower plain "
+        "decoding) makes the answers identical"
+    )
 
 
 def fmt(value: float | None) -> str:
