@@ -188,3 +188,44 @@ def test_exact_onnx_speculative_output_is_plain_decodings(demo_draft_onnx, demo_
         out = spec.generate(tokens, max_tokens=48, sp=sp)
         assert out.tokens == ref.tokens, text[:30]
         assert out.stats.n_draft_tokens > 0
+
+
+def test_the_demo_shows_each_request_plain_and_speculative(capsys, demo_target_path):
+    """`edgespec demo` on llama.cpp, in turns, under --exact: every answer kept."""
+    from edgespec.app.cli import main
+
+    argv = [
+        "demo",
+        "--backend",
+        "llama",
+        "--max-tokens",
+        "8",
+        "--rounds",
+        "2",
+        "--exact",
+        "--k-max",
+        "4",
+    ]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == [
+        "back-end: llama.cpp (--backend llama)",
+        "each method's faster of 2 runs, the methods taking turns",
+    ]
+    assert lines[2].split() == "request method tokens tok/s speedup accept len identical".split()
+    rows = [line[:22].strip() + " | " + line[22:].split()[0] for line in lines[3:]]
+    assert rows == [
+        "edit: add type hints | plain", "edit: add type hints | auto",
+        "code: palindrome | plain", "code: palindrome | auto",
+    ]  # fmt: skip
+    assert [line.split()[-1] for line in lines[3:]] == ["-", "yes", "-", "yes"]
+    assert all(line[22:].split()[1] == "8" for line in lines[3:])  # tokens: every one asked
+
+
+def test_the_demo_refuses_no_rounds(capsys):
+    from edgespec.app.cli import main
+
+    assert main(["demo", "--rounds", "0"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "edgespec: error: --rounds must be at least 1, got 0"
+    )
