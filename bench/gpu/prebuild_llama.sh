@@ -81,7 +81,8 @@ main() {
   PY=${PYTHON:-.venv/bin/python}
   [ -x "$PY" ] || PY=python3
   NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-  version=$("$NVCC" --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\).*/\1.\2/p')
+  version=$( ("$NVCC" --version 2>/dev/null || true) \
+    | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\).*/\1.\2/p')  # no nvcc: none, said below
   if [ "${version%%.*}" != "$CUDA_MAJOR" ]; then
     echo "prebuild_llama.sh: needs nvcc from CUDA $CUDA_MAJOR (the GPU machine's); found" \
       "${version:-none} at $NVCC (set NVCC=...)" >&2
