@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.app.bench import BATCH_NOISE, Bench, Row, Run
+from edgespec.app.bench import Bench, Row, Run
 from edgespec.app.models import fetch
 from edgespec.app.options import add_runtime_args, runtime_options
 from edgespec.app.suites import Prompt
@@ -194,9 +194,8 @@ def departure_note(run: Run, runtime: str, near_tie: float) -> str:
             f"{where}: more than {name}'s rounding between pass widths explains "
             f"({near_tie:.2f}). A bug: please report it with this output"
         )
-    rounding = BATCH_NOISE.get(runtime, max(BATCH_NOISE.values()))
-    return (
-        f"{where}: a near tie ({name} rounds a logit up to {rounding:.2f} differently in a "
+    return (  # the bound is twice the most one logit moves: two logits, each moving
+        f"{where}: a near tie ({name} rounds a logit up to {near_tie / 2:.2f} differently in a "
         "one-token pass than in a verify pass). --exact (batch-invariant kernels, slower plain "
         "decoding) makes the answers identical"
     )
