@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from edgespec.app.bench import Run, near_tie
+from edgespec.app.cli import main
 from edgespec.app.demo import choose_backend, demo_onnx_bundle, departure_note, modelled_rate
 from edgespec.controller import CostCurve
 from edgespec.errors import EdgespecError
@@ -79,4 +80,11 @@ def test_under_exact_any_departure_is_a_bug():
     assert departure_note(run, "OnnxRuntime", bound).endswith(
         "more than ONNX Runtime's rounding between pass widths explains (0.00). "
         "A bug: please report it with this output"
+    )
+
+
+def test_the_demo_refuses_no_rounds(capsys):
+    assert main(["demo", "--rounds", "0"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "edgespec: error: --rounds must be at least 1, got 0"
     )

@@ -13,8 +13,8 @@
 # leave the GPU host's CPU an instruction set it may lack). What it leaves is the installed
 # package, not the wheel: the wheel holds each shared library six times (llama.cpp's own lib/
 # beside the package's, each symlink a copy), 263 MB with PTX; the package with its links as
-# links, xz-compressed, is what upload 1 can carry. On 2 cores it takes most of an hour; the result lands in
-# OUT/downloads/llama-cuda-smARCH/llama_cpp_python-VERSION-cuda.tar.xz.
+# links, xz-compressed, is what upload 1 can carry. On 2 cores it takes most of an hour; the
+# result lands in OUT/downloads/llama-cuda-smARCH/llama_cpp_python-VERSION-cuda.tar.xz.
 set -euo pipefail
 needs_driver() {  # needs_driver LIB: make the driver (libcuda.so.1) a dependency of LIB, as
   # linking against CUDA's own stub makes it. The stub here has no symbols, so the linker left
