@@ -686,6 +686,20 @@ def test_the_package_check_refuses_a_library_that_does_not_name_the_driver(tmp_p
     assert "libggml-cuda.so: undefined symbol: cuMemCreate" in done.stderr
 
 
+def test_prebuild_without_nvcc_says_what_it_needs(tmp_path):
+    missing = tmp_path / "nvcc"
+    done = subprocess.run(
+        ["bash", REPO / "bench/gpu/prebuild_llama.sh", "--out", tmp_path / "kit"],
+        env={"NVCC": str(missing), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 3
+    assert done.stderr == (
+        "prebuild_llama.sh: needs nvcc from CUDA 13 (the GPU machine's); found none at "
+        f"{missing} (set NVCC=...)\n"
+    )
+    assert not (tmp_path / "kit").exists()  # nothing fetched or made
+
+
 # --- bench/gpu/matmul_nbits.py: MatMulNBits against a pass's rows ---------------------------
 
 matmul_rows = load_bench_script("gpu/matmul_nbits.py", "gpu_matmul_nbits")
