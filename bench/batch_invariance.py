@@ -74,7 +74,7 @@ def parse_config(text: str) -> dict[str, int]:
 
 
 def open_model(path: Path, config: dict[str, int], n_ctx: int, scratch: Path):
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     threads = config.get("threads")
     if config.get("exact"):

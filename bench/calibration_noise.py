@@ -18,11 +18,11 @@ import numpy as np
 
 from edgespec.app.bench import machine_info
 from edgespec.app.models import resolve_model
+from edgespec.backends import RuntimeOptions
 from edgespec.calibrate import measure_curve, time_pass, warm_at_prefix
 from edgespec.hugepages import reexec_with_tunable
 from edgespec.pair import open_pair
-from edgespec.runtimes import RuntimeOptions
-from edgespec.runtimes.base import Runtime
+from edgespec.runtime import Runtime
 
 REPORTED_WIDTHS = (2, 3, 4, 8, 16, 17)
 

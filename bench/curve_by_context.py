@@ -13,10 +13,10 @@ import json
 import statistics
 
 from edgespec.app.models import resolve_model
+from edgespec.backends import RuntimeOptions
 from edgespec.calibrate import measure_curve
 from edgespec.hugepages import reexec_with_tunable
 from edgespec.pair import open_pair
-from edgespec.runtimes import RuntimeOptions
 
 
 def main() -> None:

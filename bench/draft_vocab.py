@@ -33,7 +33,7 @@ from edgespec.export.checkpoint import read_checkpoint  # noqa: E402
 from edgespec.export.onnx_bundle import checkpoint_vocab, draft_head  # noqa: E402
 from edgespec.export.onnx_export import write_onnx_model  # noqa: E402
 from edgespec.hugepages import reexec_with_tunable  # noqa: E402
-from edgespec.runtimes.base import Runtime  # noqa: E402
+from edgespec.runtime import Runtime  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
 
 K = TypeVar("K", int, str)  # what the models are keyed by: a keep, a name

@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay import teacher_forced  # noqa: E402
 
+from edgespec.backends import RuntimeOptions  # noqa: E402
 from edgespec.pair import open_pair  # noqa: E402
-from edgespec.runtimes import RuntimeOptions  # noqa: E402
 
 DRAFT_EDGES = (0.0, 0.3, 0.5, 0.7, 0.9, 1.01)
 TARGET_EDGES = (0.0, 0.5, 0.7, 0.9, 0.99, 1.01)

@@ -48,7 +48,7 @@ def pair_paths(backend: str) -> dict[str, str]:
 
 def child(backend: str, threads: int | None) -> dict:
     """In this process: median one-token pass (ms) of each model, and memory."""
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     runtimes = {
         role: open_runtime(path, RuntimeOptions(n_ctx=4096, n_threads=threads))

@@ -164,11 +164,11 @@ def job_env(job: str) -> dict[str, str]:
 
 def open_decoder(config: Config):
     """The configuration's decoder (plain, or `auto` with the draft) and its runtimes."""
+    from edgespec.backends import RuntimeOptions
     from edgespec.controller import FixedPolicy
     from edgespec.engine import SpeculativeDecoder
     from edgespec.loader import SpecOptions, build_decoder
     from edgespec.pair import ModelPair, open_pair
-    from edgespec.runtimes import RuntimeOptions
 
     opts = RuntimeOptions(
         n_ctx=config.n_ctx, n_threads=config.threads, load_aware_threads=config.policy != "fixed"

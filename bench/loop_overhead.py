@@ -28,13 +28,13 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters import Draft
 from edgespec.engine import SpeculativeDecoder
 from edgespec.hugepages import reexec_with_tunable
-from edgespec.runtimes.base import VocabInfo
+from edgespec.runtime import Runtime, VocabInfo
 from edgespec.sampling import SamplingParams
 
 V = 151_936
 
 
-class FreeRuntime:
+class FreeRuntime(Runtime):
     """Logits whose argmax is always token 7, so every draft of 7s is accepted."""
 
     def __init__(self, n_vocab: int = V, n_ctx: int = 1 << 20) -> None:
@@ -126,7 +126,7 @@ def controller_cost_us(steps: int = 200, runs: int = 9) -> tuple[float, float]:
             return SpeculativeDecoder(target, [], FixedPolicy(None, 0))
         curve = CostCurve([1e-3 * r for r in H200_ONNX_INT4], draft_s=0.74e-3)
         drafters = [NgramDrafter(), ModelDrafter(RandomTextRuntime(), token_s=0.74e-3)]
-        return SpeculativeDecoder(target, drafters, AdaptivePolicy(curve))
+        return SpeculativeDecoder(target, drafters, AdaptivePolicy(curve, k_max=8))
 
     prompt = list(range(100, 400))
     medians = []
@@ -140,8 +140,8 @@ def controller_cost_us(steps: int = 200, runs: int = 9) -> tuple[float, float]:
 
 
 def verify_pass_us(target: str, k: int) -> float:
+    from edgespec.backends import open_runtime
     from edgespec.calibrate import measure_curve
-    from edgespec.runtimes import open_runtime
 
     return measure_curve(open_runtime(target), n_max=k + 1)[k] * 1e6
 

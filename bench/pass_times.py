@@ -23,9 +23,9 @@ from collections import defaultdict
 
 from edgespec.app.bench import Bench
 from edgespec.app.suites import load_suite
+from edgespec.backends import RuntimeOptions
 from edgespec.hugepages import reexec_with_tunable
 from edgespec.pair import open_pair
-from edgespec.runtimes import RuntimeOptions
 
 METHODS = ("plain", "auto")
 

@@ -51,6 +51,7 @@ import edgespec.drafters.model as model_module
 import edgespec.engine as engine_module
 from edgespec.app.bench import machine_info, token_budget
 from edgespec.app.suites import load_suite
+from edgespec.backends import RuntimeOptions
 from edgespec.calibrate import cost_curve
 from edgespec.chat import chat_tokens
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Learned, Policy
@@ -61,8 +62,7 @@ from edgespec.engine import SpeculativeDecoder
 from edgespec.hugepages import reexec_with_tunable
 from edgespec.loader import SpecOptions, make_policy
 from edgespec.pair import open_pair
-from edgespec.runtimes import RuntimeOptions
-from edgespec.runtimes.base import Runtime, VocabInfo
+from edgespec.runtime import Runtime, VocabInfo
 from edgespec.sampling import SamplingParams
 
 CURVES_FILE = Path(__file__).with_name("replay_curves.json")
@@ -137,7 +137,7 @@ def teacher_forced(
 # --- the replay target ----------------------------------------------------------------------
 
 
-class ReplayTarget:
+class ReplayTarget(Runtime):
     """A runtime whose every row's argmax is the recorded token at the next position.
 
     Token ids are renumbered densely (prompt lookup only compares ids), so a row is a few

@@ -87,11 +87,11 @@ def main() -> None:
 
     from edgespec.app.models import resolve_model
     from edgespec.app.suites import load_suite
+    from edgespec.backends import RuntimeOptions, open_runtime
     from edgespec.chat import chat_tokens
     from edgespec.controller import FixedPolicy
     from edgespec.drafters import ModelDrafter, NgramDrafter
     from edgespec.engine import SpeculativeDecoder
-    from edgespec.runtimes import RuntimeOptions, open_runtime
 
     opts = RuntimeOptions(n_ctx=2048)
     target = open_runtime(resolve_model(args.target), opts)

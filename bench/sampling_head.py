@@ -119,7 +119,7 @@ def coverage(x: np.ndarray) -> dict[str, float]:
 
 def model_rows(bundle: str, prompt: str, n: int) -> np.ndarray:
     """[n, V] logits of a real model's greedy decoding: one row per generated token."""
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     rt = open_runtime(bundle, RuntimeOptions(n_ctx=2048, n_threads=2))
     tokens = rt.tokenize(prompt, special=True)

@@ -24,7 +24,7 @@ import numpy as np
 from edgespec.app.bench import machine_info
 from edgespec.export.onnx_export import GraphBuilder, top_outputs
 from edgespec.hugepages import reexec_with_tunable
-from edgespec.runtimes.base import top_of
+from edgespec.runtime import top_of
 
 
 def logits_graph(vocab: int, with_top: bool):

@@ -6,7 +6,7 @@
 
 Importing edgespec loads the numpy core and nothing heavier: the engine (SpeculativeDecoder,
 Event, Result, Stats) with what it imports (controller, drafters, verify, sampling,
-textstream, errors) and the Runtime protocol (edgespec.runtimes.base). No back-end library
+textstream, errors) and the Runtime protocol (edgespec.runtime). No back-end library
 (llama-cpp-python, onnxruntime, onnx, gguf) is imported until load_decoder is first called:
 it imports edgespec.loader, which opens each model with the back-end its format needs.
 """

@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.backends import RuntimeOptions
 from edgespec.bundle import Bundle, folder_files
 from edgespec.controller import CostCurve
 from edgespec.errors import BundleError, EdgespecError
 from edgespec.pair import ModelPair, open_pair
 from edgespec.paths import edgespec_home
 from edgespec.progress import progress
-from edgespec.runtimes import RuntimeOptions
-from edgespec.runtimes.base import Runtime, keeps_one_graph
+from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def bundle_curve(pair: ModelPair) -> CostCurve | None:
     return valid_curve(tune)
 
 
-def tune_bundle(bundle: Bundle, n_max: int = 17) -> dict[str, object]:
+def tune_bundle(bundle: Bundle, n_max: int = MAX_VERIFY_WIDTH) -> dict[str, object]:
     """What `export --tune` stores in bundle.json: the curve, and the device and runtime it
     holds for (loading elsewhere measures its own)."""
     target = bundle.path("target")
@@ -166,7 +166,7 @@ def calibrate(target: Runtime, draft: Runtime | None, n_max: int = 9) -> CostCur
     target_s, switch_s = replayed(target, measure_curve(target, n_max))
     draft_s = 0.0
     if draft is not None:  # one token a pass where it keeps one graph (ModelDrafter)
-        draft_s = steady_one_token(draft) if keeps_one_graph(draft) else measure_curve(draft, 2)[0]
+        draft_s = steady_one_token(draft) if draft.keeps_one_graph else measure_curve(draft, 2)[0]
     curve = CostCurve(target_s, draft_s, switch_s=switch_s)
     log.info("calibrated in %.1fs: %s", time.perf_counter() - t0, describe(curve))
     return curve
@@ -177,7 +177,7 @@ def replayed(runtime: Runtime, target_s: list[float]) -> tuple[list[float], floa
     where the runtime keeps one CUDA graph: each pass measure_curve times follows one of
     another width, so all ran uncaptured; one-token passes in a row replay. Elsewhere as
     they are, and no switch."""
-    if not keeps_one_graph(runtime):
+    if not runtime.keeps_one_graph:
         return target_s, 0.0
     switch_s = max(0.0, target_s[0] - steady_one_token(runtime))
     return [t - switch_s for t in target_s], switch_s

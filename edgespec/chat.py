@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from edgespec.errors import EdgespecError
-from edgespec.runtimes.base import Runtime
+from edgespec.runtime import Runtime
 
 Message = dict[str, Any]
 TEMPLATE_FIX = (

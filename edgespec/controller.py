@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from edgespec.drafters.base import Acceptance, Drafter, Offer
+from edgespec.runtime import K_MAX
 from edgespec.sampling import SamplingParams
 
 
@@ -107,7 +108,7 @@ class CostCurve:
     draft_s: float = 0.0
     smoothing: float = 0.1  # for the target's and the drafters' observed costs
     # seconds a pass costs beyond target_s where the runtime keeps one CUDA graph (llama.cpp
-    # on CUDA: runtimes.base.keeps_one_graph) and the pass's width changed, and again for
+    # on CUDA: Runtime.keeps_one_graph) and the pass's width changed, and again for
     # the next pass of that width, which captures the graph; target_s are replayed passes
     switch_s: float = 0.0
 
@@ -331,7 +332,7 @@ class AdaptivePolicy:
         self,
         curve: CostCurve,
         *,
-        k_max: int = 8,
+        k_max: int = K_MAX,
         probe_every: int = 16,
         max_probe_every: int = 128,
     ) -> None:

@@ -20,7 +20,7 @@ from edgespec.controller import FixedPolicy, Policy
 from edgespec.drafters.base import Draft, Drafter
 from edgespec.drafters.model import common_prefix_len
 from edgespec.errors import ContextOverflowError, EdgespecError
-from edgespec.runtimes.base import Runtime, TopRows, forward_dists, forward_top
+from edgespec.runtime import Runtime, TopRows, forward_dists, forward_top
 from edgespec.sampling import SamplingParams, TokenDist, request_params
 from edgespec.textstream import TextStream
 from edgespec.verify import Verdict, verify_greedy, verify_gumbel, verify_stochastic
@@ -377,7 +377,7 @@ def judge(
     position: int,
 ) -> Verdict:
     """Verify draft against the target's rows (TopRows when greedy, else i -> row i's
-    distribution, base.forward_dists):
+    distribution, runtime.forward_dists):
     greedy compares argmaxes; a plain step or a Gumbel draft takes each position's
     Gumbel-max; a draft with q, rejection sampling. position: where row 0's token goes."""
     if isinstance(scored, TopRows):

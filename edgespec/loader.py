@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from edgespec.backends import RuntimeOptions
 from edgespec.calibrate import cost_curve
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Drafter, ModelDrafter, NgramDrafter
@@ -14,13 +15,11 @@ from edgespec.drafters.model import STEP_SHAPES
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError
 from edgespec.pair import ModelPair, open_pair
-from edgespec.runtimes import RuntimeOptions
-from edgespec.runtimes.base import capture_graphs
+from edgespec.runtime import K_MAX
 
 log = logging.getLogger(__name__)
 
 DRAFTER_CHOICES = ("auto", "model", "ngram", "none")
-K_LIMIT = 64  # even at 95% acceptance a 64th draft token is used 4% of the time
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class SpecOptions:
 
     drafter: str = "auto"  # auto | model | ngram | none
     k: int | None = None  # fixed draft length; None = chosen per step
-    k_max: int = 16  # longest draft the adaptive controller tries
+    k_max: int = K_MAX  # longest draft the adaptive controller tries
     max_ngram: int = 4
     # prompt lookup also in the completions of the last N requests (a server's; 0 = off)
     lookup_history: int = 0
@@ -55,6 +54,13 @@ class SpecOptions:
             raise EdgespecError(f"--k must be >= 0, got {self.k}")
         if self.lookup_history < 0:
             raise EdgespecError(f"--lookup-history must be >= 0, got {self.lookup_history}")
+        for flag, value in (("--k", self.k), ("--k-max", self.k_max)):
+            if value is not None and value > K_MAX:
+                raise EdgespecError(
+                    f"{flag} {value} is more than {K_MAX}, the longest draft edgespec verifies "
+                    f"(its widest pass, {K_MAX + 1} tokens, is the widest CUDA graph captured); "
+                    f"use {flag} {K_MAX} or less"
+                )
         if self.k_max < 1:
             raise EdgespecError(f"--k-max must be >= 1, got {self.k_max}")
         if not 0.0 <= self.draft_confidence < 1.0:
@@ -71,9 +77,9 @@ class SpecOptions:
 
     def within(self, n_ctx: int) -> SpecOptions:
         """These options with k and k_max cut to what a context of n_ctx tokens can use (a
-        draft and its verify pass beside the prompt: at most half of it, and K_LIMIT),
+        draft and its verify pass beside the prompt: at most half of it),
         with a warning when cut."""
-        limit = max(1, min(K_LIMIT, n_ctx // 2))
+        limit = max(1, n_ctx // 2)
         changes: dict[str, Any] = {}
         for name in ("k", "k_max"):
             value = getattr(self, name)
@@ -133,14 +139,14 @@ def build_decoder(
 
 
 def capture_loop_graphs(pair: ModelPair, spec: SpecOptions, drafters: list[Drafter]) -> int:
-    """Capture the graphs of the step shapes the loop can run (base.capture_graphs): the
+    """Capture the graphs of the step shapes the loop can run (Runtime.capture_graphs): the
     target's plain steps and verify passes of up to k_max + 1 tokens (a fixed k: k + 1; a
     draft may be shorter), every row; a draft model's proposals (model.STEP_SHAPES).
     Returns how many."""
     longest = (spec.k_max if spec.k is None else spec.k) + 1 if drafters else 1
-    captured = capture_graphs(pair.target, [(n, n) for n in range(1, longest + 1)])
+    captured = pair.target.capture_graphs([(n, n) for n in range(1, longest + 1)])
     if pair.draft is not None and spec.uses_model:
-        captured += capture_graphs(pair.draft, STEP_SHAPES)
+        captured += pair.draft.capture_graphs(STEP_SHAPES)
     if captured:
         log.info("captured %d CUDA graphs for the loop's step shapes", captured)
     return captured

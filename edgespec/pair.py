@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from edgespec.backends import RuntimeOptions, open_runtime
 from edgespec.bundle import is_bundle, read_bundle
 from edgespec.errors import EdgespecError
-from edgespec.runtimes import Runtime, RuntimeOptions, check_compatible, open_runtime
-from edgespec.runtimes.base import keeps_one_graph, logit_ids
+from edgespec.runtime import Runtime, check_compatible
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ModelPair:
             f"{self.backend_names()} device={o.device} threads={o.n_threads} "
             f"gpu_layers={o.gpu_layers()}"
             + (" exact" if o.exact else "")
-            + (" one-graph" if keeps_one_graph(self.target) else "")  # a curve with switch_s
+            + (" one-graph" if self.target.keeps_one_graph else "")  # a curve with switch_s
         )
 
 
@@ -63,7 +63,7 @@ def open_pair(
     refuse a draft whose vocabulary differs from the target's (VocabularyMismatchError)."""
     target_path, draft_path, tune = resolve_bundle(target, draft)
     target_rt = open_runtime(target_path, options)
-    kept = logit_ids(target_rt)
+    kept = target_rt.logit_ids
     if kept is not None:
         raise EdgespecError(
             f"{target_path} keeps {len(kept):,} of {target_rt.n_vocab:,} token ids in its "

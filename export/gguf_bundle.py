@@ -19,7 +19,7 @@ from edgespec.export.options import BuiltModels, ExportOptions
 from edgespec.quant.gguf_quant import quantize_gguf, weight_errors
 from edgespec.quant.policy import PrecisionChoice, resolve_precision
 from edgespec.quant.reference import error_summary
-from edgespec.runtimes.base import VocabInfo, check_compatible
+from edgespec.runtime import VocabInfo, check_compatible
 from edgespec.runtimes.llamacpp import LlamaCppRuntime
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,8 @@ from edgespec.export.checkpoint import Checkpoint, read_checkpoint
 from edgespec.export.onnx_export import head_ranges, model_info, write_onnx_model
 from edgespec.export.options import BuiltModels, ExportOptions
 from edgespec.quant.policy import resolve_onnx_precision
-from edgespec.runtimes.base import VocabInfo, check_compatible, logit_count
+from edgespec.runtime import VocabInfo, check_compatible
+from edgespec.runtimes.shared import logit_count
 
 log = logging.getLogger(__name__)
 

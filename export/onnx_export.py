@@ -45,7 +45,7 @@ from edgespec.errors import ModelFileError
 from edgespec.export.checkpoint import Checkpoint, LazyTensors, Rows, read_checkpoint, special_id
 from edgespec.progress import progress
 from edgespec.quant.reference import ErrorSum, TensorError, error_summary
-from edgespec.runtimes.base import check_logit_ranges
+from edgespec.runtimes.shared import check_logit_ranges
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from edgespec.bundle import ModelEntry
 from edgespec.quant.policy import PrecisionChoice
-from edgespec.runtimes.base import VocabInfo
+from edgespec.runtime import VocabInfo
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from edgespec.errors import EdgespecError
 from edgespec.export.options import BuiltModels, ExportOptions
 from edgespec.quant.gguf_quant import no_space_message
 from edgespec.quant.policy import PrecisionChoice
-from edgespec.runtimes.base import VocabInfo
+from edgespec.runtime import VocabInfo
 
 log = logging.getLogger(__name__)
 

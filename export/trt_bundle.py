@@ -28,7 +28,7 @@ from edgespec.export.trt_plan import (
     precision_for_device,
 )
 from edgespec.quant.policy import PrecisionChoice, check_draft_precision
-from edgespec.runtimes.base import check_compatible
+from edgespec.runtime import check_compatible
 
 log = logging.getLogger(__name__)
 

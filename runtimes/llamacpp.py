@@ -18,8 +18,9 @@ import numpy as np
 
 import edgespec.interrupts as interrupts
 from edgespec.errors import ModelFileError
-from edgespec.runtimes.base import VocabInfo, forward_in_chunks, token_text_hash
+from edgespec.runtime import Runtime, VocabInfo
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
+from edgespec.runtimes.shared import forward_in_chunks, token_text_hash
 from edgespec.runtimes.threads import LoadAwareThreads, default_threads
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ def check_gguf_file(path: Path) -> None:
         )
 
 
-class LlamaCppRuntime:
+class LlamaCppRuntime(Runtime):
     """The Runtime protocol over a GGUF file."""
 
     def __init__(
@@ -145,7 +146,7 @@ class LlamaCppRuntime:
         self.model = self.load_model(n_gpu_layers, vocab_only)
         self.keeps_one_graph = n_gpu_layers != 0 and one_graph_build(
             self.llama.llama_print_system_info(), os.environ
-        )  # base.keeps_one_graph reads it
+        )  # the Runtime capability
         self.vocab = self.llama.llama_model_get_vocab(self.model)
         self.n_vocab = int(self.llama.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = n_train = self.context_length(vocab_only)

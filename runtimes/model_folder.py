@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.errors import ModelFileError
-from edgespec.runtimes.base import VocabInfo, check_logit_ranges, padding_text, token_text_hash
+from edgespec.runtime import Runtime, VocabInfo
+from edgespec.runtimes.shared import check_logit_ranges, padding_text, token_text_hash
 from edgespec.schema import Field, check_fields
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def check_model_file(model_json: Path, name: object) -> None:
         )
 
 
-class ExportedModelFolder:
+class ExportedModelFolder(Runtime):
     """The context limit and the tokenizer and vocabulary methods of a runtime over an exported
     model folder. The runtime calls read_folder() first and load_vocabulary() once it has
     loaded the model."""

@@ -31,25 +31,21 @@ import numpy as np
 
 from edgespec.errors import EdgespecError, ModelFileError
 from edgespec.hugepages import lazy_zeros
-from edgespec.runtimes.base import (
-    TopRows,
-    check_room,
-    forward_in_chunks,
-    logit_count,
-)
+from edgespec.runtime import MAX_VERIFY_WIDTH, TopRows
 from edgespec.runtimes.model_folder import (
     MODEL_JSON,
     ExportedModelFolder,
     read_logit_ranges,
 )
 from edgespec.runtimes.sampling_head import SamplingHead, head_dists
+from edgespec.runtimes.shared import check_room, forward_in_chunks, logit_count
 from edgespec.runtimes.threads import default_threads
 from edgespec.sampling import SamplingParams, TokenDist
 
 log = logging.getLogger(__name__)
 
 NO_GRAPH = -1  # "gpu_graph_id" of an uncaptured run (captured_graph_id gives the others)
-MAX_GRAPH_WIDTH = 17  # k + 1 for the controller's k_max = 16
+MAX_GRAPH_WIDTH = MAX_VERIFY_WIDTH
 # last-row steps captured up to this width: a draft model's re-forward of its last proposal
 # and the bonus token. Uncaptured, that pass took 3.5 ms on an H200 against a captured
 # one-token pass's 1.7 (docs/benchmarks.md, 2026-11-26); wider last-row steps are prefill
@@ -196,8 +192,8 @@ class OnnxRuntime(ExportedModelFolder):
         self.pad_to_width = pad_to_width or 0
         self.kv_dtype = kv_dtype(self.session)
         outputs = {o.name for o in self.session.get_outputs()}
-        self.top_outputs = TOP_OUTPUTS.keys() <= outputs  # forward_top reads them (base.py)
-        self.sampling_head = None  # forward_dists runs it (base.py)
+        self.top_outputs = TOP_OUTPUTS.keys() <= outputs  # edgespec.runtime.forward_top reads them
+        self.sampling_head = None  # forward_dists runs it (dists_on_device)
         if sampling_head and self.binds_steps:
             head_providers = [without_cuda_graph(p) for p in self.providers]
             self.sampling_head = SamplingHead(ort, self.n_logits, head_providers)
@@ -270,9 +266,13 @@ class OnnxRuntime(ExportedModelFolder):
     def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
         return forward_in_chunks(self, tokens, last_only, self.n_batch, self.run)
 
+    @property
+    def dists_on_device(self) -> bool:
+        return self.sampling_head is not None
+
     def forward_top(self, tokens: Sequence[int], *, last_only: bool = False) -> TopRows:
         """forward's rows as TopRows read from the graph's top_id and top_p outputs (only
-        where top_outputs: base.forward_top decides)."""
+        where top_outputs: edgespec.runtime.forward_top decides)."""
         step, real = self.last_step(tokens, last_only, "forward_top")
         ids, prob = (step.values[name].numpy()[0, real] for name in TOP_OUTPUTS)
         return TopRows(ids.copy(), prob.copy())
@@ -281,9 +281,9 @@ class OnnxRuntime(ExportedModelFolder):
         self, tokens: Sequence[int], sp: SamplingParams, *, last_only: bool = False
     ) -> Callable[[int], TokenDist]:
         """forward's rows as the distributions sampling draws from, from the candidates the
-        sampling head reduces them to where they are (only where sampling_head: base.
-        forward_dists decides); a row the candidates cannot decide copies the logits. Rows
-        are read before the runtime's next pass."""
+        sampling head reduces them to where they are (only where dists_on_device:
+        edgespec.runtime.forward_dists decides); a row the candidates cannot decide copies
+        the logits. Rows are read before the runtime's next pass."""
         step, real = self.last_step(tokens, last_only, "forward_dists")
         assert self.sampling_head is not None
         found = self.sampling_head.run(step.values["logits"], sp.temperature)

@@ -40,11 +40,11 @@ import numpy as np
 
 from edgespec.bundle import sha256_file
 from edgespec.errors import ModelFileError
-from edgespec.runtimes.base import forward_in_chunks
 from edgespec.runtimes.model_folder import ExportedModelFolder
+from edgespec.runtimes.shared import forward_in_chunks
 
 if TYPE_CHECKING:
-    from edgespec.runtimes.base import Runtime
+    from edgespec.runtime import Runtime
 
 log = logging.getLogger(__name__)
 _fallback_said = False  # the fallback is announced once per process, not once per model

@@ -228,7 +228,7 @@ MUTANTS = (
     ),
     Mutant(  # --exact on ONNX without the padded one-token pass: MLAS's one-row kernels
         "onnx-exact-not-padded",
-        "runtimes/__init__.py",
+        "edgespec/backends.py",
         'EXACT_ONNX: dict = {"min_width": 2, "row_multiple": 2}',
         "EXACT_ONNX: dict = {}",
         ("tests/test_onnx.py",),
@@ -648,9 +648,9 @@ MUTANTS = (
     ),
     Mutant(
         "top-rows-ignore-the-cut",
-        "runtimes/base.py",
-        'if width is None and getattr(runtime, "top_outputs", False):',
-        'if getattr(runtime, "top_outputs", False):',
+        "edgespec/runtime.py",
+        "if width is None and runtime.top_outputs:",
+        "if runtime.top_outputs:",
         ("tests/test_top_outputs.py",),
     ),
     Mutant(
@@ -662,7 +662,7 @@ MUTANTS = (
     ),
     Mutant(
         "greedy-steps-copy-the-logits",
-        "runtimes/base.py",
+        "edgespec/runtime.py",
         "return runtime.forward_top(tokens, last_only=last_only)",
         "return top_of(runtime.forward(tokens, last_only=last_only), with_prob)",
         ("tests/test_top_outputs.py",),
@@ -788,8 +788,8 @@ MUTANTS = (
     ),
     Mutant(  # correct, but every sampled row's logits copied to the host again
         "head-never-used",
-        "runtimes/base.py",
-        '    if width is None and getattr(runtime, "sampling_head", None) is not None:',
+        "edgespec/runtime.py",
+        "    if width is None and runtime.dists_on_device:",
         "    if False:",
         (HEAD,),
     ),

@@ -12,11 +12,11 @@ import numpy as np
 
 from edgespec.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
-from edgespec.runtimes.base import VocabInfo
+from edgespec.runtime import Runtime, VocabInfo
 from edgespec.sampling import SamplingParams
 
 
-class FakeRuntime:
+class FakeRuntime(Runtime):
     def __init__(self, n_vocab: int = 16, n_ctx: int = 64, seed: int = 0, scale: float = 2.0):
         self.n_vocab = n_vocab
         self.n_ctx = n_ctx

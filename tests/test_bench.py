@@ -20,7 +20,7 @@ from edgespec.app.bench import (
 from edgespec.app.bench_cli import bench_suites, by_category, run_bench
 from edgespec.app.cli import main
 from edgespec.app.suites import Prompt, load_suite
-from edgespec.runtimes import RuntimeOptions
+from edgespec.backends import RuntimeOptions
 
 
 def prompt(pid: str, text: str) -> Prompt:

@@ -17,8 +17,8 @@ pytest.importorskip("llama_cpp")
 
 @pytest.fixture
 def pair(tiny_pair, tmp_path, monkeypatch):
+    from edgespec.backends import RuntimeOptions
     from edgespec.pair import open_pair
-    from edgespec.runtimes import RuntimeOptions
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     return open_pair(*tiny_pair, RuntimeOptions(n_ctx=256))

@@ -254,8 +254,8 @@ def test_the_help_states_the_k_rule_and_what_a_target_may_be(capsys):
 
 
 def test_device_rules_live_in_runtime_options():
+    from edgespec.backends import RuntimeOptions
     from edgespec.errors import EdgespecError
-    from edgespec.runtimes import RuntimeOptions
 
     assert RuntimeOptions().gpu_layers() == 0
     assert RuntimeOptions(device="cuda").gpu_layers() == -1  # llama.cpp: every layer

@@ -11,7 +11,7 @@ from edgespec.chat import chat_tokens
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
 from edgespec.engine import SpeculativeDecoder
-from edgespec.runtimes.base import top_of
+from edgespec.runtime import top_of
 from edgespec.sampling import SamplingParams, token_dist
 
 GREEDY = SamplingParams()

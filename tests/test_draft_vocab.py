@@ -49,7 +49,7 @@ def test_the_draft_keeps_its_added_and_end_of_generation_tokens():
     from types import SimpleNamespace
 
     from edgespec.export.onnx_bundle import draft_head
-    from edgespec.runtimes.base import VocabInfo
+    from edgespec.runtime import VocabInfo
 
     ckpt = SimpleNamespace(tokenizer_json=json.dumps({"added_tokens": [{"id": 350}, {"id": 3}]}))
     vocab = VocabInfo(384, "gpt2", None, 351, frozenset({300, 351}), "")

@@ -102,9 +102,9 @@ def test_cli_export_refuses_a_non_empty_out(tiny_pair, tmp_path, capsys):
 def test_tune_measures_a_bundle_and_stores_it_where_loading_finds_it(
     bundle, tmp_path, monkeypatch, capsys
 ):
+    from edgespec.backends import RuntimeOptions
     from edgespec.calibrate import load_tuned, tune_key
     from edgespec.pair import open_pair
-    from edgespec.runtimes import RuntimeOptions
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     assert main(["tune", "--target", str(bundle), "--n-max", "3", "--n-ctx", "256"]) == 0

@@ -166,8 +166,8 @@ def test_a_corrupt_tune_store_is_ignored_and_measured_again(tmp_path, models, co
 
 def test_a_stored_curve_of_the_wrong_shape_is_measured_again(tmp_path, monkeypatch, tiny_pair):
     from edgespec import calibrate
+    from edgespec.backends import RuntimeOptions
     from edgespec.pair import open_pair
-    from edgespec.runtimes import RuntimeOptions
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
     pair = open_pair(*tiny_pair, RuntimeOptions(n_ctx=128))
@@ -184,7 +184,7 @@ def test_a_stored_curve_of_the_wrong_shape_is_measured_again(tmp_path, monkeypat
 
 
 def test_threads_beyond_the_cores_are_cut_with_a_warning(tmp_path, models):
-    from edgespec.runtimes import usable_cores
+    from edgespec.runtimes.threads import usable_cores
 
     cores = usable_cores()
     done = edgespec(tmp_path, models, *run_args(models, "--prompt", "hi", "--drafter", "none",

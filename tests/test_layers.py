@@ -1,6 +1,8 @@
-"""The package's layers: the core imports nothing from the application layer, and no module
-takes part in an import cycle. Read from the source with ast (function-level imports too),
-so a lazy import cannot hide an edge."""
+"""The package's layers: the core imports nothing from the application layer and reaches the
+back-ends only through the one opener (edgespec.backends); the back-ends import nothing from
+the exporter or the application layer; no module takes part in an import cycle; and nothing in
+the core or a back-end probes a runtime for a capability the Runtime protocol declares. Read
+from the source with ast (function-level imports too), so a lazy import cannot hide an edge."""
 
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ PACKAGES = {
     "edgespec.quant": ROOT / "quant",
 }
 APP = "edgespec.app"
+BACKENDS = "edgespec.runtimes"
+EXPORT = "edgespec.export"
+OPENER = "edgespec.backends"  # the one core module that may import a back-end
 SERVER = "edgespec.server"  # the HTTP server: application code with a public import name
 
 
@@ -92,9 +97,19 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
     return found
 
 
+def in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def is_core(module: str) -> bool:
+    return in_package(module, "edgespec") and not (
+        is_app(module) or any(in_package(module, p) for p in (BACKENDS, EXPORT, "edgespec.quant"))
+    )
+
+
 def test_the_graph_sees_lazy_imports_and_every_package():
     graph = import_graph()
-    assert "edgespec.runtimes.llamacpp" in graph["edgespec.runtimes"]  # inside open_runtime
+    assert "edgespec.runtimes.llamacpp" in graph[OPENER]  # inside open_runtime
     assert "edgespec.app.bench_cli" in graph["edgespec.app.cli"]  # inside optional_commands
     assert "edgespec.server.app" in graph["edgespec.server"]  # inside __getattr__
     assert {"edgespec.export.cli", "edgespec.quant.policy", "edgespec.loader"} <= set(graph)
@@ -117,3 +132,62 @@ def test_no_import_cycles():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+def test_the_core_reaches_back_ends_only_through_the_opener():
+    graph = import_graph()
+    reaching = {
+        m: sorted(d for d in deps if in_package(d, BACKENDS))
+        for m, deps in graph.items()
+        if is_core(m) and m != OPENER
+    }
+    assert {m: deps for m, deps in reaching.items() if deps} == {}
+    assert is_core("edgespec.engine") and is_core("edgespec.runtime")
+    assert not is_core("edgespec.runtimes.onnxrt") and not is_core("edgespec.app.cli")
+
+
+def test_back_ends_import_nothing_from_the_exporter_or_the_application_layer():
+    graph = import_graph()
+    reaching = {
+        m: sorted(d for d in deps if is_app(d) or in_package(d, EXPORT))
+        for m, deps in graph.items()
+        if in_package(m, BACKENDS)
+    }
+    assert {m: deps for m, deps in reaching.items() if deps} == {}
+
+
+def runtime_members() -> set[str]:
+    from edgespec.runtime import Runtime
+
+    own = set(vars(Runtime)) | set(getattr(Runtime, "__annotations__", {}))
+    return {name for name in own if not name.startswith("_")}
+
+
+def capability_probes(path: Path, members: set[str]) -> list[str]:
+    """getattr/hasattr calls in a file that name a Runtime member: a capability found by
+    probing rather than read off the protocol."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        probe = isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        if probe and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2:
+            name = node.args[1]
+            if isinstance(name, ast.Constant) and name.value in members:
+                where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+                found.append(f"{where}:{node.lineno} {name.value}")
+    return found
+
+
+def test_the_runtime_protocol_is_the_cores_and_no_capability_is_probed():
+    from edgespec.runtime import Runtime
+
+    assert Runtime.__module__ == "edgespec.runtime"
+    members = runtime_members()
+    assert {"top_outputs", "keeps_one_graph", "logit_ids", "capture_graphs"} <= members
+    files = [p for folder in (ROOT / "edgespec", ROOT / "runtimes") for p in folder.rglob("*.py")]
+    assert [f for path in sorted(files) for f in capability_probes(path, members)] == []
+
+
+def test_the_probe_finder_finds_a_probe(tmp_path):
+    (tmp_path / "x.py").write_text('ok = getattr(rt, "top_outputs", False)\n')
+    found = capability_probes(tmp_path / "x.py", {"top_outputs"})
+    assert len(found) == 1 and found[0].endswith(":1 top_outputs")

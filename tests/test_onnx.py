@@ -22,14 +22,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgespec.backends import RuntimeOptions
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError, ModelFileError
 from edgespec.loader import SpecOptions, build_decoder
 from edgespec.pair import ModelPair
-from edgespec.runtimes import RuntimeOptions
-from edgespec.runtimes.base import check_compatible
+from edgespec.runtime import check_compatible
 from edgespec.sampling import SamplingParams
 from tests import numpy_reference
 
@@ -436,7 +436,7 @@ def test_exact_gives_a_token_the_same_logits_at_every_width(exported_int4):
     """RuntimeOptions(exact=True) pads one-token passes to two rows, so every pass takes
     MLAS's GEMM path: the same bits at every width. The default kernels differ (MatMulNBits'
     one-row path sums in another order; measured ~4e-6 on this model), so the test can fail."""
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     tokens = [int(t) for t in np.random.default_rng(0).integers(3, 250, 100)]
     exact = open_runtime(exported_int4, RuntimeOptions(n_ctx=256, exact=True))
@@ -450,7 +450,7 @@ def test_exact_gives_a_token_the_same_logits_at_every_width(exported_int4):
     "sp", [SamplingParams(), SamplingParams(0.7, top_p=0.9, seed=3)], ids=["greedy", "seeded"]
 )
 def test_exact_speculative_output_is_plain_decodings(exported_int4, draft_runtime, kind, sp):
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     target = open_runtime(exported_int4, RuntimeOptions(n_ctx=256, exact=True))
     tokens = target.tokenize(PROMPT, special=True)
@@ -464,7 +464,7 @@ def test_exact_speculative_output_is_plain_decodings(exported_int4, draft_runtim
 
 
 def test_exact_refuses_the_cuda_provider(exported):
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     with pytest.raises(ModelFileError, match="CPU provider only .*drop --exact or --device cuda"):
         open_runtime(exported, RuntimeOptions(device="cuda", exact=True))
@@ -484,7 +484,7 @@ def test_exact_pads_every_pass_to_an_even_number_of_rows(exported):
     """MLAS's AVX-512 int8 GEMM takes rows in pairs and the odd one out by its one-row path
     (the demo models moved by up to 0.79 at odd widths on an AVX-512 Xeon, docs/exactness.md):
     --exact pads every pass to even rows, and the padding row of a pass ending at n_ctx fits."""
-    from edgespec.runtimes import EXACT_ONNX
+    from edgespec.backends import EXACT_ONNX
 
     n_ctx = len(TOKENS)
     exact = OnnxRuntime(exported, n_ctx=n_ctx, **EXACT_ONNX)

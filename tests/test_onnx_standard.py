@@ -27,9 +27,9 @@ from tests import numpy_reference
 pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (edgespec[onnx])")
 onnx = pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx])")
 
+from edgespec.backends import RuntimeOptions, open_runtime  # noqa: E402
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
 from edgespec.export.onnx_standard import StandardGraphBuilder  # noqa: E402
-from edgespec.runtimes import RuntimeOptions, open_runtime  # noqa: E402
 from edgespec.runtimes.onnx_standard import StandardOnnxRuntime  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
 from tests.test_onnx import ort_int4_roundtrip, with_weights  # noqa: E402

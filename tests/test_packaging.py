@@ -20,7 +20,8 @@ def test_wheel_installs_only_the_edgespec_package(tmp_path):
     assert {t for t in top if not t.endswith(".dist-info")} == {"edgespec"}
     for sub in (
         "runtimes/llamacpp.py",
-        "runtimes/base.py",
+        "runtimes/shared.py",
+        "runtime.py",
         "export/__init__.py",
         "quant/__init__.py",
         "bench_data/edit.jsonl",
@@ -50,7 +51,8 @@ def test_importing_edgespec_loads_no_back_end():
     """What edgespec/__init__.py promises: the numpy core only, back-ends on first use."""
     code = (
         "import sys, edgespec; "
-        "print(sorted({'llama_cpp', 'onnxruntime', 'onnx', 'gguf', 'edgespec.loader'} "
+        "print(sorted({'llama_cpp', 'onnxruntime', 'onnx', 'gguf', 'edgespec.loader', "
+        "'edgespec.runtimes'} "
         "& set(sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

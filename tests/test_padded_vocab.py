@@ -20,8 +20,8 @@ from edgespec.app.cli import main
 from edgespec.drafters import ModelDrafter
 from edgespec.errors import VocabularyMismatchError
 from edgespec.loader import SpecOptions, load_decoder
-from edgespec.runtimes.base import token_text_hash
 from edgespec.runtimes.llamacpp import LlamaCppRuntime
+from edgespec.runtimes.shared import token_text_hash
 from edgespec.sampling import SamplingParams
 from tests import tiny_gguf
 from tests.test_draft_vocab import decodes_as_plain, record_proposals

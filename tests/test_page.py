@@ -103,8 +103,8 @@ def test_the_page_streams_a_chat_and_shows_speculation(browser, tiny_pair, tmp_p
 @pytest.mark.real
 def test_the_page_with_the_demo_pair(browser, demo_target_path, demo_draft_path):
     """Set EDGESPEC_SCREENSHOT=docs/serve-page.png to refresh the screenshot in docs/."""
+    from edgespec.backends import RuntimeOptions
     from edgespec.loader import SpecOptions, load_decoder
-    from edgespec.runtimes import RuntimeOptions
 
     decoder = load_decoder(
         demo_target_path,

@@ -24,9 +24,9 @@ from edgespec.app.peer_genai import (  # noqa: E402
     genai_graph,
 )
 from edgespec.app.suites import Prompt  # noqa: E402
+from edgespec.backends import RuntimeOptions  # noqa: E402
 from edgespec.errors import EdgespecError  # noqa: E402
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
-from edgespec.runtimes import RuntimeOptions  # noqa: E402
 from tests.tiny_hf import make_tiny_hf  # noqa: E402
 
 

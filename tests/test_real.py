@@ -14,7 +14,7 @@ from edgespec.chat import chat_tokens, user_messages
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
-from edgespec.runtimes import check_compatible
+from edgespec.runtime import check_compatible
 from edgespec.sampling import SamplingParams
 
 pytestmark = pytest.mark.real
@@ -141,7 +141,7 @@ def test_the_demo_draft_exported_to_onnx_drafts_for_the_gguf_target(demo_draft_o
 @pytest.fixture(scope="module")
 def exact_target(demo_target_path):
     """The demo target with batch-invariant kernels (--exact); the draft keeps the fast ones."""
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     return open_runtime(demo_target_path, RuntimeOptions(n_ctx=1024, exact=True))
 
@@ -176,7 +176,7 @@ def test_exact_onnx_speculative_output_is_plain_decodings(demo_draft_onnx, demo_
     """--exact on ONNX Runtime (one-token passes padded to two rows): the demo's 0.5B model
     exported to int4 as the target, its GGUF as the drafter; speculative output is plain
     decoding's token for token, greedy and seeded."""
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     target = open_runtime(demo_draft_onnx.path, RuntimeOptions(n_ctx=1024, exact=True))
     _, gguf_draft = demo_runtimes

@@ -155,6 +155,10 @@ class HeadRuntime(FakeRuntime):
         self.sampling_head = SamplingHead(ort, self.n_vocab, CPU, candidates)
         self.ways = {"rows": 0, "logits": 0}  # rows read, and those read from their logits
 
+    @property
+    def dists_on_device(self) -> bool:
+        return True
+
     def forward_dists(self, tokens, sp, *, last_only=False):
         logits = self.forward(tokens, last_only=last_only)
         found = head_of(logits, sp.temperature, self.sampling_head)

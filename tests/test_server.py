@@ -488,8 +488,8 @@ def test_a_chat_on_the_demo_pair_prefills_only_the_new_turn(demo_target_path, de
     """The real pair's template and tokenizer: turn 2 reuses turn 1's prompt and reply (the
     reply re-tokenizes to the tokens generated), so it prefills little more than the new
     user message."""
+    from edgespec.backends import RuntimeOptions
     from edgespec.loader import SpecOptions, load_decoder
-    from edgespec.runtimes import RuntimeOptions
 
     decoder = load_decoder(
         demo_target_path,

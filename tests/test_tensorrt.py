@@ -274,7 +274,7 @@ def gpu_runtime_or_skip(bundle: Path):
 
 @pytest.mark.gpu
 def test_engine_logits_match_onnx_runtime_and_graph_replays_agree(bundle):
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     gpu_runtime_or_skip(bundle)
     engine = open_runtime(bundle / "target.int4", RuntimeOptions(n_ctx=256, device="cuda"))
@@ -289,7 +289,7 @@ def test_engine_logits_match_onnx_runtime_and_graph_replays_agree(bundle):
 
 @pytest.mark.gpu
 def test_greedy_speculative_equals_plain_on_the_engines(bundle):
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     gpu_runtime_or_skip(bundle)
     options = RuntimeOptions(n_ctx=256, device="cuda")
@@ -307,19 +307,18 @@ def test_greedy_speculative_equals_plain_on_the_engines(bundle):
 
 @pytest.mark.gpu
 def test_graphs_captured_at_load_leave_the_cache_as_it_was(bundle):
-    from edgespec.runtimes import RuntimeOptions, open_runtime
-    from edgespec.runtimes.base import capture_graphs
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     gpu_runtime_or_skip(bundle)
     engine = open_runtime(bundle / "target.int4", RuntimeOptions(n_ctx=256, device="cuda"))
     ref = StandardOnnxRuntime(bundle / "target.int4", n_ctx=256).forward(TOKENS)
     engine.forward(TOKENS[:4])
     widths = sorted(engine.by_width)
-    assert capture_graphs(engine, [(w, w) for w in widths] + [(2, 1)]) == 2 * len(widths)
+    assert engine.capture_graphs([(w, w) for w in widths] + [(2, 1)]) == 2 * len(widths)
     assert engine.n_past == 4
     steps = [engine.forward(TOKENS[i:j]) for i, j in ((4, 6), (6, 7), (7, 10))]
     assert np.abs(np.concatenate(steps) - ref[4:]).max() < 0.05
-    assert capture_graphs(engine, [(w, w) for w in widths]) == 0
+    assert engine.capture_graphs([(w, w) for w in widths]) == 0
 
 
 class FakeCuda:
@@ -374,28 +373,27 @@ def engine_without_a_gpu(widths: tuple[int, ...], n_past: int, n_ctx: int):
 
 
 def test_capture_at_load_makes_each_widths_graph_for_both_kv_parities():
-    """base.capture_graphs on a TensorRT runtime (serve and bench ask for it): every width's
+    """capture_graphs on a TensorRT runtime (serve and bench ask for it): every width's
     graph for both buffer parities, nothing for the last-row or prompt shapes, n_past and
     the parity as they were, nothing twice, widths past the context skipped."""
-    from edgespec.runtimes.base import capture_graphs
 
     rt = engine_without_a_gpu((1, 2, 3), n_past=7, n_ctx=10)
-    assert capture_graphs(rt, [(1, 1), (2, 2), (3, 3), (4, 4), (2, 1)]) == 6
+    assert rt.capture_graphs([(1, 1), (2, 2), (3, 3), (4, 4), (2, 1)]) == 6
     assert [sorted(c.graphs) for c in rt.contexts] == [[], [0, 1], [0, 1], [0, 1]]
     assert (rt.n_past, rt.parity) == (7, 0)
     assert rt.cuda.calls.count("capture") == 6
-    assert capture_graphs(rt, [(1, 1), (2, 2), (3, 3)]) == 0
+    assert rt.capture_graphs([(1, 1), (2, 2), (3, 3)]) == 0
     assert rt.cuda.calls.count("capture") == 6
     late = engine_without_a_gpu((1, 2, 3), n_past=8, n_ctx=10)  # room for 2 tokens
-    assert capture_graphs(late, [(1, 1), (2, 2), (3, 3)]) == 4
+    assert late.capture_graphs([(1, 1), (2, 2), (3, 3)]) == 4
     assert [sorted(c.graphs) for c in late.contexts] == [[], [0, 1], [0, 1], []]
 
 
 def test_the_tensorrt_runtime_takes_the_folders_tokenizer_and_no_onnx_runtime_model_code(bundle):
     """TensorRTRuntime shares ExportedModelFolder with ONNX Runtime, not OnnxRuntime itself:
-    the same tokens, text, vocabulary and template from the same folder, and none of the
-    attributes through which base.py hands a step to ONNX Runtime's own code (an inherited
-    capture_graphs once crashed `serve` and `bench` at load)."""
+    the same tokens, text, vocabulary and template from the same folder, the Runtime
+    protocol's defaults for the capabilities ONNX Runtime's own code has (an inherited
+    capture_graphs once crashed `serve` and `bench` at load), and none of its attributes."""
     from edgespec.runtimes.onnxrt import OnnxRuntime
 
     rt = tensorrt.TensorRTRuntime.__new__(tensorrt.TensorRTRuntime)
@@ -409,8 +407,8 @@ def test_the_tensorrt_runtime_takes_the_folders_tokenizer_and_no_onnx_runtime_mo
     assert rt.chat_template() == ref.chat_template()
     assert (rt.n_vocab, rt.context_size(100_000)) == (ref.n_vocab, ref.context_size(100_000))
     assert not isinstance(rt, OnnxRuntime)
-    for name in ("forward_top", "top_outputs", "forward_dists", "sampling_head", "logit_ids",
-                 "binds_steps", "open_session", "session"):  # fmt: skip
+    assert (rt.top_outputs, rt.dists_on_device, rt.logit_ids) == (False, False, None)
+    for name in ("sampling_head", "binds_steps", "open_session", "session"):
         assert not hasattr(rt, name), name
 
 

@@ -479,7 +479,7 @@ def test_under_exact_the_thread_count_moves_no_logit(demo_target_path):
     """Load-aware threads may change the count between any two passes. Under --exact that moves
     no logit, even from 512 cached tokens on, where the default kernels' one-token pass (flash
     attention's split-KV) sums in an order that depends on the count (up to 0.49 measured)."""
-    from edgespec.runtimes import RuntimeOptions, open_runtime
+    from edgespec.backends import RuntimeOptions, open_runtime
 
     opts = RuntimeOptions(n_ctx=1024, n_threads=2, exact=True, load_aware_threads=False)
     runtime = open_runtime(demo_target_path, opts)

@@ -21,7 +21,7 @@ import pytest
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
-from edgespec.runtimes.base import TopRows, forward_top, top_of
+from edgespec.runtime import TopRows, forward_top, top_of
 
 pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (edgespec[onnx])")
 pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx])")

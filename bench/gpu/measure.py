@@ -43,7 +43,7 @@ from edgespec.drafters import Draft, ModelDrafter
 from edgespec.drafters.base import Offer
 from edgespec.drafters.model import STEP_SHAPES, common_prefix_len
 from edgespec.engine import Result, SpeculativeDecoder
-from edgespec.runtimes.base import Runtime, capture_graphs
+from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime
 from edgespec.sampling import SamplingParams
 
 ACCEPTANCE = (1.0, 0.9, 0.8, 0.6)
@@ -86,7 +86,7 @@ class Settings:
     max_tokens: int = 128
     repeats: int = 1  # each timed run is done this many times; the fastest counts
     curve_reps: int = 20
-    curve_n: int = 17
+    curve_n: int = MAX_VERIFY_WIDTH
     acceptance: tuple[float, ...] = ACCEPTANCE
     ks: tuple[int, ...] = KS
 
@@ -276,7 +276,7 @@ class Bench:
         """Greedy plain decoding and k = 4 (acceptance 0.8, zero draft cost), each row's argmax
         read from the graph's top outputs and then with the logits copied to the host instead:
         what the top outputs save a step. None where the target's graph has none."""
-        if not getattr(self.target, "top_outputs", False):
+        if not self.target.top_outputs:
             return None
         out = {}
         for way in ("top outputs", "logits to host"):
@@ -383,11 +383,11 @@ def width_switches(
 
 def capture_at_load(args: argparse.Namespace, n_max: int) -> dict | None:
     """On models opened afresh: the seconds capturing the loop's step shapes at load takes
-    (runtimes.base.capture_graphs, as `serve` does: the target's widths 1..n_max every row,
+    (Runtime.capture_graphs, as `serve` does: the target's widths 1..n_max every row,
     the draft's STEP_SHAPES), then each width's first pass against its second, which the
     capture should bring to about 1x. None where the target captures nothing (llama.cpp)."""
     target, draft = open_bundle(args)
-    if getattr(target, "capture_graphs", None) is None:
+    if type(target).capture_graphs is Runtime.capture_graphs:  # the protocol's: captures none
         return None
     out: dict = {}
     for name, runtime, shapes in (("target", target, [(n, n) for n in range(1, n_max + 1)]),
@@ -395,7 +395,7 @@ def capture_at_load(args: argparse.Namespace, n_max: int) -> dict | None:
         if runtime is None:
             continue
         t0 = time.perf_counter()
-        graphs = capture_graphs(runtime, shapes)
+        graphs = runtime.capture_graphs(shapes)
         out[name] = {"graphs": graphs, "seconds": round(time.perf_counter() - t0, 3)}
     out["first_passes_after"] = {"target": first_passes(target, n_max, last_only=False)}
     if draft is not None:
@@ -504,7 +504,7 @@ def open_model(path: Path, args: argparse.Namespace) -> Runtime:
             os.environ["GGML_CUDA_DISABLE_GRAPHS"] = "1"
         return LlamaCppRuntime(path, n_ctx=n_ctx, n_gpu_layers=layers)
     if args.backend == "tensorrt":  # a --format tensorrt bundle; its engines always use graphs
-        from edgespec.runtimes import RuntimeOptions, open_runtime
+        from edgespec.backends import RuntimeOptions, open_runtime
         from edgespec.runtimes.tensorrt import TensorRTRuntime
 
         trt = open_runtime(path, RuntimeOptions(n_ctx=n_ctx, device=args.device))

@@ -31,7 +31,7 @@ from edgespec.errors import EdgespecError
 from edgespec.loader import SpecOptions, build_decoder
 from edgespec.pair import ModelPair
 from edgespec.progress import progress
-from edgespec.runtimes import Runtime
+from edgespec.runtime import K_MAX, Runtime
 from edgespec.runtimes.threads import usable_cpus
 from edgespec.sampling import SamplingParams
 
@@ -299,7 +299,7 @@ class Bench:
     def __init__(
         self,
         pair: ModelPair,
-        k_max: int = 16,
+        k_max: int = K_MAX,
         sp: SamplingParams = SamplingParams(),
         draft_confidence: float = SpecOptions.draft_confidence,
     ):

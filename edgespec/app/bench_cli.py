@@ -38,12 +38,13 @@ from edgespec.app.options import (
 from edgespec.app.peer import PEER_KS, Peer, PeerLlama
 from edgespec.app.peer_genai import DRAFT_K, GENAI_DRAFT, GENAI_NGRAM, GENAI_PLAIN, GenaiPeer
 from edgespec.app.suites import SUITES, Prompt, load_suite
+from edgespec.backends import RuntimeOptions
 from edgespec.engine import Result, Stats
 from edgespec.errors import EdgespecError
 from edgespec.loader import SpecOptions
 from edgespec.pair import ModelPair, open_pair
 from edgespec.progress import progress
-from edgespec.runtimes import RuntimeOptions
+from edgespec.runtime import K_MAX
 from edgespec.sampling import SamplingParams
 
 DEFAULT_METHODS = "plain,auto,ngram,model," + PEER
@@ -124,7 +125,7 @@ def bench_suites(
     ks: Sequence[int],
     max_tokens: int,
     opts: RuntimeOptions,
-    k_max: int = 16,
+    k_max: int = K_MAX,
     repeat: int = 1,
     peer_ks: Sequence[int] = PEER_KS,
     sp: SamplingParams = SamplingParams(),
@@ -460,7 +461,7 @@ def add_bench_parser(sub) -> None:
         default=",".join(map(str, PEER_KS)),
         help="num_pred_tokens for llama-cpp-python's prompt lookup (its README: 10, or 2 on CPUs)",
     )
-    p.add_argument("--k-max", type=int, default=16, help="longest draft for method auto")
+    p.add_argument("--k-max", type=int, default=K_MAX, help="longest draft for method auto")
     add_draft_confidence_arg(p)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--limit", type=int, default=None, help="first N prompts of each suite")

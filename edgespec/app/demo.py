@@ -13,12 +13,13 @@ from edgespec.app.bench import Bench, Row, Run
 from edgespec.app.models import fetch
 from edgespec.app.options import add_runtime_args, runtime_options
 from edgespec.app.suites import Prompt
+from edgespec.backends import RuntimeOptions
 from edgespec.calibrate import cost_curve
 from edgespec.controller import CostCurve, expected_tokens
 from edgespec.errors import EdgespecError
 from edgespec.pair import ModelPair, open_pair
 from edgespec.paths import edgespec_home
-from edgespec.runtimes import RuntimeOptions
+from edgespec.runtime import K_MAX
 
 BACKENDS = ("auto", "llama", "onnx")
 BACKEND_NAMES = {"llama": "llama.cpp", "onnx": "ONNX Runtime"}
@@ -68,7 +69,7 @@ def modelled_rate(curve: CostCurve, alpha: float, k_max: int) -> float:
 
 
 def choose_backend(
-    curves: dict[str, CostCurve], alpha: float = REFERENCE_ACCEPTANCE, k_max: int = 16
+    curves: dict[str, CostCurve], alpha: float = REFERENCE_ACCEPTANCE, k_max: int = K_MAX
 ) -> BackendChoice:
     """The back-end whose verify curve gives the most tokens per second at acceptance alpha
     (on a tie, the first), and a sentence that says why."""
@@ -208,7 +209,7 @@ def fmt(value: float | None) -> str:
 def add_demo_parser(sub) -> None:
     p = sub.add_parser("demo", help="fetch the demo pair; plain vs speculative, side by side")
     p.add_argument("--max-tokens", type=int, default=192)
-    p.add_argument("--k-max", type=int, default=16)
+    p.add_argument("--k-max", type=int, default=K_MAX)
     p.add_argument("--show", action="store_true", help="print the generated text too")
     p.add_argument(
         "--rounds",

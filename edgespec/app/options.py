@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import argparse
 
+from edgespec.backends import DEVICES, RuntimeOptions
 from edgespec.errors import EdgespecError
 from edgespec.loader import DRAFTER_CHOICES, SpecOptions
-from edgespec.runtimes import DEVICES, RuntimeOptions
+from edgespec.runtime import K_MAX
 from edgespec.sampling import SAMPLERS, SamplingParams
 
 TARGET_HELP = "target model: a .gguf file, a bundle folder (edgespec export) or an ONNX folder"
@@ -51,7 +52,7 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
         help="draft length. N: every step drafts N tokens (needs --drafter model or ngram); "
         "'auto' (default): chosen per step (0 = plain), up to --k-max",
     )
-    p.add_argument("--k-max", type=int, default=16, help="longest draft --k auto tries")
+    p.add_argument("--k-max", type=int, default=K_MAX, help="longest draft --k auto tries")
     add_draft_confidence_arg(p)
 
 

@@ -15,14 +15,7 @@ import numpy as np
 
 from edgespec.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
-from edgespec.runtimes.base import (
-    Runtime,
-    TopRows,
-    forward_dists,
-    forward_top,
-    keeps_one_graph,
-    logit_ids,
-)
+from edgespec.runtime import Runtime, TopRows, forward_dists, forward_top
 from edgespec.sampling import SamplingParams, TokenDist, uses_gumbel
 
 STAND_IN = 0  # what the draft reads for a token id it has no row for (a padding id)
@@ -64,7 +57,7 @@ class ModelDrafter:
         if not 0.0 <= confidence < 1.0:
             raise ValueError(f"confidence must be in [0, 1), got {confidence}")
         self.runtime = runtime
-        self.columns = logit_ids(runtime)  # the token id of each logits column (None: itself)
+        self.columns = runtime.logit_ids  # the token id of each logits column (None: itself)
         self.n_ids = runtime.n_vocab if n_ids is None else n_ids
         # columns past the target's ids (a draft padded further): cut off every logits row
         self.width = self.n_ids if self.columns is None and self.n_ids < runtime.n_vocab else None
@@ -78,7 +71,7 @@ class ModelDrafter:
         self.cached: list[int] = []  # tokens in the draft runtime's KV cache
         # a runtime replaying one CUDA graph runs a pass whose width changed uncaptured and
         # captures on the next: there one token a pass, replayed, beats two in one
-        self.one_token_passes = keeps_one_graph(runtime)
+        self.one_token_passes = runtime.keeps_one_graph
 
     def reset(self, rng: np.random.Generator) -> None:
         self.rng = rng

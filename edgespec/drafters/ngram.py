@@ -22,11 +22,12 @@ import numpy as np
 
 from edgespec.acceptance import ByMatchLength
 from edgespec.drafters.base import Draft, Offer
+from edgespec.runtime import K_MAX
 from edgespec.sampling import SamplingParams, uses_gumbel
 
 # how much of a proposal an offer previews: the longest draft the adaptive controller tries
 # by default (SpecOptions.k_max); a longer draft is still learned from per token
-PREVIEW_TOKENS = 16
+PREVIEW_TOKENS = K_MAX
 
 
 class NgramDrafter:

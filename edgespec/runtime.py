@@ -1,0 +1,178 @@
+"""The Runtime protocol: what the core needs from a back-end, and the capabilities a back-end
+may add, each declared here with its default.
+
+A runtime owns one model and one KV cache for one sequence. The engine keeps the invariant
+that the target's cache never holds the last emitted token (see docs/design.md). Back-ends
+(edgespec.runtimes) subclass Runtime, so they inherit the defaults of what they lack; the
+core reaches a back-end only through edgespec.backends.open_runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from edgespec.errors import VocabularyMismatchError
+from edgespec.sampling import SamplingParams, TokenDist, row_dists
+
+# The longest draft any policy asks for. A verify pass forwards the last token and the draft,
+# so the widest pass a back-end must serve (and capture as a CUDA graph) is MAX_VERIFY_WIDTH.
+K_MAX = 16
+MAX_VERIFY_WIDTH = K_MAX + 1
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What two runtimes must agree on before one may draft for the other."""
+
+    n_vocab: int
+    vocab_type: str  # e.g. "gpt2" (byte-level BPE), "llama" (SentencePiece)
+    bos_id: int | None
+    eos_id: int | None
+    eog_ids: frozenset[int]  # every end-of-generation token (eos, eot, im_end, ...)
+    token_text_hash: str  # sha256 over the text of every token, in id order, padding rows off
+
+
+@dataclass(frozen=True)
+class TopRows:
+    """What a greedy step needs of each logits row: its likeliest column and, where asked,
+    that column's softmax probability (a draft's confidence)."""
+
+    ids: np.ndarray  # [rows] int64: the first column holding the row's maximum
+    prob: np.ndarray | None  # [rows] float32, or None where not asked for
+
+
+class Runtime(Protocol):
+    n_vocab: int
+    n_ctx: int
+    n_past: int  # tokens in the KV cache
+
+    # --- optional capabilities: a back-end that has one overrides its default ------------
+    # the token id of each logits column, where the output layer keeps only some ids (a draft
+    # exported with --draft-vocab: rows are then [len(logit_ids)] wide; it only drafts)
+    logit_ids: np.ndarray | None = None
+    # forward_top returns TopRows computed beside the logits, on the device (ONNX top outputs)
+    top_outputs: bool = False
+    # one CUDA graph per context (llama.cpp on CUDA): a pass whose shape changed from the last
+    # runs uncaptured and the next of that shape captures again; the calibration prices a
+    # change (CostCurve.switch_s) and a draft model forwards one token a pass
+    keeps_one_graph: bool = False
+
+    @property
+    def dists_on_device(self) -> bool:
+        """Whether forward_dists reduces a sampled step's rows where they are (a sampling
+        head: ONNX Runtime on a GPU), so only each row's likeliest columns reach the host."""
+        return False
+
+    def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+        """Append tokens at n_past; return [len(tokens), n_vocab] float32 logits.
+
+        last_only=True returns [1, n_vocab], the last token's row only (prefill, drafting):
+        a back-end then computes and copies one row instead of len(tokens).
+        """
+        ...
+
+    def rollback(self, n_past: int) -> None:
+        """Drop the cache after the first n_past tokens."""
+        ...
+
+    def reset(self) -> None: ...
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]: ...
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes: ...
+
+    def vocab_info(self) -> VocabInfo: ...
+
+    def chat_template(self) -> str | None: ...
+
+    def token_text(self, token: int) -> bytes: ...
+
+    def special_token_text(self, token: int | None) -> str:
+        """A special token's text as a chat template writes it ("" for None): BOS and EOS."""
+        ...
+
+    def forward_top(self, tokens: Sequence[int], *, last_only: bool = False) -> TopRows:
+        """forward's rows as TopRows computed on the device; only where top_outputs."""
+        raise NotImplementedError(f"{type(self).__name__} has no top outputs")
+
+    def forward_dists(
+        self, tokens: Sequence[int], sp: SamplingParams, *, last_only: bool = False
+    ) -> Callable[[int], TokenDist]:
+        """forward's rows as i -> TokenDist, reduced on the device; only where
+        dists_on_device."""
+        raise NotImplementedError(f"{type(self).__name__} has no sampling head")
+
+    def capture_graphs(self, shapes: Iterable[tuple[int, int]]) -> int:
+        """Where a runtime captures a CUDA graph per step shape (width, rows returned) on first
+        use (ONNX Runtime and TensorRT on CUDA), run each shape once now, so that no request
+        pays a capture; the cache is left as it was. Returns how many were captured."""
+        return 0
+
+
+def forward_top(
+    runtime: Runtime,
+    tokens: Sequence[int],
+    *,
+    last_only: bool = False,
+    with_prob: bool = False,
+    width: int | None = None,
+) -> TopRows:
+    """Runtime.forward's rows reduced to TopRows, over their first `width` columns (None:
+    all): on the device where the runtime has top_outputs, so only [rows] ids and
+    probabilities reach the host, not [rows, V] floats; else, or cut to `width`, here."""
+    if width is None and runtime.top_outputs:
+        return runtime.forward_top(tokens, last_only=last_only)
+    return top_of(runtime.forward(tokens, last_only=last_only)[:, :width], with_prob)
+
+
+def forward_dists(
+    runtime: Runtime,
+    tokens: Sequence[int],
+    sp: SamplingParams,
+    *,
+    last_only: bool = False,
+    width: int | None = None,
+) -> Callable[[int], TokenDist]:
+    """Runtime.forward's rows, over their first `width` columns (None: all), as i -> the
+    distribution row i's token is drawn from (sampling.token_dist), each computed when first
+    asked for: on the device where the runtime has dists_on_device, else, or cut to `width`,
+    from the logits here."""
+    if width is None and runtime.dists_on_device:
+        return runtime.forward_dists(tokens, sp, last_only=last_only)
+    return row_dists(runtime.forward(tokens, last_only=last_only)[:, :width], sp)
+
+
+def top_of(logits: np.ndarray, with_prob: bool = True) -> TopRows:
+    """TopRows of [rows, V] logits on the host (np.argmax: the first maximum, as ArgMax)."""
+    ids = np.argmax(logits, axis=-1)
+    if not with_prob:
+        return TopRows(ids, None)
+    peak = logits.max(axis=-1, keepdims=True)
+    return TopRows(ids, (1.0 / np.exp(logits - peak).sum(axis=-1)).astype(np.float32))
+
+
+def check_compatible(
+    target: VocabInfo, draft: VocabInfo, target_name: str, draft_name: str
+) -> None:
+    """Refuse a draft whose token ids do not mean what the target's mean."""
+
+    def refuse(what: str, t: object, d: object) -> None:
+        raise VocabularyMismatchError(
+            f"draft {draft_name} cannot draft for target {target_name}: {what} differs "
+            f"(target {t}, draft {d}); use a draft model from the target's family with the "
+            "same tokenizer, or --drafter ngram"
+        )
+
+    # output layers may differ in padding rows only (token_text_hash leaves them off)
+    if target.vocab_type != draft.vocab_type:
+        refuse("vocabulary type", target.vocab_type, draft.vocab_type)
+    if target.bos_id != draft.bos_id:
+        refuse("BOS token", target.bos_id, draft.bos_id)
+    if target.eos_id != draft.eos_id:
+        refuse("EOS token", target.eos_id, draft.eos_id)
+    if target.token_text_hash != draft.token_text_hash:
+        refuse("token text", target.token_text_hash[:12], draft.token_text_hash[:12])

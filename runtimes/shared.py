@@ -1,0 +1,93 @@
+"""What the back-ends share beneath the Runtime protocol (edgespec.runtime): passes in
+chunks, the context check, the token-text hash two vocabularies are compared by, and the
+token-id ranges a cut draft keeps."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from edgespec.runtime import Runtime
+
+
+def check_logit_ranges(ranges: object, n_vocab: int) -> None:
+    """Token-id ranges a draft's output layer keeps: a non-empty list of ascending, disjoint,
+    non-empty [start, stop) pairs of ints within the vocabulary (ValueError if not)."""
+    if not isinstance(ranges, (list, tuple)) or not ranges:
+        raise ValueError(f"logit ranges must be a non-empty list, got {ranges!r:.80}")
+    stop = 0
+    for r in ranges:
+        ints = isinstance(r, (list, tuple)) and len(r) == 2
+        ints = ints and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+        if not ints or not stop <= r[0] < r[1]:
+            raise ValueError(
+                "logit ranges must be ascending, disjoint [start, stop) pairs of token ids, "
+                f"got {r!r:.40} after {stop}"
+            )
+        stop = r[1]
+    if stop > n_vocab:
+        raise ValueError(f"logit ranges end at {stop}, past the vocabulary of {n_vocab} tokens")
+
+
+def logit_count(ranges: Sequence[Sequence[int]]) -> int:
+    """Token ids in [start, stop) ranges (checked by check_logit_ranges)."""
+    return sum(stop - start for start, stop in ranges)
+
+
+def forward_in_chunks(
+    runtime: Runtime,
+    tokens: Sequence[int],
+    last_only: bool,
+    n_batch: int,
+    run: Callable[[Sequence[int], int], np.ndarray],
+) -> np.ndarray:
+    """Runtime.forward in passes of at most n_batch tokens.
+
+    run(chunk, rows) evaluates chunk at n_past and returns the logits of its last `rows`
+    tokens ([rows, V]; rows = 0: none wanted, a prefill chunk before the last).
+    """
+    n = len(tokens)
+    if n == 0:
+        ids = runtime.logit_ids
+        return np.zeros((0, runtime.n_vocab if ids is None else len(ids)), dtype=np.float32)
+    check_room(runtime, n)
+    rows = []
+    for start in range(0, n, n_batch):
+        chunk = tokens[start : start + n_batch]
+        last_chunk = start + len(chunk) == n
+        if last_only and not last_chunk:
+            run(chunk, 0)
+        else:
+            rows.append(run(chunk, 1 if last_only else len(chunk)))
+    return rows[0] if len(rows) == 1 else np.concatenate(rows)
+
+
+def check_room(runtime: Runtime, n: int) -> None:
+    """RuntimeError where n more tokens at n_past would not fit in the context."""
+    if runtime.n_past + n > runtime.n_ctx:
+        raise RuntimeError(
+            f"forward of {n} tokens at position {runtime.n_past} overflows n_ctx={runtime.n_ctx}"
+        )
+
+
+def padding_text(token: int) -> bytes:
+    """The text of an output row no tokenizer token has: convert_hf_to_gguf writes it into
+    the GGUF token list (type UNUSED), and the ONNX back-end reads it so from tokenizer.json."""
+    return b"[PAD%d]" % token
+
+
+def token_text_hash(token_text: Callable[[int], bytes], n_vocab: int) -> str:
+    """sha256 over every token's text in id order, the padding rows at the end left out:
+    equal hashes = interchangeable token ids. A family pads its output layer to different
+    sizes (Qwen2.5: 151,936 rows up to 3B, 152,064 from 7B, 151,665 real tokens in both), so
+    its 0.5B model drafts for its 7B; the ids a model has past the real ones are padding,
+    which the other model can neither propose nor need (ModelDrafter.n_ids)."""
+    texts = [token_text(t) for t in range(n_vocab)]
+    while texts and texts[-1] == padding_text(len(texts) - 1):
+        texts.pop()
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text + b"\0")
+    return digest.hexdigest()
