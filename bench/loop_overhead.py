@@ -69,9 +69,6 @@ class ConstantDrafter:
     def propose(self, context, k, sp):
         return Draft(np.full(k, 7, dtype=np.int32), None)
 
-    def accept(self, n):
-        pass
-
     def sync(self, context):
         pass
 

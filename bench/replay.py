@@ -60,7 +60,7 @@ from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.hugepages import reexec_with_tunable
-from edgespec.loader import SpecOptions, make_policy
+from edgespec.loader import DRAFT_CONFIDENCE, SpecOptions, make_policy
 from edgespec.pair import open_pair
 from edgespec.runtime import Runtime, VocabInfo
 from edgespec.sampling import SamplingParams
@@ -693,7 +693,7 @@ def confidence_for(policy: str, given: float | None) -> float:
     controller's; a fixed k is drafted whole)."""
     if given is not None:
         return given
-    return SpecOptions().draft_confidence if policy == "auto" else 0.0
+    return DRAFT_CONFIDENCE if policy == "auto" else 0.0
 
 
 def parse_fixed(text: str) -> tuple[str, int]:
@@ -787,7 +787,7 @@ def main() -> None:
         "--confidence",
         type=float,
         help="the draft model ends a draft at its first token it gives less than this "
-        "probability (default: as edgespec does, SpecOptions.draft_confidence for auto, 0 for "
+        "probability (default: as edgespec does, DRAFT_CONFIDENCE for auto, 0 for "
         "a fixed k and the oracle)",
     )
     rep.add_argument(

@@ -320,8 +320,6 @@ class SpeculativeDecoder:
         self.target.rollback(n0 + 1 + verdict.n_accepted)
         k = len(draft.tokens)
         drafted = drafter if k else None
-        if drafted:
-            drafted.accept(verdict.n_accepted)
         t_draft = t1 - t0 - draft.t_catch_up
         self.policy.observe(drafted, k, verdict.n_accepted, t_draft, t2 - t1, draft.unsure_end)
         stats.record(drafted.name if drafted else None, k, verdict.n_accepted)

@@ -20,6 +20,9 @@ from edgespec.runtime import K_MAX
 log = logging.getLogger(__name__)
 
 DRAFTER_CHOICES = ("auto", "model", "ngram", "none")
+# 0.5-0.8 gave the same within 0.5% on open, chat, edit and code replayed on a CPU's curve,
+# 0.7-0.8 the most on a GPU-like one (docs/benchmarks.md)
+DRAFT_CONFIDENCE = 0.7
 
 
 @dataclass(frozen=True)
@@ -40,10 +43,9 @@ class SpecOptions:
     # k chosen per step: a greedy draft model's draft ends at its first token it gives less
     # than this probability, a seeded (Gumbel) one where its token wins by a smaller margin
     # than that probability against one rival would give (ModelDrafter's confidence; 0 =
-    # off; a fixed k is always drafted whole): 0.5-0.8 gave the same within 0.5% on open,
-    # chat, edit and code replayed on a CPU's curve, 0.7-0.8 the most on a GPU-like one
-    # (docs/benchmarks.md)
-    draft_confidence: float = 0.7
+    # off). None: DRAFT_CONFIDENCE where k is chosen per step; a fixed k is drafted whole,
+    # so it refuses a confidence.
+    draft_confidence: float | None = None
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTER_CHOICES:
@@ -63,10 +65,15 @@ class SpecOptions:
                 )
         if self.k_max < 1:
             raise EdgespecError(f"--k-max must be >= 1, got {self.k_max}")
-        if not 0.0 <= self.draft_confidence < 1.0:
+        if self.draft_confidence is not None and not 0.0 <= self.draft_confidence < 1.0:
             raise EdgespecError(
                 f"--draft-confidence must be in [0, 1) (0: drafts of the k asked for), got "
                 f"{self.draft_confidence}"
+            )
+        if self.draft_confidence is not None and self.k is not None:
+            raise EdgespecError(
+                f"--draft-confidence ends drafts early, but --k {self.k} drafts {self.k} tokens "
+                "every step; drop --draft-confidence, or use --k auto"
             )
         if self.k is not None and self.drafter == "auto":
             raise EdgespecError(
@@ -95,6 +102,13 @@ class SpecOptions:
     @property
     def adaptive(self) -> bool:
         return self.k is None and self.drafter != "none"
+
+    @property
+    def confidence(self) -> float:
+        """The draft model's confidence threshold these options give (0: off)."""
+        if not self.adaptive:
+            return 0.0
+        return DRAFT_CONFIDENCE if self.draft_confidence is None else self.draft_confidence
 
     @property
     def uses_model(self) -> bool:
@@ -163,7 +177,7 @@ def make_drafters(
                 pair.draft,
                 token_s=token_s,
                 keep_cache=keep_cache,
-                confidence=spec.draft_confidence if spec.adaptive else 0.0,
+                confidence=spec.confidence,
                 n_ids=pair.target.n_vocab,
             )
         )

@@ -29,9 +29,8 @@ class SamplingParams:
     seed: int | None = None
     # how a drafted token is judged (docs/exactness.md): "gumbel" keys the randomness to the
     # token's position, so the output equals plain decoding's with the same seed; "rejection"
-    # is Leviathan et al.'s rejection sampling; "auto": gumbel when a seed is given, else each
-    # drafter's default (the one that accepts more of its tokens)
-    sampler: str = "auto"
+    # is Leviathan et al.'s rejection sampling
+    sampler: str = "gumbel"
 
     def __post_init__(self) -> None:
         check_range("temperature", self.temperature, 0.0, math.inf, "use 0 for greedy decoding")
@@ -54,7 +53,7 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-SAMPLERS = ("auto", "gumbel", "rejection")
+SAMPLERS = ("gumbel", "rejection")
 FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # smallest normal float32, about 1.18e-38
 
 
@@ -158,9 +157,9 @@ class TokenDist:
 
     def gumbel_max(self, seed: int, position: int) -> int:
         """The token at `position` of the request with this seed: argmax(log p + g) with g
-        the position's Gumbel noise (gumbel_noise), as argmin(E / p) over the support with
-        E = exp(-g) ~ Exp(1): one uniform per token that can be drawn, and the token follows
-        p exactly. A drafter that takes argmax(log q + g) with the same g proposes the
+        the position's Gumbel noise, as argmin(E / p) over the support with E = exp(-g) ~
+        Exp(1) (exponential_noise): one uniform per token that can be drawn, and the token
+        follows p exactly. A drafter that takes argmax(log q + g) with the same g proposes the
         target's own token whenever the two agree (the coupling verify_gumbel relies on)."""
         j = int(np.argmin(self.races(seed, position)))
         return j if self.ids is None else int(self.ids[j])
@@ -240,26 +239,12 @@ def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
     return u
 
 
-def gumbel_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
-    """[m] float64 Gumbel(0, 1) noise g = -log E: argmax(log p + g) = argmin(E / p)."""
-    return -np.log(exponential_noise(seed, position, ids))
-
-
 def request_params(sp: SamplingParams) -> SamplingParams:
     """A request's sampling parameters as the loop uses them: a seed always (a fresh random
-    one when none is given: the randomness is keyed to it), and "auto" settled to "gumbel"
-    when the caller gave the seed (asking for a repeatable answer, the one plain decoding
-    gives)."""
-    if sp.greedy:
+    one when none is given: the randomness is keyed to it)."""
+    if sp.greedy or sp.seed is not None:
         return sp
-    sampler = "gumbel" if sp.sampler == "auto" and sp.seed is not None else sp.sampler
-    seed = secrets.randbits(63) if sp.seed is None else sp.seed
-    return replace(sp, seed=seed, sampler=sampler)
-
-
-def uses_gumbel(sp: SamplingParams, drafter_default: str) -> bool:
-    """Whether a drafter with this default sampler drafts (and is verified) by Gumbel-max."""
-    return (drafter_default if sp.sampler == "auto" else sp.sampler) == "gumbel"
+    return replace(sp, seed=secrets.randbits(63))
 
 
 def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
@@ -348,16 +333,6 @@ def candidate_dist(
 def row_dists(logits: np.ndarray, sp: SamplingParams) -> Callable[[int], TokenDist]:
     """[n, V] logits -> (i -> token_dist(logits[i], sp)), computed only when asked for."""
     return lambda i: token_dist(logits[i], sp)
-
-
-def logits_to_probs(logits: np.ndarray, sp: SamplingParams) -> np.ndarray:
-    """[n, V] or [V] float logits -> float32 probabilities of the same shape (token_dist, dense).
-
-    Tokens cut by top-k, top-p or min-p get probability exactly 0.
-    """
-    rows = np.atleast_2d(np.asarray(logits, dtype=np.float32))
-    probs = np.stack([token_dist(row, sp).dense(rows.shape[-1]) for row in rows])
-    return probs[0] if np.ndim(logits) == 1 else probs
 
 
 def softmax(z: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 from edgespec.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
 from edgespec.runtime import Runtime, VocabInfo
-from edgespec.sampling import SamplingParams
+from edgespec.sampling import SamplingParams, token_dist
 
 
 class FakeRuntime(Runtime):
@@ -119,12 +119,20 @@ class ScriptedDrafter:
             ctx.append(token)
         return Draft(np.asarray(out, dtype=np.int32), None)
 
-    def accept(self, n_accepted: int) -> None:
-        pass
-
     def sync(self, context: Sequence[int]) -> None:
         self.syncs.append(len(context))
         self.behind = 0
 
     def reset(self, rng: np.random.Generator) -> None:
         pass
+
+
+def logits_to_probs(logits: np.ndarray, sp: SamplingParams) -> np.ndarray:
+    """[n, V] or [V] float logits -> float32 probabilities of the same shape: token_dist
+    made dense, for tests that compare whole distributions.
+
+    Tokens cut by top-k, top-p or min-p get probability exactly 0.
+    """
+    rows = np.atleast_2d(np.asarray(logits, dtype=np.float32))
+    probs = np.stack([token_dist(row, sp).dense(rows.shape[-1]) for row in rows])
+    return probs[0] if np.ndim(logits) == 1 else probs

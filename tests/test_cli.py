@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from edgespec.app.cli import main
+from edgespec.errors import EdgespecError
 
 
 def run_cli(capsys, *argv):
@@ -242,7 +243,30 @@ def test_the_draft_confidence_ends_drafts_only_where_k_is_chosen_per_step(tiny_p
 
     assert confidence(SpecOptions("auto")).confidence == 0.7  # the default
     assert confidence(SpecOptions("auto", draft_confidence=0.4)).confidence == 0.4
-    assert confidence(SpecOptions("model", k=4, draft_confidence=0.4)).confidence == 0.0
+    assert confidence(SpecOptions("model", k=4)).confidence == 0.0  # drafted whole
+
+
+def test_flags_that_would_fight_are_refused_with_the_fix(capsys):
+    """A confidence under a fixed k, and a k past the widest verify pass: one line each."""
+    from edgespec.loader import SpecOptions
+
+    with pytest.raises(EdgespecError) as fixed:
+        SpecOptions("model", k=4, draft_confidence=0.4)
+    assert str(fixed.value) == (
+        "--draft-confidence ends drafts early, but --k 4 drafts 4 tokens every step; drop "
+        "--draft-confidence, or use --k auto"
+    )
+    for flag, spec in (("--k-max 17", {"k_max": 17}), ("--k 20", {"drafter": "model", "k": 20})):
+        with pytest.raises(EdgespecError) as wide:
+            SpecOptions(**spec)
+        name, value = flag.split()
+        assert str(wide.value) == (
+            f"{flag} is more than 16, the longest draft edgespec verifies (its widest pass, "
+            f"17 tokens, is the widest CUDA graph captured); use {name} 16 or less"
+        )
+    SpecOptions(k_max=16)  # the longest is allowed
+    assert main(["run", "--target", "t.gguf", "--prompt", "x", "--k-max", "40"]) == 2
+    assert "--k-max 40 is more than 16" in capsys.readouterr().err
 
 
 def test_the_help_states_the_k_rule_and_what_a_target_may_be(capsys):

@@ -20,8 +20,8 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.export.onnx_export import head_ranges
-from edgespec.sampling import SamplingParams, logits_to_probs
-from tests.fakes import FakeRuntime
+from edgespec.sampling import SamplingParams
+from tests.fakes import FakeRuntime, logits_to_probs
 from tests.stats import assert_law
 from tests.test_engine import JOINT_PROMPT, exact_joint, joint_counts
 

@@ -12,9 +12,9 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ContextOverflowError, EdgespecError
-from edgespec.sampling import SamplingParams, logits_to_probs
+from edgespec.sampling import SamplingParams
 from edgespec.textstream import TextStream
-from tests.fakes import FakeRuntime, ScriptedDrafter
+from tests.fakes import FakeRuntime, ScriptedDrafter, logits_to_probs
 from tests.stats import assert_law
 
 PROMPT = [3, 1, 4, 1, 5]
@@ -166,9 +166,6 @@ class WrongAtDrafter:
             out.append(token)
             logits = self.oracle.forward([token])[-1]
         return Draft(np.asarray(out, dtype=np.int32), None)
-
-    def accept(self, n):
-        pass
 
     def sync(self, context):
         pass

@@ -15,7 +15,8 @@ from edgespec.drafters import Draft, ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ModelFileError, VocabularyMismatchError
 from edgespec.loader import SpecOptions, load_decoder
-from edgespec.sampling import SamplingParams, logits_to_probs
+from edgespec.sampling import SamplingParams
+from tests.fakes import logits_to_probs
 from tests.stats import assert_law
 
 PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
@@ -36,9 +37,6 @@ class OracleDrafter:
         if self.wrong_at is not None and self.wrong_at < len(tokens):
             tokens[self.wrong_at] = (tokens[self.wrong_at] + 1) % self.n_vocab
         return Draft(np.asarray(tokens, dtype=np.int32), None)
-
-    def accept(self, n):
-        pass
 
     def sync(self, context):
         pass

@@ -11,7 +11,7 @@ import pytest
 from edgespec.acceptance import ByPosition
 from edgespec.chat import chat_tokens
 from edgespec.controller import Learned
-from edgespec.loader import SpecOptions
+from edgespec.loader import DRAFT_CONFIDENCE, SpecOptions
 from tests.bench_scripts import load_bench_script
 
 FLAT = [1.0] * 17
@@ -293,7 +293,7 @@ def test_recorded_curves_and_confidence_follow_the_recording_and_edgespec():
     assert replay.load_curves(["recorded"], [1.0, 1.2]) == {"recorded": [1.0, 1.2]}
     with pytest.raises(SystemExit, match="curve recorded: this recording has no calibration"):
         replay.load_curves(["recorded"])
-    assert replay.confidence_for("auto", None) == SpecOptions().draft_confidence
+    assert replay.confidence_for("auto", None) == DRAFT_CONFIDENCE
     assert replay.confidence_for("model=4", None) == replay.confidence_for("oracle", None) == 0
     assert replay.confidence_for("model=4", 0.5) == 0.5
 

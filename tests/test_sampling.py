@@ -6,10 +6,10 @@ from edgespec.sampling import (
     SamplingParams,
     TokenDist,
     exponential_noise,
-    logits_to_probs,
     request_params,
     sample,
 )
+from tests.fakes import logits_to_probs
 
 
 def test_temperature_softmax():
@@ -80,7 +80,9 @@ def test_a_temperature_that_overflows_the_logits_is_refused_not_sampled():
 def test_unknown_sampler_is_refused():
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(1.0, sampler="metropolis")
-    assert str(e.value) == "unknown sampler 'metropolis'; choose one of auto, gumbel, rejection"
+    assert str(e.value) == "unknown sampler 'metropolis'; choose one of gumbel, rejection"
+    with pytest.raises(SamplingParamsError):  # "auto" was always gumbel: gone
+        SamplingParams(1.0, sampler="auto")
 
 
 def test_position_keyed_noise_depends_on_seed_position_and_token_only():
@@ -130,10 +132,10 @@ def test_gumbel_max_margin_is_the_gap_between_the_two_best_perturbed_scores(spar
     assert TokenDist(np.array([7]), np.ones(1, np.float32)).gumbel_max_margin(3, 0) == (7, np.inf)
 
 
-def test_request_params_fill_a_seed_and_settle_auto():
+def test_request_params_fill_a_seed_and_keep_the_sampler():
     seeded = request_params(SamplingParams(1.0, seed=4))
     assert (seeded.seed, seeded.sampler) == (4, "gumbel")
     free = [request_params(SamplingParams(1.0)) for _ in range(3)]
-    assert all(f.seed is not None and f.sampler == "auto" for f in free)
+    assert all(f.seed is not None and f.sampler == "gumbel" for f in free)
     assert len({f.seed for f in free}) == 3
     assert request_params(SamplingParams(1.0, seed=4, sampler="rejection")).sampler == "rejection"

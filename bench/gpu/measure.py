@@ -154,9 +154,6 @@ class OracleDrafter:
     def acceptance(self) -> ByPosition:
         return ByPosition()
 
-    def accept(self, n_accepted: int) -> None:
-        pass
-
     def sync(self, context: Sequence[int]) -> None:
         if self.model is not None:  # the draft model's own catch-up pass
             self.model.sync(context)

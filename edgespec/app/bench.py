@@ -301,7 +301,7 @@ class Bench:
         pair: ModelPair,
         k_max: int = K_MAX,
         sp: SamplingParams = SamplingParams(),
-        draft_confidence: float = SpecOptions.draft_confidence,
+        draft_confidence: float | None = None,
     ):
         self.pair = pair
         self.sp = sp  # every method samples alike: greedy, or seeded (one seed for all)

@@ -41,7 +41,6 @@ from edgespec.app.suites import SUITES, Prompt, load_suite
 from edgespec.backends import RuntimeOptions
 from edgespec.engine import Result, Stats
 from edgespec.errors import EdgespecError
-from edgespec.loader import SpecOptions
 from edgespec.pair import ModelPair, open_pair
 from edgespec.progress import progress
 from edgespec.runtime import K_MAX
@@ -129,7 +128,7 @@ def bench_suites(
     repeat: int = 1,
     peer_ks: Sequence[int] = PEER_KS,
     sp: SamplingParams = SamplingParams(),
-    draft_confidence: float = SpecOptions.draft_confidence,
+    draft_confidence: float | None = None,
 ) -> Iterator[tuple[str, dict]]:
     """Each suite's JSON-ready report as it ends, all on one opened pair: each prompt under
     every variant in turn (plain, auto, ... then the next prompt), a suite `repeat` times."""

@@ -10,7 +10,7 @@ import argparse
 
 from edgespec.backends import DEVICES, RuntimeOptions
 from edgespec.errors import EdgespecError
-from edgespec.loader import DRAFTER_CHOICES, SpecOptions
+from edgespec.loader import DRAFT_CONFIDENCE, DRAFTER_CHOICES, SpecOptions
 from edgespec.runtime import K_MAX
 from edgespec.sampling import SAMPLERS, SamplingParams
 
@@ -60,10 +60,10 @@ def add_draft_confidence_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--draft-confidence",
         type=float,
-        default=SpecOptions.draft_confidence,
+        default=None,
         help="--k auto: a draft model's draft ends at its first token it gives less than "
         "this probability (greedy; seeded sampling: by its Gumbel margin) (default "
-        "%(default)s; 0: off)",
+        f"{DRAFT_CONFIDENCE}; 0: off)",
     )
 
 
@@ -76,9 +76,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sampler",
         choices=SAMPLERS,
-        default="auto",
-        help="how drafts are judged when sampling: gumbel (same output as plain decoding with "
-        "the seed), rejection, or auto (gumbel with --seed, else each drafter's default)",
+        default=SamplingParams.sampler,
+        help="how drafts are judged when sampling: gumbel (default: the same output as plain "
+        "decoding with the same --seed) or rejection (Leviathan et al.)",
     )
 
 

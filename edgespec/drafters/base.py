@@ -105,10 +105,6 @@ class Drafter(Protocol):
         (the policy asks this of a priced drafter that idle steps left behind)."""
         ...
 
-    def accept(self, n_accepted: int) -> None:
-        """How many of the last proposal the target kept (for drafters that learn from it)."""
-        ...
-
     def reset(self, rng: np.random.Generator) -> None:
         """A new request: forget the previous one; draw any random choice from rng (a stream
         of its own, so draft draws never repeat the verifier's)."""

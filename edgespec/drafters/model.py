@@ -16,7 +16,7 @@ import numpy as np
 from edgespec.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
 from edgespec.runtime import Runtime, TopRows, forward_dists, forward_top
-from edgespec.sampling import SamplingParams, TokenDist, uses_gumbel
+from edgespec.sampling import SamplingParams, TokenDist
 
 STAND_IN = 0  # what the draft reads for a token id it has no row for (a padding id)
 # the passes a proposal makes once in step (width, rows returned): the token after one it
@@ -27,7 +27,6 @@ STEP_SHAPES = ((1, 1), (2, 1))
 
 class ModelDrafter:
     name = "model"
-    sampler = "gumbel"  # with sampler "auto" and no seed (docs/exactness.md: why)
 
     def __init__(
         self,
@@ -93,7 +92,7 @@ class ModelDrafter:
 
     def propose(self, context: Sequence[int], k: int, sp: SamplingParams) -> Draft:
         room = self.runtime.n_ctx - len(context)
-        gumbel = not sp.greedy and uses_gumbel(sp, self.sampler)
+        gumbel = not sp.greedy and sp.sampler == "gumbel"
         gated = self.confidence > 0 and (sp.greedy or gumbel)
         k = min(k, room)
         if k <= 0:
@@ -131,9 +130,6 @@ class ModelDrafter:
             scores = self.score([int(tokens[i])], sp, gated)
         self.cached.extend(int(t) for t in tokens[: k - 1])
         return Draft(tokens[:k], None if q is None else q[:k], t_catch_up, gumbel, unsure)
-
-    def accept(self, n_accepted: int) -> None:
-        pass
 
     def sync(self, context: Sequence[int]) -> None:
         """Forward what the cache lacks of context but its last token, in one batched pass

@@ -23,7 +23,7 @@ import numpy as np
 from edgespec.acceptance import ByMatchLength
 from edgespec.drafters.base import Draft, Offer
 from edgespec.runtime import K_MAX
-from edgespec.sampling import SamplingParams, uses_gumbel
+from edgespec.sampling import SamplingParams
 
 # how much of a proposal an offer previews: the longest draft the adaptive controller tries
 # by default (SpecOptions.k_max); a longer draft is still learned from per token
@@ -33,9 +33,6 @@ PREVIEW_TOKENS = K_MAX
 class NgramDrafter:
     name = "ngram"
     token_s = 0.0  # a dictionary lookup: free next to any target pass
-    # a point mass is accepted with probability p(x) by either sampler; Gumbel also emits
-    # plain decoding's own tokens (docs/exactness.md)
-    sampler = "gumbel"
 
     def __init__(self, max_ngram: int = 4, min_ngram: int = 1, history: int = 0) -> None:
         if not 1 <= min_ngram <= max_ngram:
@@ -83,7 +80,7 @@ class NgramDrafter:
         if seq is self.indexed:
             self.source = (len(self.indexed), start)
         tokens = np.asarray(seq[start : start + k], dtype=np.int32)
-        return Draft(tokens, None, gumbel=uses_gumbel(sp, self.sampler))
+        return Draft(tokens, None, gumbel=sp.sampler == "gumbel")
 
     def offer(self, context: Sequence[int]) -> Offer:
         """The tokens after the match (none without one), keyed by the match length, with
@@ -96,9 +93,6 @@ class NgramDrafter:
 
     def acceptance(self) -> ByMatchLength:
         return ByMatchLength()
-
-    def accept(self, n_accepted: int) -> None:
-        pass
 
     def find(self, context: Sequence[int]) -> tuple[int, Sequence[int], int]:
         """(match length, the sequence holding the continuation, its start there): the

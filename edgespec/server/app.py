@@ -30,7 +30,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from edgespec.chat import chat_tokens
-from edgespec.engine import Event, SpeculativeDecoder
+from edgespec.engine import Event, SpeculativeDecoder, Stats
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.server.api import ApiError, Reply, Request, parse_json, parse_request, sse
 from edgespec.server.config import ServerConfig
@@ -167,19 +167,14 @@ class Job:
         )
         if last is not None and last.stats is not None:
             s = last.stats
-            o.n_drafts, o.n_draft_tokens, o.n_accepted = s.n_drafts, s.n_draft_tokens, s.n_accepted
-            o.accepted_by_pos = list(s.accepted_by_pos)
             o.steps_by_drafter = {**s.steps_by_drafter, "none": s.n_plain_steps}
-            return o
-        for e in self.events:  # aborted: count the steps it streamed
-            if e.n_drafted:
-                n_acc = sum(e.from_draft)
-                o.n_drafts += 1
-                o.n_draft_tokens += e.n_drafted
-                o.n_accepted += n_acc
-                o.accepted_by_pos += [0] * (n_acc - len(o.accepted_by_pos))
-                for i in range(n_acc):
-                    o.accepted_by_pos[i] += 1
+        else:  # aborted: the engine's tally of the drafting steps it streamed
+            s = Stats()
+            for e in self.events:
+                if e.n_drafted:
+                    s.record("streamed", e.n_drafted, sum(e.from_draft))
+        o.n_drafts, o.n_draft_tokens, o.n_accepted = s.n_drafts, s.n_draft_tokens, s.n_accepted
+        o.accepted_by_pos = list(s.accepted_by_pos)
         return o
 
 
