@@ -69,7 +69,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
     """The runtime of a model file (GGUF: llama.cpp) or exported folder (model.json: ONNX
     Runtime, or TensorRT for a standard-operator model), its back-end imported here."""
     path = Path(path)
-    if path.is_dir() and (path / "model.json").is_file():
+    if is_model_folder(path):
         from edgespec.runtimes.model_folder import read_model_json
         from edgespec.runtimes.onnxrt import OnnxRuntime
 
@@ -77,6 +77,11 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
             raise ModelFileError(
                 f"{path} is an ONNX model: --n-gpu-layers is for GGUF models (llama.cpp); "
                 "run it on the GPU with --device cuda"
+            )
+        if not opts.load_aware_threads:
+            raise ModelFileError(
+                f"{path} is an ONNX model, whose threads ONNX Runtime fixes at load: "
+                "--fixed-threads is for GGUF models (llama.cpp); drop it"
             )
         standard = read_model_json(path).get("flavour") == "standard"
         if opts.exact and (standard or opts.device != "cpu"):
@@ -113,6 +118,11 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
         f"{path}: unknown model format (expected a .gguf file or an exported ONNX folder "
         "with model.json); convert it with `edgespec export`"
     )
+
+
+def is_model_folder(path: Path) -> bool:
+    """An exported model folder (ONNX Runtime or TensorRT), not a GGUF file."""
+    return path.is_dir() and (path / "model.json").is_file()
 
 
 def starts_with(path: Path, magic: bytes) -> bool:

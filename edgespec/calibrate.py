@@ -16,7 +16,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from edgespec.backends import RuntimeOptions
 from edgespec.bundle import Bundle, folder_files
 from edgespec.controller import CostCurve
 from edgespec.errors import BundleError, EdgespecError
+from edgespec.machine import device_description
 from edgespec.pair import ModelPair, open_pair
 from edgespec.paths import edgespec_home
 from edgespec.progress import progress
@@ -221,32 +221,6 @@ def file_fingerprint(path: Path) -> str:
         f.seek(max(0, size - (1 << 20)))
         digest.update(f.read(1 << 20))
     return digest.hexdigest()[:32]
-
-
-def device_description(device: str = "cpu") -> str:
-    """The CPU and its cores; on cuda, the GPU too (a cost curve holds for one device)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    where = f"{cpu}, {os.cpu_count()} cores"
-    return f"{where}, {gpu_name()}" if device == "cuda" else where
-
-
-def gpu_name() -> str:
-    """The NVIDIA GPU's model from the driver (Jetson: the board), without a CUDA library."""
-    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
-        for line in info.read_text().splitlines():
-            if line.startswith("Model:"):
-                return line.split(":", 1)[1].strip()
-    board = Path("/proc/device-tree/model")
-    if board.is_file():
-        return board.read_text().strip("\x00 \n")
-    return "GPU"
 
 
 def tune_key(pair: ModelPair) -> str:

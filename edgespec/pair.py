@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from edgespec.backends import RuntimeOptions, open_runtime
+from edgespec.backends import RuntimeOptions, is_model_folder, open_runtime
 from edgespec.bundle import is_bundle, read_bundle
 from edgespec.errors import EdgespecError
 from edgespec.runtime import Runtime, check_compatible
@@ -72,8 +72,11 @@ def open_pair(
         )
     if draft_path is None or not open_draft:
         return ModelPair(target_rt, None, target_path, None, options, tune)
-    # batch-invariant kernels matter for the target alone: the draft keeps the fast ones
-    draft_rt = open_runtime(draft_path, replace(options, exact=False))
+    # batch-invariant kernels matter for the target alone: the draft keeps the fast ones; and
+    # a draft on ONNX Runtime has fixed threads whatever the target's llama.cpp is told
+    fixed = not options.load_aware_threads and not is_model_folder(Path(draft_path))
+    draft_options = replace(options, exact=False, load_aware_threads=not fixed)
+    draft_rt = open_runtime(draft_path, draft_options)
     check_compatible(
         target_rt.vocab_info(), draft_rt.vocab_info(), str(target_path), str(draft_path)
     )

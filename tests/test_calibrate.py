@@ -9,7 +9,8 @@ import json
 import pytest
 
 from edgespec import calibrate
-from edgespec.calibrate import cost_curve, device_description, tune_key
+from edgespec.calibrate import cost_curve, tune_key
+from edgespec.machine import device_description
 from edgespec.paths import edgespec_home
 
 pytest.importorskip("llama_cpp")

@@ -470,6 +470,17 @@ def test_exact_refuses_the_cuda_provider(exported):
         open_runtime(exported, RuntimeOptions(device="cuda", exact=True))
 
 
+def test_fixed_threads_are_refused_where_onnx_runtime_fixes_them_anyway(exported):
+    from edgespec.backends import open_runtime
+
+    with pytest.raises(ModelFileError) as e:
+        open_runtime(exported, RuntimeOptions(load_aware_threads=False))
+    assert str(e.value) == (
+        f"{exported} is an ONNX model, whose threads ONNX Runtime fixes at load: "
+        "--fixed-threads is for GGUF models (llama.cpp); drop it"
+    )
+
+
 def test_padding_rows_have_room_at_the_end_of_the_context(exported):
     """min_width keeps cache rows past n_ctx for the padding row: the last token fits."""
     padded = OnnxRuntime(exported, n_ctx=len(TOKENS), min_width=2)

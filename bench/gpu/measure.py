@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from edgespec.drafters import Draft, ModelDrafter
 from edgespec.drafters.base import Offer
 from edgespec.drafters.model import STEP_SHAPES, common_prefix_len
 from edgespec.engine import Result, SpeculativeDecoder
+from edgespec.machine import gpu_name
 from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime
 from edgespec.sampling import SamplingParams
 
@@ -561,14 +561,7 @@ def machine() -> dict:
         "python": platform.python_version(),
         "processor": platform.processor(),
     }
-    try:
-        smi = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
-        )  # fmt: skip
-        info["gpu"] = smi.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        info["gpu"] = None
+    info["gpu"] = gpu_name()
     return info
 
 

@@ -18,7 +18,6 @@ import platform
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from edgespec.controller import AdaptivePolicy, FixedPolicy, Policy
 from edgespec.engine import Result, SpeculativeDecoder
 from edgespec.errors import EdgespecError
 from edgespec.loader import SpecOptions, build_decoder
+from edgespec.machine import cpu_model_and_flags
 from edgespec.pair import ModelPair
 from edgespec.progress import progress
 from edgespec.runtime import K_MAX, Runtime
@@ -212,17 +212,7 @@ def t_quantile_975(df: int) -> float:
 def machine_info() -> dict:
     """What the figures were measured on: the CPU's model and flags (/proc/cpuinfo, as lscpu
     reads them), cores, load, kernel and the back-end versions."""
-    model, flags = platform.processor() or platform.machine(), list[str]()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key in ("model name", "Model", "CPU part") and model in ("", platform.machine()):
-                model = value.strip()
-            elif key in ("flags", "Features") and not flags:
-                flags = value.split()
-    except OSError:
-        pass
+    model, flags = cpu_model_and_flags()
     versions = {}
     for package in (
         "llama-cpp-python",

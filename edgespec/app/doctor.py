@@ -8,7 +8,7 @@ import os
 import platform
 
 from edgespec import hugepages
-from edgespec.calibrate import device_description
+from edgespec.machine import device_description
 from edgespec.paths import edgespec_home
 
 
