@@ -267,6 +267,11 @@ def test_flags_that_would_fight_are_refused_with_the_fix(capsys):
     SpecOptions(k_max=16)  # the longest is allowed
     assert main(["run", "--target", "t.gguf", "--prompt", "x", "--k-max", "40"]) == 2
     assert "--k-max 40 is more than 16" in capsys.readouterr().err
+    assert main(["run", "--target", "t.gguf", "--prompt", "x", "--lookup-history", "2"]) == 2
+    assert capsys.readouterr().err == (
+        "edgespec: error: --lookup-history drafts from earlier completions, and run makes one; "
+        "drop it, or use it with edgespec serve\n"
+    )
 
 
 def test_the_help_states_the_k_rule_and_what_a_target_may_be(capsys):

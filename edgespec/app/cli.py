@@ -96,6 +96,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_text_args(args)
     text = read_prompt(args)
     spec = spec_options(args)
+    if spec.lookup_history:
+        raise EdgespecError(
+            "--lookup-history drafts from earlier completions, and run makes one; drop it, "
+            "or use it with edgespec serve"
+        )
     decoder = load_decoder(args.target, args.draft, spec, runtime_options(args))
     prompt: str | list[int] = text
     if args.chat or args.system:

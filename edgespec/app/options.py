@@ -54,6 +54,15 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--k-max", type=int, default=K_MAX, help="longest draft --k auto tries")
     add_draft_confidence_arg(p)
+    p.add_argument(
+        "--lookup-history",
+        type=int,
+        default=0,
+        metavar="N",
+        help="serve: prompt lookup also drafts from the completions of the last N requests "
+        "(default 0: off, since it carries one client's text into another's drafts; never "
+        "into output)",
+    )
 
 
 def add_draft_confidence_arg(p: argparse.ArgumentParser) -> None:
@@ -102,7 +111,11 @@ def spec_options(args: argparse.Namespace) -> SpecOptions:
         except ValueError:
             raise EdgespecError(f"--k must be a whole number or 'auto', got {args.k!r}") from None
     return SpecOptions(
-        drafter=args.drafter, k=k, k_max=args.k_max, draft_confidence=args.draft_confidence
+        drafter=args.drafter,
+        k=k,
+        k_max=args.k_max,
+        draft_confidence=args.draft_confidence,
+        lookup_history=args.lookup_history,
     )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from edgespec.app.options import (
@@ -66,14 +65,6 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
         help="prefill every request whole instead of reusing the KV caches of the last one",
     )
     p.add_argument(
-        "--lookup-history",
-        type=int,
-        default=0,
-        metavar="N",
-        help="prompt lookup also drafts from the completions of the last N requests (default "
-        "0: off, since it carries one client's text into another's drafts; never into output)",
-    )
-    p.add_argument(
         "--print-handoff",
         choices=("vllm", "llama-server"),
         help="print the command that serves this pair with the same speculative settings on "
@@ -94,7 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from edgespec.pair import resolve_bundle
 
     target, draft = model_paths(args)
-    spec = replace(spec_options(args), lookup_history=args.lookup_history)
+    spec = spec_options(args)
     if args.print_handoff:
         from edgespec.server.handoff import handoff_command
 
