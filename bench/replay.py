@@ -49,7 +49,7 @@ import numpy as np
 
 import edgespec.drafters.model as model_module
 import edgespec.engine as engine_module
-from edgespec.app.bench import machine_info, token_budget
+from edgespec.app.bench_runs import machine_info, token_budget
 from edgespec.app.suites import load_suite
 from edgespec.backends import RuntimeOptions
 from edgespec.calibrate import cost_curve

@@ -34,7 +34,7 @@ try:  # edgespec as installed: on the GPU kit's machine the checkout is not its 
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from edgespec.app.bench import machine_info, machine_line  # noqa: E402
+from edgespec.app.bench_runs import machine_info, machine_line  # noqa: E402
 from edgespec.hugepages import reexec_with_tunable  # noqa: E402
 
 PREFIX = 400  # tokens in the cache when passes are timed (a prompt and some output)

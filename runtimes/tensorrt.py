@@ -56,7 +56,7 @@ _fallback_said = False  # the fallback is announced once per process, not once p
 def open_standard(path: Path, n_ctx: int, n_threads: int | None, device: str) -> Runtime:
     """The TensorRT engine where it can run here (device cuda), else ONNX Runtime on the
     same graph."""
-    from edgespec.runtimes.onnx_standard import StandardOnnxRuntime
+    from edgespec.runtimes.onnxrt_standard import StandardOnnxRuntime
 
     meta = engine_metadata(path)
     found = import_tensorrt() if meta else None

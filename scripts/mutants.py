@@ -235,7 +235,7 @@ MUTANTS = (
     ),
     Mutant(  # a near-tie bound of d, not 2d: departures from noise would be called bugs
         "near-tie-not-doubled",
-        "edgespec/app/bench.py",
+        "edgespec/app/bench_runs.py",
         'return 2 * BATCH_NOISE.get(backend or "", max(BATCH_NOISE.values()))',
         'return BATCH_NOISE.get(backend or "", max(BATCH_NOISE.values()))',
         ("tests/test_bench.py",),
@@ -536,14 +536,14 @@ MUTANTS = (
     ),
     Mutant(
         "genai-peer-divided-by-our-plain",
-        "edgespec/app/bench.py",
+        "edgespec/app/bench_runs.py",
         "PEER_PLAINS = {PEER: PEER_PLAIN, GENAI_DRAFT: GENAI_PLAIN, GENAI_NGRAM: GENAI_PLAIN}",
         'PEER_PLAINS = {PEER: PEER_PLAIN, GENAI_DRAFT: "plain", GENAI_NGRAM: GENAI_PLAIN}',
         ("tests/test_peer_genai.py",),
     ),
     Mutant(
         "departure-at-plains-end-ungapped",
-        "edgespec/app/bench.py",
+        "edgespec/app/bench_runs.py",
         "            if run.departure is not None:  # at len(ref.tokens)",
         "            if run.departure is not None and run.departure < len(ref.tokens):  # at",
         ("tests/test_bench.py",),
@@ -795,7 +795,7 @@ MUTANTS = (
     ),
     Mutant(  # its run() leaves no bound step: forward_dists would run the other graph's steps
         "standard-onnx-takes-a-sampling-head",
-        "runtimes/onnx_standard.py",
+        "runtimes/onnxrt_standard.py",
         "    binds_steps = False",
         "    binds_steps = True",
         ("tests/test_onnx_standard.py",),

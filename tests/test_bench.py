@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from edgespec.app.bench import (
+from edgespec.app.bench_command import bench_suites, by_category, run_bench
+from edgespec.app.bench_runs import (
     BATCH_NOISE,
     NEAR_TIE,
     PEER,
@@ -17,7 +18,6 @@ from edgespec.app.bench import (
     paired_speedup,
     t_quantile_975,
 )
-from edgespec.app.bench_cli import bench_suites, by_category, run_bench
 from edgespec.app.cli import main
 from edgespec.app.suites import Prompt, load_suite
 from edgespec.backends import RuntimeOptions
@@ -59,12 +59,12 @@ def test_methods_take_turns_per_prompt_and_repeats_run_backwards(tiny_pair):
 def test_several_suites_run_on_one_opened_pair(tiny_pair, monkeypatch):
     """Loading the pair takes minutes on a small CPU: once per command, not per suite."""
     pytest.importorskip("llama_cpp")
-    import edgespec.app.bench_cli as bench_cli
+    import edgespec.app.bench_command as bench_command
 
     opened = []
-    real_open_pair = bench_cli.open_pair
+    real_open_pair = bench_command.open_pair
     monkeypatch.setattr(
-        bench_cli, "open_pair", lambda *a, **kw: opened.append(a) or real_open_pair(*a, **kw)
+        bench_command, "open_pair", lambda *a, **kw: opened.append(a) or real_open_pair(*a, **kw)
     )
     suites = {
         "one": [prompt("a-1", "the the the")],
@@ -256,7 +256,7 @@ def test_seeded_sampling_runs_every_method_on_one_seed_and_equals_plain(tiny_pai
     position-keyed noise, so (float32 toy models: batch-invariant) every output is plain's;
     and it is a sample, not the greedy output."""
     pytest.importorskip("llama_cpp")
-    from edgespec.app.bench import Bench
+    from edgespec.app.bench_runs import Bench
     from edgespec.pair import open_pair
     from edgespec.sampling import SamplingParams
 
@@ -299,7 +299,7 @@ def test_an_answer_that_runs_past_plains_end_gets_the_gap_at_that_end(tiny_runti
     top-two gap (end of generation against the other's token) says whether that was a tie."""
     from types import SimpleNamespace
 
-    from edgespec.app.bench import Bench, top2_gap
+    from edgespec.app.bench_runs import Bench, top2_gap
     from edgespec.engine import Result, Stats
 
     target, _ = tiny_runtimes
@@ -377,7 +377,7 @@ def test_pass_times_splits_autos_decode_into_each_models_passes(tiny_pair):
     """bench/pass_times.py on the tiny GGUF pair: plain and `auto` take turns, both models'
     passes are logged, and auto's decode time is its target and draft passes plus the loop."""
     pytest.importorskip("llama_cpp")
-    from edgespec.app.bench import Bench
+    from edgespec.app.bench_runs import Bench
     from edgespec.controller import FixedPolicy
     from edgespec.engine import SpeculativeDecoder
     from edgespec.pair import open_pair
@@ -434,7 +434,7 @@ def test_the_sampling_head_bench_times_both_ways_on_rows_the_candidates_decide()
 
 def test_bench_gives_auto_the_draft_confidence_asked_for(tiny_pair, capsys):
     pytest.importorskip("llama_cpp")
-    from edgespec.app.bench import Bench
+    from edgespec.app.bench_runs import Bench
     from edgespec.errors import EdgespecError
     from edgespec.pair import open_pair
 

@@ -93,7 +93,7 @@ def test_console_script_exits_2_without_traceback(tmp_path):
 def check_run_json(capsys, target_path, draft_path, target) -> None:
     """`run --json` prints what the pair decodes: its text is its tokens' text, and its tokens
     are plain greedy decoding's up to a near-tie (llama.cpp on CPU is not batch-invariant)."""
-    from edgespec.app.bench import NEAR_TIE, first_departure, top2_gap
+    from edgespec.app.bench_runs import NEAR_TIE, first_departure, top2_gap
     from edgespec.engine import SpeculativeDecoder
 
     prompt = "def add(a, b):"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.app.bench import Run, near_tie
+from edgespec.app.bench_runs import Run, near_tie
 from edgespec.app.cli import main
 from edgespec.app.demo import choose_backend, demo_onnx_bundle, departure_note, modelled_rate
 from edgespec.controller import CostCurve

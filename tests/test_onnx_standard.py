@@ -1,5 +1,5 @@
 """The standard-operator ONNX flavour (export/onnx_standard.py: what TensorRT builds from) on
-ONNX Runtime's CPU provider (runtimes/onnx_standard.py), on tiny checkpoints made in the test.
+ONNX Runtime's CPU provider (runtimes/onnxrt_standard.py), on tiny checkpoints made in the test.
 
 Bounds, measured on these checkpoints (logits of magnitude ~15):
 - fp32 graph vs the float64 numpy reference: max |diff| < 1e-4 (measured ~1e-5).
@@ -30,8 +30,8 @@ onnx = pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespe
 from edgespec.backends import RuntimeOptions, open_runtime  # noqa: E402
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
 from edgespec.export.onnx_standard import StandardGraphBuilder  # noqa: E402
-from edgespec.runtimes.onnx_standard import StandardOnnxRuntime  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
+from edgespec.runtimes.onnxrt_standard import StandardOnnxRuntime  # noqa: E402
 from tests.test_onnx import ort_int4_roundtrip, with_weights  # noqa: E402
 from tests.tiny_hf import make_tiny_hf, noisy_copy  # noqa: E402
 

@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (edgespec[onnx])")
 pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx])")
 
-from edgespec.app.bench import PEER_PLAINS  # noqa: E402
-from edgespec.app.bench_cli import plan_variants, run_bench  # noqa: E402
+from edgespec.app.bench_command import plan_variants, run_bench  # noqa: E402
+from edgespec.app.bench_runs import PEER_PLAINS  # noqa: E402
 from edgespec.app.peer_genai import (  # noqa: E402
     GENAI_DRAFT,
     GENAI_NGRAM,
@@ -159,7 +159,7 @@ def test_genai_methods_refuse_the_gpu(onnx_pair):
     """The peer sets no execution provider: on --device cuda it would time the CPU."""
     from types import SimpleNamespace
 
-    from edgespec.app.bench_cli import check_peer_targets
+    from edgespec.app.bench_command import check_peer_targets
 
     pair = SimpleNamespace(
         target_path=onnx_pair[0], draft_path=onnx_pair[1], options=SimpleNamespace(device="cuda")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edgespec.app.bench import NEAR_TIE, first_departure, top2_gap
+from edgespec.app.bench_runs import NEAR_TIE, first_departure, top2_gap
 from edgespec.chat import chat_tokens
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter

@@ -9,7 +9,7 @@ These tests allow a departure only there (NEAR_TIE) and report it.
 import numpy as np
 import pytest
 
-from edgespec.app.bench import NEAR_TIE, first_departure, top2_gap
+from edgespec.app.bench_runs import NEAR_TIE, first_departure, top2_gap
 from edgespec.chat import chat_tokens, user_messages
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter

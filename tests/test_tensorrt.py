@@ -40,7 +40,7 @@ from edgespec.export.trt_plan import (  # noqa: E402
 )
 from edgespec.loader import SpecOptions, load_decoder  # noqa: E402
 from edgespec.runtimes import tensorrt  # noqa: E402
-from edgespec.runtimes.onnx_standard import StandardOnnxRuntime  # noqa: E402
+from edgespec.runtimes.onnxrt_standard import StandardOnnxRuntime  # noqa: E402
 from edgespec.runtimes.tensorrt import import_tensorrt  # noqa: E402
 from tests.tiny_hf import make_tiny_hf, noisy_copy  # noqa: E402
 

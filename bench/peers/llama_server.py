@@ -31,8 +31,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from edgespec.app.bench import CI_METHOD, Row, Run, machine_info, token_budget
-from edgespec.app.bench_cli import print_report
+from edgespec.app.bench_command import print_report
+from edgespec.app.bench_runs import CI_METHOD, Row, Run, machine_info, token_budget
 from edgespec.app.models import resolve_model
 from edgespec.app.suites import load_suite
 from edgespec.chat import chat_tokens

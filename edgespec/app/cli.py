@@ -188,14 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def optional_commands():
     """Sub-commands that live in their own modules."""
-    from edgespec.app import bench_cli, demo, doctor, models
+    from edgespec.app import bench_command, demo, doctor, models
     from edgespec.export import cli as export_cli
     from edgespec.server import cli as serve_cli
 
     return [
         models.add_models_parser,
         export_cli.add_export_parser,
-        bench_cli.add_bench_parser,
+        bench_command.add_bench_parser,
         demo.add_demo_parser,
         doctor.add_doctor_parser,
         serve_cli.add_serve_parser,

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.app.bench import Bench, Row, Run
+from edgespec.app.bench_runs import Bench, Row, Run
 from edgespec.app.models import fetch
 from edgespec.app.options import add_runtime_args, runtime_options
 from edgespec.app.suites import Prompt

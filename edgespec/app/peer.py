@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from edgespec.app.bench import PEER_PLAIN, Bench
+from edgespec.app.bench_runs import PEER_PLAIN, Bench
 
 PEER_KS = (2, 10)  # the two num_pred_tokens its README recommends (CPU, GPU)
 

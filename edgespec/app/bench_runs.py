@@ -2,10 +2,10 @@
 
 Every method runs on the same runtimes with the same sampling (greedy, or seeded: one seed
 for all, so outputs compare token for token); plain decoding through the same loop is the
-reference for both speed and output. Methods take turns on each prompt (bench_cli.run_bench),
+reference for both speed and output. Methods take turns on each prompt (bench_command.run_bench),
 so the machine's drift lands inside each pair, and a speedup is the geometric mean of
 per-prompt paired ratios with a 95% Student t-interval (`paired_speedup`). The command
-(`edgespec bench`) is bench_cli.py, the llama-cpp-python peer peer.py, the onnxruntime-genai
+(`edgespec bench`) is bench_command.py, the llama-cpp-python peer peer.py, the onnxruntime-genai
 peer peer_genai.py, the plots plot.py.
 """
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.app.bench import (
+from edgespec.app.bench_runs import (
     CI_METHOD,
     METHODS,
     PEER,
