@@ -30,7 +30,9 @@ def named_paths(doc: Path, root: Path = ROOT) -> set[str]:
             names.add(str((doc.parent / target).resolve().relative_to(root.resolve())))
     for word in TICKED.findall(text):
         word = word.rstrip(".,;:)")
-        if word.startswith(TOP) and not any(c in word for c in "*?<>$={}|"):
+        # a folder named in capitals (RUN/, gpu-MACHINE-DATE/) stands for one the reader makes
+        placeholder = any("." not in p and re.search("[A-Z]{2}", p) for p in word.split("/"))
+        if word.startswith(TOP) and not placeholder and not any(c in word for c in "*?<>$={}|"):
             names.add(word.split(":")[0])
     return names
 
@@ -75,7 +77,10 @@ def test_every_file_of_the_design_map_exists():
 def test_the_path_finders_find_a_missing_path(tmp_path):
     (tmp_path / "docs").mkdir()
     doc = tmp_path / "docs" / "d.md"
-    doc.write_text("see `bench/gone.py`, `git show f7269df:bench/old.py` and [x](../README.md)\n")
+    doc.write_text(
+        "see `bench/gone.py`, `git show f7269df:bench/old.py`, `docs/results/GPU-DATE/` and "
+        "[x](../README.md)\n"
+    )
     assert named_paths(doc, tmp_path) == {"bench/gone.py", "README.md"}
     design = tmp_path / "design.md"
     tree = "edgespec/  core\n  engine.py  the loop\n  app/  cli\n    cli.py  x\n"
