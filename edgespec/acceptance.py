@@ -35,13 +35,13 @@ class ByPosition:
     Each step updates the positions it reached: accepted ones towards 1, the first rejected
     one towards 0 (later positions were never judged). A position never reached yet takes
     the estimates of the deepest one reached: a draft model's acceptance given every token
-    before it was kept rises along a draft (docs/benchmarks.md), so this errs low.
+    before it was kept rises along a draft (f7269df:docs/benchmarks.md), so this errs low.
 
     A request starts from every earlier request's outcomes, pooled over positions, the prior
     counting as `prior_weight` tokens: a request's last estimates are biased low (a draft
     model falls out of use where its estimate fell, and is rarely judged again), and a
     fixed prior at a request's start priced a draft model kept 93% of the time when sure at
-    0.6 (bench/replay.py; docs/benchmarks.md, sixth session of 2026-11-25).
+    0.6 (bench/replay.py; f7269df:docs/benchmarks.md, sixth session of 2026-11-25).
     """
 
     def __init__(

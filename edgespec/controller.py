@@ -99,7 +99,7 @@ class CostCurve:
     verify step scales every width alike by what it took against the curve, so the shape
     stays the calibrated one. Learned width by width, a burst of host noise on the one-token
     passes plain decoding makes (the width seen most) made wide passes look cheap and turned
-    drafting on where it loses (bench/replay.py with noise bursts: docs/benchmarks.md).
+    drafting on where it loses (bench/replay.py with noise bursts: f7269df:docs/benchmarks.md).
     """
 
     target_s: list[float]  # [n_max] seconds for n = 1..n_max
@@ -145,7 +145,7 @@ class CostCurve:
 # How far one observed cost may pull an estimate: at most this factor either way before the
 # moving average. A one-off slow pass (a cold first draft pass after load, a page-in, a new
 # shape on a GPU) took 20x its price and priced the draft model out of every later request:
-# unused, its price was never observed again (bench/replay.py --cold; docs/benchmarks.md).
+# unused, its price was never observed again (bench/replay.py --cold; f7269df:docs/benchmarks.md).
 # A lasting change is still followed, at up to 10% a step.
 MAX_PULL = 2.0
 
@@ -252,7 +252,7 @@ def draft_rates(
 
 # Right tokens that judge a shadow: after 1, a single chance match (one word of a short
 # phrase) turned drafting on and open-ended text lost 0.5% more; 2 keeps 98-100% of 1's gain
-# on edit and code (bench/replay.py --believed, docs/benchmarks.md).
+# on edit and code (bench/replay.py --believed, f7269df:docs/benchmarks.md).
 SHADOW_JUDGED_AFTER = 2
 
 
@@ -400,7 +400,7 @@ class AdaptivePolicy:
         pass's runs uncaptured, and the next like it captures. Leaving plain decoding is also
         charged the two plain passes that will come back to it, so plain is never charged:
         in a loop that drafts now and then, that return made every isolated verify step cost
-        three switches, not one (bench/replay.py --one-graph; docs/benchmarks.md)."""
+        three switches, not one (bench/replay.py --one-graph; f7269df:docs/benchmarks.md)."""
         s = self.curve.switch_s
         if not s:
             return []
@@ -476,7 +476,7 @@ class AdaptivePolicy:
         target token (a few tokens behind, after a short run of prompt lookup or plain steps).
         One further behind stays behind, priced with its catch-up, as probe() treats it:
         measured on ONNX Runtime, catching a draft model up after every run of prompt lookup
-        or for every probe cost more than it drafted (docs/benchmarks.md)."""
+        or for every probe cost more than it drafted (f7269df:docs/benchmarks.md)."""
         prefill, self.prefill = self.prefill, False
         due = []
         for e in self.estimates:
@@ -523,7 +523,7 @@ class AdaptivePolicy:
         A drafter is not probed while catching up would cost more than a target token: for a
         draft model on a CPU that is whenever it is more than a few tokens behind (a new
         prompt, or after prompt lookup ran), and measured there, such probes cost more than
-        they found (docs/benchmarks.md, ONNX section)."""
+        they found (f7269df:docs/benchmarks.md, ONNX section)."""
         for e in sorted(self.estimates, key=lambda e: e.token_s):
             if e.idle < e.interval or e.offer.available == 0 or e.offer.preview:
                 continue  # a previewed offer is judged in shadow, for free

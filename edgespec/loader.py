@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 DRAFTER_CHOICES = ("auto", "model", "ngram", "none")
 # 0.5-0.8 gave the same within 0.5% on open, chat, edit and code replayed on a CPU's curve,
-# 0.7-0.8 the most on a GPU-like one (docs/benchmarks.md)
+# 0.7-0.8 the most on a GPU-like one (f7269df:docs/benchmarks.md)
 DRAFT_CONFIDENCE = 0.7
 
 

@@ -192,7 +192,7 @@ def head_ranges(n_vocab: int, keep: int, always: Iterable[int]) -> list[tuple[in
 
     A BPE vocabulary numbers its tokens in merge order and a SentencePiece one by score, so
     low ids are the frequent ones: the demo target's outputs on the open, chat, edit and code
-    suites are 99.4-99.7% ids below 98,304 (docs/benchmarks.md). A token the draft cannot
+    suites are 99.4-99.7% ids below 98,304 (f7269df:docs/benchmarks.md). A token the draft cannot
     propose is only a draft rejected there: the target's distribution is kept whatever the
     draft's is, so the cut trades acceptance for a cheaper draft token, never the output."""
     ids = sorted({i for i in always if keep <= i < n_vocab})

@@ -48,7 +48,7 @@ class ModelDrafter:
         by less than log(confidence / (1 - confidence)), what a top probability of
         `confidence` against one rival gives (TokenDist.gumbel_max_margin). Unsure tokens
         are mostly rejected, and every token after a rejected one is, while sure ones are
-        mostly kept (docs/benchmarks.md); the policy learns how often drafts go on and what
+        mostly kept (f7269df:docs/benchmarks.md); the policy learns how often drafts go on and what
         sure and unsure tokens keep (ByPosition), and prices longer caps by it.
         n_ids: the target's vocabulary size (default: the draft's), the width of the q rows
         verification reads. A family's models may pad their output layers to different sizes
