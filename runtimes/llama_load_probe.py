@@ -36,6 +36,13 @@ LOAD = (
     "print('LOGITS', __import__('json').dumps(list(r.forward(PROMPT).shape)))\n"
 )
 N_EMBD, N_FF, N_LAYER, N_HEAD, N_HEAD_KV = 64, 128, 2, 4, 2
+# /proc/cpuinfo flag -> llama.cpp's CMake feature: scripts/llama_cpu_args.sh's table (a test
+# holds the two equal), AMX left out on purpose
+LLAMA_CPU_FEATURES = [
+    ("avx", "AVX"), ("avx2", "AVX2"), ("fma", "FMA"), ("f16c", "F16C"), ("bmi2", "BMI2"),
+    ("avx512f", "AVX512"), ("avx512vbmi", "AVX512_VBMI"), ("avx512_vnni", "AVX512_VNNI"),
+    ("avx512_bf16", "AVX512_BF16"), ("avx_vnni", "AVX_VNNI"),
+]  # fmt: skip
 SPECIALS = ["<|endoftext|>", "<|im_end|>"]
 
 
@@ -63,6 +70,20 @@ class LoadResult:
             last = self.tail.strip().splitlines()[-1:] or ["no message"]
             return f"exit status {self.returncode}: {last[0]}"
         return "no logits came back"
+
+
+def has_amx_kernels(system_info: bytes) -> bool:
+    """Whether this llama.cpp was compiled with its AMX kernels (llama_print_system_info)."""
+    return b"AMX_INT8 = 1" in system_info
+
+
+def llama_cpu_cmake_args(flags: list[str], machine: str) -> str:
+    """llama.cpp's CMake arguments for this x86 CPU's vector extensions without AMX, as
+    scripts/setup.sh builds it; "" elsewhere (an Arm CPU has no AMX: native flags do)."""
+    if machine.lower() not in ("x86_64", "amd64"):
+        return ""
+    wanted = [f"-DGGML_{feature}=ON" for flag, feature in LLAMA_CPU_FEATURES if flag in flags]
+    return " ".join(["-DGGML_NATIVE=OFF", *wanted])
 
 
 def byte_tokens() -> list[str]:
