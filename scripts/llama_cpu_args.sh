@@ -1,5 +1,9 @@
-# Sourced by scripts/setup.sh and bench/peers/llama_server.sh: sets cmake_args, llama.cpp's
-# CPU features as this CPU has them (GGML_NATIVE off, so a cached build is keyed by them).
+# Sourced by scripts/setup.sh, bench/peers/llama_server.sh and bench/gpu/run.sh: sets
+# cmake_args, llama.cpp's CPU features as this CPU has them (GGML_NATIVE off, so a cached build
+# is keyed by them), AMX never: its kernels died with SIGILL (`tilezero` in a worker thread) in
+# the sandboxes tried, and the GPU kit's native builds on the H100's and H200's AMX Xeons died
+# with SIGSEGV in llama_model_load_from_file whenever numpy was imported first (issue 45;
+# builds without AMX load in every order: runtimes/llama_load_probe.py, `edgespec doctor`).
 cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
 cmake_args="-DGGML_NATIVE=OFF"
 for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx512f:AVX512 \

@@ -189,7 +189,8 @@ def test_doctor_says_whether_llama_cpp_offloads_and_keeps_one_graph(monkeypatch)
 
     cuda = b"CUDA : ARCHS = 870 | USE_GRAPHS = 1 | CPU : NEON = 1 | "
     monkeypatch.delenv("GGML_CUDA_DISABLE_GRAPHS", raising=False)
-    assert llama_gpu_status(build(False, b"CPU : AVX2 = 1 | ")) == (
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")  # a Jetson: native CPU flags
+    assert llama_gpu_status(build(False, b"CPU : NEON = 1 | ")) == (
         'no (CPU build; for CUDA: CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native" '
         "pip install --force-reinstall --no-deps --no-binary llama-cpp-python "
         "llama-cpp-python==0.3.36)"

@@ -43,7 +43,18 @@ VARIANTS = {
     ),
     "numpy first, llama-cpp-python's Llama": ("import numpy\n" + LLAMA_CLASS, 999),
     "jinja2 first, llama-cpp-python's Llama": ("import jinja2\n" + LLAMA_CLASS, 999),
+    # where numpy first crashes, these two split the suspects (issue 45): llama.cpp's CPU extra
+    # buffer types (AMX, repack: set up at load), and OpenBLAS's threads, started at numpy's import
+    "numpy first, no extra buffer types": (
+        EDGESPEC + LOAD.replace("n_gpu_layers=NGL", "n_gpu_layers=NGL, repack=False"),
+        999,
+    ),
+    "numpy first, OPENBLAS_NUM_THREADS=1": (
+        "import os\nos.environ['OPENBLAS_NUM_THREADS'] = '1'\n" + EDGESPEC + LOAD,
+        999,
+    ),
 }
+SYSTEM_INFO = "import llama_cpp\nprint(llama_cpp.llama_print_system_info().decode())"
 
 
 def run_variant(code: str, path: Path, n_gpu_layers: int) -> dict[str, object]:
@@ -67,8 +78,13 @@ def main() -> None:
     results = {name: run_variant(code, args.model, ngl) for name, (code, ngl) in VARIANTS.items()}
     for name, r in results.items():
         print(f"{name:42} {'loaded' if r['loaded'] else 'FAILED, exit ' + str(r['returncode'])}")
+    info = subprocess.run(
+        [sys.executable, "-c", SYSTEM_INFO], capture_output=True, text=True, timeout=120
+    ).stdout.strip()  # AMX_INT8 = 1 where the build has AMX kernels
+    print(f"system info: {info}")
     if args.json:
-        args.json.write_text(json.dumps({"model": str(args.model), "variants": results}, indent=1))
+        record = {"model": str(args.model), "system_info": info, "variants": results}
+        args.json.write_text(json.dumps(record, indent=1))
     if results["edgespec first"]["loaded"]:
         sys.exit(0)
     sys.exit(3 if results["llama_cpp first"]["loaded"] else 1)

@@ -108,12 +108,17 @@ install_python_parts() {
 
 build_llama() {  # llama-cpp-python with CUDA for this GPU only, on every core
   is_done llama && return
-  local src
+  local src cmake_args cpu_flags pair
   src=$(ls "$KIT"/up1/llama_cpp_python-*-trimmed.tar.gz)
-  say "building llama-cpp-python with CUDA (log: $KIT/logs/llama-build.log)"
-  CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native -DLLAVA_BUILD=off" \
+  # host code: this CPU's vector extensions without AMX (GGML_NATIVE off). The native build
+  # (AMX kernels on the H100's and H200's Xeons) died in llama_model_load_from_file whenever
+  # numpy was imported first (issue 45). --upgrade: pip --target keeps a llama_cpp already in
+  # $SITE otherwise ("Target directory ... already exists"), leaving the new build unused.
+  source scripts/llama_cpu_args.sh
+  say "building llama-cpp-python with CUDA, $cmake_args (log: $KIT/logs/llama-build.log)"
+  CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native -DLLAVA_BUILD=off $cmake_args" \
   CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-    "$PY" -m pip install --no-index --no-deps --no-build-isolation --no-compile \
+    "$PY" -m pip install --no-index --no-deps --no-build-isolation --no-compile --upgrade \
       --target "$SITE" "$src" > "$KIT/logs/llama-build.log" 2>&1
   done_mark llama
   say "llama-cpp-python built"

@@ -34,6 +34,7 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
         import llama_cpp
 
         rows.append(("llama.cpp GPU offload", llama_gpu_status(llama_cpp)))
+        rows.append(("llama.cpp after numpy", llama_numpy_first_status(llama_cpp)))
     ort = module_version("onnxruntime")
     rows.append(("onnxruntime", ort or "missing: pip install 'edgespec[onnx]'"))
     if ort:
@@ -47,12 +48,18 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
     return rows + tensorrt_report()
 
 
-def llama_cuda_build(version: str | None) -> str:
-    """How this llama-cpp-python is rebuilt for the GPU at hand (deploy/jetson/install.sh
-    does it on a Jetson)."""
+def llama_build_command(version: str | None, cuda: bool) -> str:
+    """How this llama-cpp-python is rebuilt, for the GPU at hand where `cuda`, and on x86 for
+    this CPU's vector extensions without AMX (GGML_NATIVE would add AMX kernels on a Xeon that
+    has it: issue 45). deploy/jetson/install.sh does it on a Jetson."""
+    from edgespec.machine import cpu_model_and_flags
+    from edgespec.runtimes.llama_load_probe import llama_cpu_cmake_args
+
+    gpu = "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native" if cuda else ""
+    cpu = llama_cpu_cmake_args(cpu_model_and_flags()[1], platform.machine())
     pin = f"=={version}" if version else ""
     return (
-        'CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native" pip install '
+        f'CMAKE_ARGS="{" ".join(filter(None, [gpu, cpu]))}" pip install '
         f"--force-reinstall --no-deps --no-binary llama-cpp-python llama-cpp-python{pin}"
     )
 
@@ -64,7 +71,8 @@ def llama_gpu_status(llama_cpp) -> str:
 
     if not llama_cpp.llama_supports_gpu_offload():
         return (
-            f"no (CPU build; for CUDA: {llama_cuda_build(getattr(llama_cpp, '__version__', None))})"
+            "no (CPU build; for CUDA: "
+            f"{llama_build_command(getattr(llama_cpp, '__version__', None), cuda=True)})"
         )
     if one_graph_build(llama_cpp.llama_print_system_info(), os.environ):
         return (
@@ -72,6 +80,38 @@ def llama_gpu_status(llama_cpp) -> str:
             "which the calibration measures and the controller prices"
         )
     return "yes, without CUDA graphs (this build, or GGML_CUDA_DISABLE_GRAPHS)"
+
+
+def llama_numpy_first_status(llama_cpp, timeout: float = 60.0) -> str:
+    """Whether this llama-cpp-python loads a model in a process that imported numpy first, as
+    every edgespec process does: a tiny model, loaded in a child (builds with AMX kernels died
+    there with SIGSEGV on the H100's and H200's Xeons, issue 45)."""
+    import tempfile
+    from pathlib import Path
+
+    from edgespec.runtimes.llama_load_probe import (
+        has_amx_kernels,
+        load_in_child,
+        write_probe_gguf,
+    )
+
+    try:
+        import gguf  # noqa: F401 - writes the probe model
+    except ImportError:
+        return "not checked: the gguf package is missing (pip install 'edgespec[llama]')"
+    with tempfile.TemporaryDirectory(prefix="edgespec-probe-") as folder:
+        result = load_in_child(
+            write_probe_gguf(Path(folder) / "probe.gguf"), "numpy first", timeout=timeout
+        )
+    if result.loaded:
+        return "loads a model (a tiny one, in a process that imported numpy first)"
+    version = getattr(llama_cpp, "__version__", None)
+    if has_amx_kernels(llama_cpp.llama_print_system_info()):
+        cuda = bool(llama_cpp.llama_supports_gpu_offload())
+        fix = f"rebuild it without AMX kernels: {llama_build_command(version, cuda)}"
+    else:
+        fix = "import llama_cpp before numpy, and report this line (edgespec issue 45)"
+    return f"does not load a model: {result.why_not()} (fix: {fix})"
 
 
 def cpu_threads_status() -> str:
