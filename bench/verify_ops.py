@@ -38,6 +38,9 @@ from edgespec.app.bench_runs import machine_info, machine_line  # noqa: E402
 from edgespec.hugepages import reexec_with_tunable  # noqa: E402
 
 PREFIX = 400  # tokens in the cache when passes are timed (a prompt and some output)
+# the vocabulary reductions (top outputs: export/onnx_export.py first_max): each in the table
+# at every width, so a run shows whether a wider pass still pays for a long row (issue 44)
+REDUCTIONS = ("ReduceMax", "ArgMax", "GatherElements", "ReduceSum")
 
 
 def with_accuracy(model_dir: Path, level: int, scratch: Path) -> Path:
@@ -142,8 +145,12 @@ def by_width(events: list[dict], order: list[int], skip: int) -> dict[int, dict]
 
 
 def table(result: dict[int, dict], widths: list[int], top: int = 6) -> str:
+    """The median pass by width, then the `top` operator types of the widest pass, then
+    REDUCTIONS wherever a pass ran them, however little they cost."""
     first = result[widths[0]]["ms"]
     ops = list(result[widths[-1]]["ops_ms"])[:top]
+    ran = {op for w in widths for op in result[w]["ops_ms"]}
+    ops += [op for op in REDUCTIONS if op in ran and op not in ops]
     lines = [
         "| | " + " | ".join(f"width {w}" for w in widths) + " |",
         "|---" * (len(widths) + 1) + "|",

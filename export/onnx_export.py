@@ -61,6 +61,7 @@ DATA_FILE = "model.onnx.data"  # weights beside the graph: protobuf stops at 2 G
 DATA_ALIGN = 4096  # page-aligned offsets let ONNX Runtime map the weights instead of reading
 DATA_MIN_BYTES = 1024  # smaller constants stay inside model.onnx
 BLOCK_BYTES = 64 << 20  # float32 rows of a weight read, quantized and written at a time
+MAX_BLOCK = 128  # logits per block of first_max (Qwen2's 151,936: 1,187 blocks)
 ARCH_NAMES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
               "Qwen2ForCausalLM": "qwen2"}  # fmt: skip
 
@@ -584,21 +585,51 @@ def build_decoder(
         helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "n_logits", head.shape[0]])
     )
     if info.top_outputs:
-        top_outputs(g, logits)
+        top_outputs(g, logits, head.shape[0])
 
 
-def top_outputs(g: GraphBuilder, logits: str) -> None:
-    """top_id: each row's argmax (ArgMax keeps the first maximum, as np.argmax); top_p: its
-    softmax probability, 1 / sum(exp(logits - max))."""
+def top_outputs(g: GraphBuilder, logits: str, n_columns: int) -> None:
+    """top_id: each row's argmax, the first maximum (as np.argmax); top_p: its softmax
+    probability, 1 / sum(exp(logits - max)). logits [1, rows, n_columns] float32. The max and
+    argmax are taken in two stages (first_max); the sum is ReduceSum's, which has fast kernels
+    of ONNX Runtime's own on CUDA for one row and for several."""
     from onnx import TensorProto, helper
 
-    peak = g.op("ReduceMax", logits, "axis_last", keepdims=1)
+    peak, top_id = first_max(g, logits, n_columns)  # [1, rows, 1] float32, [1, rows] int64
     total = g.op("ReduceSum", g.op("Exp", g.op("Sub", logits, peak)), "axis_last", keepdims=0)
-    top = {"top_id": (g.op("ArgMax", logits, axis=-1, keepdims=0), TensorProto.INT64),
+    top = {"top_id": (top_id, TensorProto.INT64),
            "top_p": (g.op("Reciprocal", total), TensorProto.FLOAT)}  # fmt: skip
     for name, (value, dtype) in top.items():
         g.nodes.append(helper.make_node("Identity", [value], [name], name=name))
         g.outputs.append(helper.make_tensor_value_info(name, dtype, [1, "n_logits"]))
+
+
+def first_max(g: GraphBuilder, x: str, n_columns: int) -> tuple[str, str]:
+    """Each row's maximum [1, rows, 1] float32 and the column of its first occurrence [1, rows]
+    int64, of x [1, rows, n_columns] float32, in blocks of MAX_BLOCK columns: each block's
+    maximum, the first block holding the row's, then the first column of that block holding it.
+
+    On ONNX Runtime's CUDA EP, ReduceMax and ArgMax always run cudnnReduceTensor (only the sums
+    have ONNX Runtime's own kernels: reduction_ops.h's fast_reduction_), which takes a few long
+    rows slowly: over 151,936 logits ReduceMax took 0.12 ms at width 1 and ~10 ms at widths 2
+    to 9 on an H100 (the GPU kit's run of 2026-11-26, issue 44). Here no reduction is longer
+    than max(MAX_BLOCK, blocks), and the first has rows x blocks outputs."""
+    blocks = -(-n_columns // MAX_BLOCK)
+    last = g.const(g.name("last_axis"), np.array([-1]))
+    if blocks * MAX_BLOCK > n_columns:  # the last block padded with -inf: never a row's max
+        pads = g.const(g.name("pads"), np.array([0, 0, 0, 0, 0, blocks * MAX_BLOCK - n_columns]))
+        x = g.op("Pad", x, pads, g.const(g.name("minus_inf"), np.array(-np.inf, np.float32)))
+    x = g.op("Reshape", x, g.const(g.name("blocks"), np.array([0, 0, blocks, MAX_BLOCK])))
+    maxima = g.op("ReduceMax", x, last, keepdims=0)  # [1, rows, blocks]
+    block = g.op("ArgMax", maxima, axis=-1, keepdims=1)  # [1, rows, 1] int64
+    spread = g.const(g.name("block_row"), np.array([1, 1, 1, MAX_BLOCK]))
+    where = g.op("Expand", g.op("Unsqueeze", block, last), spread)  # [1, rows, 1, MAX_BLOCK]
+    held = g.op("GatherElements", x, where, axis=2)  # [1, rows, 1, MAX_BLOCK]: that block
+    peak = g.op("ReduceMax", held, last, keepdims=0)  # [1, rows, 1]
+    column = g.op("ArgMax", held, axis=-1, keepdims=0)  # [1, rows, 1] int64
+    width = g.const(g.name("block_width"), np.array(MAX_BLOCK))
+    first = g.op("Add", g.op("Mul", block, width), column)  # [1, rows, 1] int64
+    return peak, g.op("Squeeze", first, last)
 
 
 def rms_norm(g: GraphBuilder, x: str, weight: np.ndarray, name: str) -> str:

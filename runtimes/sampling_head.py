@@ -40,15 +40,22 @@ class Candidates:
 def head_model(n_columns: int, candidates: int = CANDIDATES) -> bytes:
     """The head's graph: logits [1, rows, n_columns] float32 and inv_temperature [1] in;
     values, ids [1, rows, candidates + 1] and lse [1, rows] out. lse is computed as
-    max + log(sum(exp(z - max))): a sum of exp(z) alone overflows at low temperatures."""
+    max + log(sum(exp(z - max))): a sum of exp(z) alone overflows at low temperatures.
+
+    No ReduceMax over the row: on ONNX Runtime's CUDA EP it runs cudnnReduceTensor, slow on a
+    few long rows (export/onnx_export.py first_max). TopK's first value is the row's largest
+    logit, and z = logit * inv_temperature (> 0) keeps the order under rounding, so that
+    value times inv_temperature is max(z) exactly. TopK runs one thread block per row
+    (RadixTopK) and ReduceSum ONNX Runtime's own row kernels: neither slows with the rows."""
     from onnx import TensorProto, helper
 
     rows = "rows"
     k = min(candidates + 1, n_columns)
     nodes = [
         helper.make_node("TopK", ["logits", "k"], ["values", "ids"], axis=-1, largest=1, sorted=1),
-        helper.make_node("Mul", ["logits", "inv_temperature"], ["z"]),
-        helper.make_node("ReduceMax", ["z"], ["z_max"], axes=[-1], keepdims=1),
+        helper.make_node("Mul", ["logits", "inv_temperature"], ["z"]),  # [1, rows, n_columns]
+        helper.make_node("Slice", ["values", "zero", "one", "last_axis"], ["largest"]),
+        helper.make_node("Mul", ["largest", "inv_temperature"], ["z_max"]),  # [1, rows, 1]
         helper.make_node("Sub", ["z", "z_max"], ["shifted"]),
         helper.make_node("Exp", ["shifted"], ["e"]),
         helper.make_node("ReduceSum", ["e", "last_axis"], ["total"], keepdims=0),
@@ -71,6 +78,8 @@ def head_model(n_columns: int, candidates: int = CANDIDATES) -> bytes:
         initializer=[
             helper.make_tensor("k", TensorProto.INT64, [1], [k]),
             helper.make_tensor("last_axis", TensorProto.INT64, [1], [-1]),
+            helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+            helper.make_tensor("one", TensorProto.INT64, [1], [1]),
         ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])

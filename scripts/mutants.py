@@ -37,6 +37,7 @@ PYTEST = ["-q", "-p", "no:cacheprovider", "-rf", "-m", "not real and not gpu and
 ENGINE, VERIFY = "tests/test_engine.py", "tests/test_verify.py"
 SAMPLING = "tests/test_sampling.py"
 HEAD = "tests/test_sampling_head.py"
+TOP = "tests/test_top_outputs.py"
 
 
 @dataclass(frozen=True)
@@ -791,6 +792,27 @@ MUTANTS = (
         "edgespec/runtime.py",
         "    if width is None and runtime.dists_on_device:",
         "    if False:",
+        (HEAD,),
+    ),
+    Mutant(  # a tie across blocks: the last block holding the max, not the first
+        "top-id-from-the-last-block-holding-the-max",
+        "export/onnx_export.py",
+        'block = g.op("ArgMax", maxima, axis=-1, keepdims=1)',
+        'block = g.op("ArgMax", maxima, axis=-1, keepdims=1, select_last_index=1)',
+        (TOP,),
+    ),
+    Mutant(  # a row whose logits are all below zero: the padding's block holds its "max"
+        "top-outputs-padded-with-zeros",
+        "export/onnx_export.py",
+        "np.array(-np.inf, np.float32)",
+        "np.array(0.0, np.float32)",
+        (TOP,),
+    ),
+    Mutant(  # max(logits), not max(logits / T): exp(z - max) overflows at a low temperature
+        "head-max-not-over-the-temperature",
+        "runtimes/sampling_head.py",
+        'helper.make_node("Mul", ["largest", "inv_temperature"], ["z_max"])',
+        'helper.make_node("Identity", ["largest"], ["z_max"])',
         (HEAD,),
     ),
     Mutant(  # its run() leaves no bound step: forward_dists would run the other graph's steps

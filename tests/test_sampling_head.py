@@ -5,6 +5,9 @@ ids and [rows] log-sum-exps reach the host instead of [rows, V] logits. Checked 
 - the head's outputs are the row's largest logits in order, their columns, and
   log-sum-exp(row / T) within 1e-5 relative of a float64 reference, finite where exp(z)
   overflows float32;
+- its max(row / T) is TopK's first value over T, not a ReduceMax over the row (which ONNX
+  Runtime's CUDA EP reduces slowly at widths >= 2): the same outputs as the head that took
+  the ReduceMax, at every width 1..17 (values and ids exactly, lse within 1e-6 relative);
 - with top-k on, candidate_dist is token_dist bit for bit; with top-p or min-p alone, the same
   support and probabilities within 1e-5 relative; None exactly where the candidates cannot
   decide (temperature alone, top-k above them, top-p's mass not reached inside them, a tie
@@ -35,7 +38,12 @@ from tests.test_engine import JOINT_PROMPT, exact_joint, joint_counts
 ort = pytest.importorskip("onnxruntime", reason="the sampling head runs on onnxruntime")
 pytest.importorskip("onnx", reason="the sampling head is built with onnx (edgespec[onnx])")
 
-from edgespec.runtimes.sampling_head import CANDIDATES, SamplingHead, head_dists  # noqa: E402
+from edgespec.runtimes.sampling_head import (  # noqa: E402
+    CANDIDATES,
+    SamplingHead,
+    head_dists,
+    head_model,
+)
 
 V = 32_768  # wide enough for token_dist's column grid (upper_set) at top-k 128
 CPU = ["CPUExecutionProvider"]
@@ -79,6 +87,42 @@ def test_the_head_returns_the_largest_logits_their_columns_and_log_sum_exp():
         lse = peak + np.log(np.exp(z - peak[:, None]).sum(-1))
         np.testing.assert_allclose(found.lse, lse, rtol=1e-5)
     assert len(head.bindings) == 1
+
+
+def reduce_max_head(n_columns: int) -> bytes:
+    """The head before issue 44: z_max a ReduceMax over each row of z = logits / T."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load_from_string(head_model(n_columns))
+    nodes = [n for n in model.graph.node if n.output[0] not in ("largest", "z_max")]
+    at = next(i for i, n in enumerate(nodes) if n.output[0] == "z") + 1
+    nodes.insert(at, helper.make_node("ReduceMax", ["z"], ["z_max"], axes=[-1], keepdims=1))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model.SerializeToString()
+
+
+def test_the_heads_max_is_topks_first_value_as_the_reduce_max_was_at_every_width():
+    import onnx
+
+    n_columns = 1000  # not a multiple of 128
+    ops = {n.op_type for n in onnx.load_from_string(head_model(n_columns)).graph.node}
+    assert not ops & {"ReduceMax", "ArgMax"}, ops
+    new, old = (
+        ort.InferenceSession(model, providers=CPU)
+        for model in (head_model(n_columns), reduce_max_head(n_columns))
+    )
+    rng = np.random.default_rng(5)
+    for width in range(1, 18):
+        rows = rng.standard_normal((1, width, n_columns)).astype(np.float32) * 3.0
+        rows[0, -1] *= 30.0  # exp(z) overflows float32 at T = 0.05
+        for temperature in (1.0, 0.7, 0.05):
+            feed = {"logits": rows, "inv_temperature": 1.0 / np.float32([temperature])}
+            got, want = new.run(None, feed), old.run(None, feed)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            assert np.isfinite(got[2]).all()
+            np.testing.assert_allclose(got[2], want[2], rtol=1e-6, err_msg=f"width {width}")
 
 
 def both_ways(rows: np.ndarray, sp: SamplingParams):
