@@ -3,7 +3,9 @@ client (and httpx for what a client library would not send), tiny real llama.cpp
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -352,6 +354,69 @@ def test_a_body_that_is_not_a_json_object_gets_400(live, content, words):
         live.url + "/v1/completions", content=content, headers={"content-type": "application/json"}
     )
     assert r.status_code == 400 and words in r.json()["error"]["message"]
+
+
+@contextlib.contextmanager
+def errors_logged():
+    """The records of level ERROR and above the server logs meanwhile (uvicorn's "Exception
+    in ASGI application" with its traceback, edgespec's own); attach after the server starts
+    (uvicorn's logging set-up removes the handlers of its loggers)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = records.append  # type: ignore[method-assign]
+    loggers = [logging.getLogger(name) for name in ("uvicorn.error", "edgespec")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+CHAT = "/v1/chat/completions"
+TEXT = "/v1/completions"
+DEEP = 100_000
+
+RAW_BAD = [
+    # (path, raw JSON body, param, words the message must hold)
+    (CHAT, rb'{"messages": [{"role": "user", "content": "a\ud800b"}]}', "messages[0].content",
+     "lone surrogate"),
+    (CHAT, rb'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfffb"}]}]}',
+     "messages[0].content", "lone surrogate"),
+    (TEXT, rb'{"prompt": "a\ud800b", "max_tokens": 2}', "prompt", "lone surrogate"),
+    (TEXT, rb'{"prompt": "x", "stop": ["\ud800"], "max_tokens": 2}', "stop", "lone surrogate"),
+    (TEXT, b'{"prompt": "x", "max_tokens": 2, "seed": ' + b"7" * 5000 + b"}", "seed",
+     "an integer of 5,000 digits"),
+    (CHAT, b'{"messages": [{"role": "user", "content": "x"}], "temperature": -' + b"9" * 5000
+     + b"}", "temperature", "an integer of 5,000 digits"),
+    (TEXT, b'{"prompt": "x", "max_tokens": 2, "user": ' + b"[" * DEEP + b"]" * DEEP + b"}", None,
+     "nested"),
+    (CHAT, b"[" * DEEP + b"]" * DEEP, None, "nested"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize(
+    "path,content,param,words", RAW_BAD, ids=[f"{p[-16:]}-{i}" for i, (p, *_) in enumerate(RAW_BAD)]
+)
+def test_text_and_numbers_python_cannot_take_get_400_naming_the_field(
+    live, path, content, param, words, stream
+):
+    """A lone surrogate (valid JSON, not encodable text: the tokenizer raised
+    UnicodeEncodeError), an integer past Python's 4,300-digit limit (ValueError) and JSON
+    nested past the recursion limit (RecursionError) were 500s with a traceback in the log."""
+    if stream and content.startswith(b"{"):
+        content = content[:-1] + b', "stream": true}'
+    with errors_logged() as errors:
+        r = httpx.post(
+            live.url + path, content=content, headers={"content-type": "application/json"}
+        )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert words in error["message"] and (param or "") in error["message"], error
+    assert errors == []
 
 
 def test_bad_input_leaves_the_device_free(live, client):
