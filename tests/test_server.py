@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -417,6 +418,30 @@ def test_text_and_numbers_python_cannot_take_get_400_naming_the_field(
     assert error["type"] == "invalid_request_error" and error["param"] == param
     assert words in error["message"] and (param or "") in error["message"], error
     assert errors == []
+
+
+def half_a_request(server: LiveServer, body: bytes = b'{"prompt": "the the', length: int = 1000):
+    """A socket that sent a request's headers and the start of its body (no more)."""
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def test_a_client_that_disconnects_while_sending_its_body_logs_no_error(live):
+    """Starlette's ClientDisconnect escaped the body read: "Exception in ASGI application"
+    and a 3.3 KB traceback per stalled client."""
+    tasks = live.server.server_state.tasks
+    with errors_logged() as errors:
+        for _ in range(3):
+            sock = half_a_request(live)
+            wait_for(lambda: len(tasks) == 1, "the request reached the app")
+            sock.close()
+            wait_for(lambda: not tasks, "the request's task ended")
+    assert [r.getMessage() for r in errors] == []
 
 
 def test_bad_input_leaves_the_device_free(live, client):

@@ -24,6 +24,7 @@ import anyio
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -338,11 +339,15 @@ async def read_body(request: HttpRequest, limit: int) -> bytes:
         raise too_big
     chunks = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+    except ClientDisconnect:  # not an error: nobody is left to answer
+        log.info("client disconnected while sending its body")
+        raise ApiError(499, "the client disconnected before its body arrived") from None
     return b"".join(chunks)
 
 
