@@ -2,7 +2,8 @@
 
 GatedRuntime wraps a real runtime: it logs every forward (n_past, tokens) and can hold
 forwards at a gate, so a test decides when each verify step may run and counts steps
-instead of timing them. DisconnectWatch notes when the app receives http.disconnect.
+instead of timing them; it counts tokenize calls and can hold them too. DisconnectWatch
+notes when the app receives http.disconnect.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class GatedRuntime:
         self.cond = threading.Condition()
         self.permits: int | None = None  # None: open
         self.blocked = 0
+        self.n_tokenize = 0  # tokenize calls: a request's template and tokenizer ran
+        self.tokenize_open = threading.Event()  # cleared: tokenize calls wait for it
+        self.tokenize_open.set()
 
     @property
     def n_past(self) -> int:
@@ -85,6 +89,17 @@ class GatedRuntime:
                 self.permits -= 1
             self.log.append((self.runtime.n_past, tuple(int(t) for t in tokens)))
         return self.runtime.forward(tokens, last_only=last_only)
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]:
+        with self.cond:
+            self.n_tokenize += 1
+            self.cond.notify_all()
+        self.tokenize_open.wait()
+        return self.runtime.tokenize(text, special=special)
+
+    def wait_tokenizing(self, n: int = 1, timeout: float = 60) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: self.n_tokenize >= n, timeout), "no tokenize call"
 
     def __getattr__(self, name: str):
         return getattr(self.runtime, name)

@@ -444,6 +444,70 @@ def test_a_client_that_disconnects_while_sending_its_body_logs_no_error(live):
     assert [r.getMessage() for r in errors] == []
 
 
+def test_a_conversation_that_cannot_fit_is_refused_before_its_template_runs(tiny_pair):
+    """26,214 one-character messages (under 1 MiB) took 17 s of CPU to template and
+    tokenize before they were refused; a message takes a token at least, so more messages
+    than the context holds are refused unread; likewise more characters than its tokens can
+    stand for."""
+    decoder = tiny_decoder(tiny_pair, gated=True)
+    gate = decoder.target
+    longest = max(len(gate.token_text(t)) for t in range(gate.n_vocab))  # 13 bytes
+    with LiveServer(create_app(decoder, ServerConfig(model_id=MODEL))) as s:
+        body = json.dumps({"messages": [{"role": "user", "content": "x"}] * 26_214}).encode()
+        assert len(body) < 1 << 20
+        many = httpx.post(
+            s.url + CHAT, content=body, headers={"content-type": "application/json"}, timeout=300
+        )
+        n_chars = 2 * 512 * longest
+        long = httpx.post(s.url + TEXT, json={"prompt": "x" * n_chars, "max_tokens": 2})
+        parts = [{"type": "text", "text": "y" * (n_chars // 2)}] * 2
+        user = {"role": "user", "content": parts}
+        long_chat = httpx.post(s.url + CHAT, json={"messages": [user]})
+        ok = httpx.post(s.url + TEXT, json={"prompt": "x", "max_tokens": 2}, timeout=300)
+    assert gate.n_tokenize == 1 and ok.status_code == 200  # only the last was tokenized
+    for r, param, message in [
+        (many, "messages", "messages: 26,214 messages cannot fit the 512-token context (each "
+                           "takes a token or more); send fewer or raise the context size "
+                           "(--n-ctx)"),
+        (long, "prompt", f"prompt: {n_chars:,} characters cannot fit the 512-token context (no "
+                         f"token of this model stands for more than {longest} bytes); send a "
+                         "shorter prompt or raise the context size (--n-ctx)"),
+        (long_chat, "messages", f"messages: {n_chars:,} characters cannot fit the 512-token"),
+    ]:  # fmt: skip
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["code"] == "context_length_exceeded" and error["param"] == param
+        assert error["message"].startswith(message)
+
+
+def test_a_request_tokenizes_only_once_admitted_to_the_queue(tiny_pair):
+    """Templating and tokenizing count against --max-queue like generating: with the queue
+    full, a request gets 429 before its template runs (four slow requests against
+    --max-queue 2 all ran). The 429 counts the request holding the device as running, not
+    waiting, even before it runs."""
+    decoder = tiny_decoder(tiny_pair, gated=True)
+    gate = decoder.target
+    app = create_app(decoder, ServerConfig(model_id=MODEL, max_queue=0))
+    messages = [{"role": "user", "content": "hello"}]
+    with LiveServer(app) as s, ThreadPoolExecutor(1) as pool:
+        gate.tokenize_open.clear()  # the first request holds its place while tokenizing
+        first = pool.submit(ask, client_of(s), True, "hello", max_tokens=3, temperature=0)
+        try:
+            gate.wait_tokenizing()
+            n_tokenize = gate.n_tokenize
+            full = httpx.post(s.url + CHAT, json={"messages": messages}, timeout=30)
+            assert gate.n_tokenize == n_tokenize  # not tokenized
+        finally:
+            gate.tokenize_open.set()
+        assert first.result().usage.completion_tokens == 3
+    assert full.status_code == 429, full.text
+    retry = full.headers["retry-after"]
+    assert full.json()["error"]["message"] == (
+        f"the server is busy (a request running and 0 waiting, --max-queue 0); retry after "
+        f"{retry} s"
+    )
+
+
 def test_bad_input_leaves_the_device_free(live, client):
     for route, body, _, _ in BAD:
         httpx.post(
