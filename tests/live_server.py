@@ -18,16 +18,26 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.runtimes.llamacpp import LlamaCppRuntime
+from edgespec.server.config import ServerConfig
+from edgespec.server.deadline import request_deadline_protocol
 
 
 class LiveServer:
-    def __init__(self, app) -> None:
+    """`edgespec serve`'s uvicorn set-up (its protocol with a request deadline)."""
+
+    def __init__(self, app, request_timeout_s: float = ServerConfig.request_timeout_s) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=1)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="off",
+            timeout_keep_alive=1,
+            http=request_deadline_protocol(request_timeout_s),
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [sock]}, daemon=True

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import socket
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -506,6 +507,50 @@ def test_a_request_tokenizes_only_once_admitted_to_the_queue(tiny_pair):
         f"the server is busy (a request running and 0 waiting, --max-queue 0); retry after "
         f"{retry} s"
     )
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """All the server sends until it closes the connection (a hang guard, not a timing)."""
+    sock.settimeout(60)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_request_that_does_not_arrive_whole_in_time_gets_408_and_is_closed(tiny_pair):
+    """300 connections that sent half a request were held for 60 s, none dropped: uvicorn's
+    keep-alive timeout starts only after a response and every byte received stops it."""
+    decoder = tiny_decoder(tiny_pair, gated=True)
+    gate = decoder.target
+    with LiveServer(create_app(decoder, ServerConfig(model_id=MODEL)), request_timeout_s=0.5) as s:
+        half_head = socket.create_connection(("127.0.0.1", s.port))
+        half_head.sendall(f"POST {TEXT} HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\n".encode())
+        silent = socket.create_connection(("127.0.0.1", s.port))
+        with errors_logged() as errors:
+            half_body = half_a_request(s)
+            answers = [read_until_closed(sock) for sock in (half_head, half_body, silent)]
+            wait_for(lambda: not s.server.server_state.tasks, "the half body's request ended")
+        # a request that arrived whole is not cut, however long it takes to answer
+        gate.allow(0)
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(httpx.post, s.url + TEXT, json={"prompt": "x", "max_tokens": 2},
+                               timeout=300)  # fmt: skip
+            gate.wait_blocked()
+            threading.Event().wait(1.0)  # twice the deadline
+            gate.allow(None)
+            assert slow.result().status_code == 200
+    assert errors == []
+    for answer in answers:
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+        assert json.loads(body)["error"] == {
+            "message": "the request did not arrive whole within 0.5 s; send it at once (the "
+            "server's --request-timeout sets this bound)",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "request_timeout",
+        }
 
 
 def test_bad_input_leaves_the_device_free(live, client):

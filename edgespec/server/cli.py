@@ -45,6 +45,14 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
         "--max-queue", type=int, default=8, help="requests that may wait (more: 429), default 8"
     )
     p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=ServerConfig.request_timeout_s,
+        metavar="SECONDS",
+        help="a request (headers and body) not arrived whole this long after it began gets 408 "
+        "and its connection is closed (default %(default)g)",
+    )
+    p.add_argument(
         "--allow-origin",
         action="append",
         default=[],
@@ -115,6 +123,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from edgespec.server import create_app
+        from edgespec.server.deadline import request_deadline_protocol
     except ImportError as e:
         raise EdgespecError(
             f"edgespec serve needs the serve extra ({e.name} is missing): "
@@ -131,6 +140,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         max_queue=args.max_queue,
         max_body_bytes=args.max_body_bytes,
+        request_timeout_s=args.request_timeout,
     )
     decoder = load_decoder(
         target,
@@ -146,5 +156,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "(OpenAI API under /v1)",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    http = request_deadline_protocol(config.request_timeout_s)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http=http)
     return 0
