@@ -196,6 +196,16 @@ def test_threads_beyond_the_cores_are_cut_with_a_warning(tmp_path, models):
     ]
 
 
+def test_a_context_beyond_the_models_is_cut_with_a_warning(tmp_path, models):
+    """It was cut to the model's 512 tokens without a word."""
+    done = edgespec(tmp_path, models, *run_args(models, "--prompt", "hi", "--drafter", "none",
+                                                "--n-ctx", "100000"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.warnings() == [
+        "WARNING edgespec: --n-ctx 100000 is more than the model's context holds; using 512"
+    ]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -7,6 +7,8 @@ import contextlib
 import json
 import logging
 import socket
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -635,6 +637,31 @@ def test_a_body_over_the_limit_gets_413(tiny_pair):
             s.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=300
         )
         assert ok.status_code == 200
+
+
+def test_serve_says_when_it_cuts_the_context(tiny_pair):
+    """`edgespec serve --n-ctx 100000` on a 512-token model served 512 without a word."""
+    argv = ["serve", "--target", str(tiny_pair[0]), "--drafter", "none", "--n-ctx", "100000"]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "edgespec", *argv, "--port", "0"], stderr=subprocess.PIPE, text=True
+    )
+    guard = threading.Timer(120, server.kill)  # a hang guard, not a timing
+    guard.start()
+    lines = []
+    try:
+        assert server.stderr is not None
+        for line in server.stderr:  # up to the line that says it serves
+            lines.append(line.rstrip("\n"))
+            if line.startswith("edgespec: serving"):
+                break
+    finally:
+        guard.cancel()
+        server.kill()
+        server.wait()
+    assert lines[-1].startswith("edgespec: serving tiny-target on http://127.0.0.1:0/"), lines
+    assert lines[:-1] == [
+        "WARNING edgespec: --n-ctx 100000 is more than the model's context holds; using 512"
+    ]
 
 
 # --- metrics ---------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from edgespec.app.options import (
     runtime_options,
     sampling_params,
     spec_options,
+    warn_context_cut,
 )
 from edgespec.errors import EdgespecError
 
@@ -97,6 +98,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     text = read_prompt(args)
     spec = spec_options(args)
     decoder = load_decoder(args.target, args.draft, spec, runtime_options(args))
+    warn_context_cut(args, decoder.target.n_ctx)
     prompt: str | list[int] = text
     if args.chat or args.system:
         messages = user_messages(text, args.system)

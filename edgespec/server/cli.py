@@ -12,8 +12,10 @@ from edgespec.app.options import (
     TARGET_HELP,
     add_runtime_args,
     add_spec_args,
+    context_size,
     runtime_options,
     spec_options,
+    warn_context_cut,
 )
 from edgespec.errors import EdgespecError
 from edgespec.server.config import ServerConfig
@@ -113,7 +115,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 target_path.resolve(),
                 draft_path.resolve() if draft_path else None,
                 spec,
-                n_ctx=args.n_ctx,
+                n_ctx=context_size(args),
                 host=args.host,
                 port=args.port,
             )
@@ -150,6 +152,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         reuse_cache=not args.no_prompt_cache,
         capture_graphs=True,  # the first request pays no CUDA graph capture
     )
+    warn_context_cut(args, decoder.target.n_ctx)
     app = create_app(decoder, config)
     print(
         f"edgespec: serving {config.model_id} on http://{args.host}:{args.port}/ "
