@@ -639,6 +639,16 @@ def test_a_body_over_the_limit_gets_413(tiny_pair):
         assert ok.status_code == 200
 
 
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf"])
+def test_a_request_timeout_that_is_no_bound_is_refused(tiny_pair, capsys, seconds):
+    argv = ["serve", "--target", str(tiny_pair[0]), "--request-timeout", seconds]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"edgespec: error: --request-timeout must be a number of seconds > 0, got "
+        f"{float(seconds)}\n"
+    )
+
+
 def test_serve_says_when_it_cuts_the_context(tiny_pair):
     """`edgespec serve --n-ctx 100000` on a 512-token model served 512 without a word."""
     argv = ["serve", "--target", str(tiny_pair[0]), "--drafter", "none", "--n-ctx", "100000"]
