@@ -192,7 +192,9 @@ class Server:
         self.device = Device(config.max_queue)
         self.metrics = Metrics(lambda: self.device.running, lambda: self.device.waiting)
         target = decoder.target
-        self.longest_token = max(1, *(len(target.token_text(t)) for t in range(target.n_vocab)))
+        self.longest_token = max(  # bytes of the longest token text (check_size)
+            (len(target.token_text(t)) for t in range(target.n_vocab)), default=1
+        )
         self.page_html = importlib.resources.files(__package__).joinpath("page.html").read_bytes()
 
     # --- routes -----------------------------------------------------------------------------
