@@ -114,7 +114,8 @@ def cost_curve(pair: ModelPair, *, n_max: int = 9, remeasure: bool = False) -> C
         raise EdgespecError(f"--n-max must be >= 1 (the widest pass to time), got {n_max}")
     key = tune_key(pair)
     if not remeasure:
-        for source, curve in (("tune store", load_tuned(key)), ("bundle", bundle_curve(pair))):
+        stored = load_tuned(key, with_draft=pair.draft is not None)
+        for source, curve in (("tune store", stored), ("bundle", bundle_curve(pair))):
             if curve is not None and len(curve.target_s) >= n_max:
                 log.info("cost curve from the %s: %s", source, describe(curve))
                 return curve
@@ -142,6 +143,10 @@ def bundle_curve(pair: ModelPair) -> CostCurve | None:
             tune.get("device"),
             tune.get("runtime"),
         )
+        return None
+    problem = curve_problem(tune, with_draft=pair.draft is not None)
+    if problem is not None:
+        log.warning("ignoring the bundle's cost curve (%s); measuring here", problem)
         return None
     return valid_curve(tune)
 
@@ -234,10 +239,23 @@ def tune_store_path() -> Path:
     return edgespec_home() / "tune.json"
 
 
-def load_tuned(key: str) -> CostCurve | None:
+def load_tuned(key: str, *, with_draft: bool = False) -> CostCurve | None:
+    """The stored curve for key; one that is no curve (wrong shape, impossible costs: all
+    zero once raised ZeroDivisionError) is ignored with a warning and measured again.
+    with_draft: the curve prices a draft model (its draft token must cost something)."""
     entry = read_tune_store().get(key)
+    if entry is None:
+        return None
     if isinstance(entry, dict) and entry.get("calibration") != CALIBRATION_VERSION:
         log.info("the stored cost curve was measured by an older calibration; measuring again")
+        return None
+    problem = curve_problem(entry, with_draft)
+    if problem is not None:
+        log.warning(
+            "ignoring the cost curve stored in %s for these models (%s); it will be measured again",
+            tune_store_path(),
+            problem,
+        )
         return None
     return valid_curve(entry)
 
@@ -253,20 +271,38 @@ def curve_entry(curve: CostCurve) -> dict[str, object]:
 
 
 def valid_curve(entry: object) -> CostCurve | None:
-    """A stored entry as a curve, or None unless it holds positive finite seconds (switch_s:
-    0 where absent, as stored before one-graph runtimes were priced: their key differs)."""
-    if not isinstance(entry, dict):
+    """A stored entry as a curve, or None where curve_problem finds one (switch_s: 0 where
+    absent, as stored before one-graph runtimes were priced: their key differs)."""
+    if curve_problem(entry) is not None:
         return None
-    target_s, draft_s = entry.get("target_s"), entry.get("draft_s")
-    if not isinstance(target_s, list) or not target_s:
-        return None
-    seconds: list[Any] = [*target_s, draft_s, entry.get("switch_s", 0.0)]
-    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in seconds):
-        return None
-    if not all(0 <= t < 1e6 for t in seconds):  # NaN and inf fail too
-        return None
+    assert isinstance(entry, dict)
+    seconds = [*entry["target_s"], entry["draft_s"], entry.get("switch_s", 0.0)]
     *target, draft, switch = (float(t) for t in seconds)
     return CostCurve(target, draft, switch_s=switch)
+
+
+def curve_problem(entry: object, with_draft: bool = False) -> str | None:
+    """Why a stored entry cannot be a measured curve, or None: its seconds must be numbers
+    from 0 to 1e6 (NaN and inf fail), a target pass must cost something, a pass over n
+    tokens at least half a one-token pass (a calibration's noise moves a ratio by a few
+    percent, not by half), and a draft model's token (with_draft) more than nothing."""
+    if not isinstance(entry, dict):
+        return "an entry that is not an object"
+    target_s, draft_s = entry.get("target_s"), entry.get("draft_s")
+    if not isinstance(target_s, list) or not target_s:
+        return "target_s is not a list of seconds"
+    seconds: list[Any] = [*target_s, draft_s, entry.get("switch_s", 0.0)]
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in seconds):
+        return "a cost that is not a number"
+    if not all(0 <= t < 1e6 for t in seconds):  # NaN and inf fail too
+        return "a cost that is negative, not finite or over 1e6 s"
+    if target_s[0] <= 0:
+        return "a target pass that costs nothing"
+    if any(t < target_s[0] / 2 for t in target_s):
+        return "a wider target pass that costs less than half a one-token pass"
+    if with_draft and seconds[-2] <= 0:  # draft_s
+        return "a draft token that costs nothing"
+    return None
 
 
 TUNE_STORE_MAX_BYTES = 16 << 20  # thousands of curves; a larger file is not ours

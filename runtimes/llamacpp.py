@@ -361,7 +361,14 @@ class LlamaCppRuntime(Runtime):
 
     def chat_template(self) -> str | None:
         raw = self.llama.llama_model_chat_template(self.model, None)
-        return raw.decode("utf-8") if raw else None
+        try:
+            return raw.decode("utf-8") if raw else None
+        except UnicodeDecodeError as e:
+            raise ModelFileError(
+                f"{self.path}: its chat template (tokenizer.chat_template) is not UTF-8 text "
+                f"(byte {e.start:,} is {raw[e.start : e.start + 1]!r}); use a model with a sound "
+                "template, or drop --chat and pass the prompt formatted as the model expects"
+            ) from None
 
     def special_token_text(self, token: int | None) -> str:
         return "" if token is None else self.token_text(token).decode("utf-8", "replace")

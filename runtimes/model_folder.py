@@ -180,26 +180,52 @@ class ExportedModelFolder(Runtime):
 
     def vocab_info(self) -> VocabInfo:
         if self._vocab_info is None:
-            gen = self.path / "generation_config.json"
+            path = self.path / "generation_config.json"
+            gen = read_json_object(path)
+            ids = (gen or {}).get("eos_token_id")
+            if ids is not None and not all(map(is_id, ids if isinstance(ids, list) else [ids])):
+                raise ModelFileError(
+                    f"{path}: eos_token_id must be a token id or a list of them, got {ids!r}; "
+                    "export the model again"
+                )
             self._vocab_info = tokenizer_vocab_info(
                 self.tokenizer,
                 self.kind,
                 self.n_vocab,
                 self.info.get("bos_id"),
                 self.info.get("eos_id"),
-                json.loads(gen.read_text()) if gen.is_file() else None,
+                gen,
             )
         return self._vocab_info
 
     def chat_template(self) -> str | None:
-        path = self.path / "tokenizer_config.json"
-        if not path.is_file():
-            return None
-        template = json.loads(path.read_text()).get("chat_template")
+        config = read_json_object(self.path / "tokenizer_config.json")
+        template = (config or {}).get("chat_template")
         if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
-            named = {t.get("name"): t.get("template") for t in template}
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
             template = named.get("default")
         return template if isinstance(template, str) else None
+
+
+def read_json_object(path: Path) -> dict | None:
+    """An optional JSON file of the folder (generation_config.json, tokenizer_config.json):
+    None where absent; refused by name where it is not a JSON object."""
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_bytes())
+    except OSError as e:
+        raise ModelFileError(f"cannot read {path}: {e.strerror}") from None
+    except (ValueError, RecursionError) as e:  # ValueError: not JSON, or not UTF-8
+        raise ModelFileError(f"{path} is not valid JSON ({e}); export the model again") from None
+    if not isinstance(doc, dict):
+        kind = type(doc).__name__
+        raise ModelFileError(f"{path} is not a JSON object (a {kind}); export the model again")
+    return doc
+
+
+def is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def token_text_of(tokenizer, token: int) -> bytes:

@@ -2,7 +2,8 @@
 
 GatedRuntime wraps a real runtime: it logs every forward (n_past, tokens) and can hold
 forwards at a gate, so a test decides when each verify step may run and counts steps
-instead of timing them. DisconnectWatch notes when the app receives http.disconnect.
+instead of timing them; it counts tokenize calls and can hold them too. DisconnectWatch
+notes when the app receives http.disconnect.
 """
 
 from __future__ import annotations
@@ -17,16 +18,26 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.runtimes.llamacpp import LlamaCppRuntime
+from edgespec.server.config import ServerConfig
+from edgespec.server.deadline import request_deadline_protocol
 
 
 class LiveServer:
-    def __init__(self, app) -> None:
+    """`edgespec serve`'s uvicorn set-up (its protocol with a request deadline)."""
+
+    def __init__(self, app, request_timeout_s: float = ServerConfig.request_timeout_s) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=1)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            lifespan="off",
+            timeout_keep_alive=1,
+            http=request_deadline_protocol(request_timeout_s),
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [sock]}, daemon=True
@@ -60,6 +71,9 @@ class GatedRuntime:
         self.cond = threading.Condition()
         self.permits: int | None = None  # None: open
         self.blocked = 0
+        self.n_tokenize = 0  # tokenize calls: a request's template and tokenizer ran
+        self.tokenize_open = threading.Event()  # cleared: tokenize calls wait for it
+        self.tokenize_open.set()
 
     @property
     def n_past(self) -> int:
@@ -85,6 +99,17 @@ class GatedRuntime:
                 self.permits -= 1
             self.log.append((self.runtime.n_past, tuple(int(t) for t in tokens)))
         return self.runtime.forward(tokens, last_only=last_only)
+
+    def tokenize(self, text: str, *, special: bool) -> list[int]:
+        with self.cond:
+            self.n_tokenize += 1
+            self.cond.notify_all()
+        self.tokenize_open.wait()
+        return self.runtime.tokenize(text, special=special)
+
+    def wait_tokenizing(self, n: int = 1, timeout: float = 60) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: self.n_tokenize >= n, timeout), "no tokenize call"
 
     def __getattr__(self, name: str):
         return getattr(self.runtime, name)

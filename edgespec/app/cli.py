@@ -22,6 +22,7 @@ from edgespec.app.options import (
     runtime_options,
     sampling_params,
     spec_options,
+    warn_context_cut,
 )
 from edgespec.errors import EdgespecError
 
@@ -102,6 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "or use it with edgespec serve"
         )
     decoder = load_decoder(args.target, args.draft, spec, runtime_options(args))
+    warn_context_cut(args, decoder.target.n_ctx)
     prompt: str | list[int] = text
     if args.chat or args.system:
         messages = user_messages(text, args.system)

