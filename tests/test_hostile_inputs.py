@@ -300,11 +300,6 @@ def test_tune_with_no_widths_is_refused(tmp_path, models, n_max):
                             "48-token context)"),  # no warning: 16 fits; calibrated in 48
         (["--n-ctx", "16"], "--k-max 16 is more than is useful here (at most 8 with a 16-token "
                             "context); using 8"),
-        (["--n-ctx", "256", "--k-max", "100000"],
-         "--k-max 100000 is more than is useful here (at most 64 with a 256-token context); "
-         "using 64"),
-        (["--n-ctx", "256", "--k", "1000", "--drafter", "model"],
-         "--k 1000 is more than is useful here (at most 64 with a 256-token context); using 64"),
     ],
 )  # fmt: skip
 def test_calibration_and_k_fit_the_context(tmp_path, models, argv, warning):
@@ -316,6 +311,22 @@ def test_calibration_and_k_fit_the_context(tmp_path, models, argv, warning):
     assert done.returncode == 0, done.stderr
     expected = [] if "using" not in warning else [f"WARNING edgespec.loader: {warning}"]
     assert done.warnings() == expected
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--k-max", "100000"], "--k-max 100000"),
+        (["--k", "1000", "--drafter", "model"], "--k 1000"),
+    ],
+)
+def test_a_draft_longer_than_the_widest_verify_pass_is_refused(tmp_path, models, argv, flag):
+    done = edgespec(tmp_path, models, *run_args(models, "--prompt", "hi", *argv))
+    name = flag.split()[0]
+    assert done.error_line() == (
+        f"{flag} is more than 16, the longest draft edgespec verifies (its widest pass, 17 "
+        f"tokens, is the widest CUDA graph captured); use {name} 16 or less"
+    )
 
 
 def test_a_draft_with_a_short_context_is_calibrated_within_it(tmp_path, models):
