@@ -60,17 +60,18 @@ class RuntimeOptions:
         return -1 if self.device == "cuda" else 0
 
 
-# llama.cpp's CPU kernels that give a token the same logits at every pass width (measured
-# with bench/batch_invariance.py, docs/exactness.md): weights not repacked (the repacked GEMM
-# takes over from 4 rows), ggml's tiled K-quant matmul off (from 8 rows), flash attention on
-# (its one-chunk kernel serves 2..63 rows), and one-token passes padded to two (alone, from
-# 512 cached tokens on, a token takes flash attention's split-KV kernel)
+# llama.cpp's CPU kernels that give a token the same logits at every pass width (LlamaOptions;
+# measured with bench/batch_invariance.py at commit f7269df, docs/exactness.md): weights not
+# repacked (the repacked GEMM takes over from 4 rows), ggml's tiled K-quant matmul off (from 8
+# rows), flash attention on (its one-chunk kernel serves 2..63 rows), and one-token passes
+# padded to two (alone, from 512 cached tokens on, a token takes flash attention's split-KV
+# kernel)
 EXACT_LLAMA: dict = {"repack": False, "tiled": False, "flash_attn": True, "min_width": 2}
 # ONNX Runtime's CPU kernels do the same once every pass is padded to an even number of rows:
 # MLAS has one-row paths (MatMulNBits' M=1 kernels) that sum in another order than its GEMMs,
 # and on AVX-512 its int8 GEMM takes rows in pairs, the odd one out by the one-row path (an
 # AVX2 EPYC: 0 at widths 2-9 and 17 with one-token passes padded alone; an AVX-512 Xeon: odd
-# widths moved by up to 0.79 until every width was padded: docs/exactness.md)
+# widths moved by up to 0.79 until every width was padded: docs/exactness.md; OnnxOptions)
 EXACT_ONNX: dict = {"min_width": 2, "row_multiple": 2}
 
 
@@ -80,7 +81,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
     path = Path(path)
     if path.is_dir() and (path / "model.json").is_file():
         from edgespec.runtimes.model_folder import read_model_json
-        from edgespec.runtimes.onnxrt import OnnxRuntime
+        from edgespec.runtimes.onnxrt import OnnxOptions, OnnxRuntime
 
         if opts.n_gpu_layers is not None:
             raise ModelFileError(
@@ -103,10 +104,10 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
             n_ctx=opts.n_ctx,
             n_threads=opts.n_threads,
             providers=gpu,
-            **(EXACT_ONNX if opts.exact else {}),
+            options=OnnxOptions(**(EXACT_ONNX if opts.exact else {})),
         )
     if path.suffix == ".gguf" or starts_with(path, b"GGUF"):
-        from edgespec.runtimes.llamacpp import LlamaCppRuntime
+        from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
 
         return LlamaCppRuntime(
             path,
@@ -114,7 +115,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
             n_threads=opts.n_threads,
             n_gpu_layers=opts.gpu_layers(),
             load_aware_threads=opts.load_aware_threads,
-            **(EXACT_LLAMA if opts.exact else {}),
+            options=LlamaOptions(**(EXACT_LLAMA if opts.exact else {})),
         )
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}; check the path")
