@@ -1,31 +1,19 @@
 """Replay the adaptive controller over recorded plain decoding, each pass charged by a curve.
 
 Greedy decoding emits the target's own tokens whatever is drafted, so one plain run per prompt
-decides the fate of every draft prompt lookup could make there. `record` saves those runs
-(prompt and output token ids, llama.cpp or ONNX Runtime, any suite). `replay` runs the real
-SpeculativeDecoder, NgramDrafter and AdaptivePolicy over a target that answers with the
-recorded tokens, and charges every pass what a verify cost curve says a pass of its width
-costs (in one-token passes). The result is the speedup the controller would get on that
-curve, with no timing noise: a controller change shows its effect to the step, on a CPU's
-steep curve and on a GPU's flat one alike. Replayed output must equal the recording, which
-checks the replay itself.
-
-With a draft model (a bundle's, or --draft), `record` also saves its greedy token and the
-probability it gave it at every output position, given the recorded output before it
-(teacher-forced), and the pair's cost curve and draft price. Greedy verification keeps a
-draft token only when every one before it matched the output, so these decide every draft
-the model would make; `replay` then drafts with the real ModelDrafter over them, its passes
-charged at the draft price. Both models' passes advance a virtual clock that the engine and
-the drafter are given as their clock.
-
-What it leaves out: the loop's own time (`edgespec bench` measures it), a machine's noise,
-and, after a draft model's wrong token, the probabilities of the tokens it drafts on from
-there (never kept; only where a draft ends depends on them). Knobs of finished experiments
-(--believed, --cold, --noise, --confidence, --untold, `calibration`) are at commit f7269df.
+decides the fate of every draft. `record` saves those runs (prompt and output token ids; with
+a draft model, its teacher-forced greedy token and probability at every output position, and
+the pair's cost curve and draft price). `replay` runs the real SpeculativeDecoder, drafters
+and policy over runtimes that answer with the recording, every pass of either model charged
+on a virtual clock (the engine's and the drafter's clock) what a cost curve says a pass of its
+width costs, in one-token target passes: the speedup a controller gets on that curve (a CPU's,
+a GPU kit run's), with no timing noise. Replayed output must equal the recording. Left out:
+the loop's own time (`edgespec bench` measures it) and a machine's noise. The knobs of
+finished experiments (--believed, --cold, --noise, --confidence, --untold, `calibration`)
+are at commit f7269df.
 
     python bench/replay.py record --target demo-target.gguf --suites edit=256,open,chat,code \
         --limit 40 --out rec.json
-    python bench/replay.py record --target ~/.cache/edgespec/demo-onnx --suites open --out r.json
     python bench/replay.py replay --record rec.json [--curve llama-cpu] \
         [--curve my-gpu=1,1.01,1.03,...] [--k-max 32] [--json out.json]
     python bench/replay.py replay --record r.json --kit RUN.json --policies auto,oracle,model=1
@@ -83,15 +71,9 @@ def record(
         for prompt in load_suite(suite, limit):
             tokens = chat_tokens(pair.target, prompt.messages)
             result = decoder.generate(tokens, max_tokens=token_budget(prompt, max_tokens))
-            ended = [eog[0]] if result.finish_reason == "stop" else []
-            case = {
-                "suite": suite,
-                "id": prompt.id,
-                "category": prompt.category,
-                "prompt": tokens,
-                "output": result.tokens + ended,  # the stop token too, where one came
-                "eog": eog[0],
-            }
+            ended = [eog[0]] if result.finish_reason == "stop" else []  # output ends with it
+            case = {"suite": suite, "id": prompt.id, "category": prompt.category,
+                    "prompt": tokens, "output": result.tokens + ended, "eog": eog[0]}  # fmt: skip
             if pair.draft is not None:
                 case["draft"], case["draft_p"] = teacher_forced(pair.draft, tokens, case["output"])
             cases.append(case)
@@ -347,15 +329,7 @@ class Timed:
         self.clock.running, self.syncs = self.syncs > 0, self.syncs + 1
         return self.policy.to_sync(context)
 
-    def observe(
-        self,
-        drafter: Drafter | None,
-        k: int,
-        n_accepted: int,
-        t_draft: float,
-        t_verify: float,
-        unsure_end: bool = False,
-    ) -> None:
+    def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False) -> None:
         # the verify pass's charge itself: the clock's difference is off in its last bits,
         # and the controller's ties then break differently from run to run of a change
         self.policy.observe(drafter, k, n_accepted, t_draft, self.target.last_pass, unsure_end)
@@ -461,21 +435,15 @@ def row(
 ) -> dict:
     """A replayed case's figures; costs: plain decoding's and the replay's."""
     plain, cost = costs
+    wasted = sum(price(ratios, n) - 1 for n in target.passes if n > 1)
     return {
-        "suite": case["suite"],
-        "id": case["id"],
-        "category": case["category"],
-        "tokens": len(target.output),
-        "plain_cost": round(plain, 4),
-        "cost": round(cost, 4),
-        "speedup": round(plain / cost, 4),
-        "n_drafts": stats.n_drafts,
-        "n_draft_tokens": stats.n_draft_tokens,
-        "n_accepted": stats.n_accepted,
-        "wasted_passes": round(sum(price(ratios, n) - 1 for n in target.passes if n > 1), 2),
-        "model_steps": stats.steps_by_drafter.get("model", 0),
+        "suite": case["suite"], "id": case["id"], "category": case["category"],
+        "tokens": len(target.output), "plain_cost": round(plain, 4), "cost": round(cost, 4),
+        "speedup": round(plain / cost, 4), "n_drafts": stats.n_drafts,
+        "n_draft_tokens": stats.n_draft_tokens, "n_accepted": stats.n_accepted,
+        "wasted_passes": round(wasted, 2), "model_steps": stats.steps_by_drafter.get("model", 0),
         "draft_price": learned_draft_price(policy),
-    }
+    }  # fmt: skip
 
 
 def learned_draft_price(policy: Policy) -> float | None:
