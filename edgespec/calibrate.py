@@ -81,7 +81,7 @@ def measure_curve(
     the median of those ratios, in rounds of the widths in shuffled order: the host's drift
     between passes cancels, and the controller decides by ratios. On a 2-core CPU the 2-token
     ratio of seven calibrations spread 1.65-1.76, against 1.57-1.89 timing each width's passes
-    one after another (bench/calibration_noise.py, docs/benchmarks.md)."""
+    one after another (docs/benchmarks.md; bench/calibration_noise.py at commit f7269df)."""
     if n_max > runtime.n_ctx:
         raise EdgespecError(
             f"a {runtime.n_ctx}-token context is too small to measure passes of {n_max} tokens; "
