@@ -9,6 +9,7 @@
 #   options: --kit DIR (default .gpukit)  --out DIR (results)  --no-7b  --wait-min N
 #            --verify-ops (or VERIFY_OPS=1): after the measures, the INT4 target's passes by
 #            operator and width (bench/gpu/verify_ops.py)
+#
 # Steps leave marks in $KIT/state, so a run after uploads or after --background picks up
 # where the last one stopped. Logs: $KIT/logs. Results: $OUT/*.json and $OUT/table.txt.
 set -euo pipefail
@@ -30,7 +31,7 @@ while [ $# -gt 0 ]; do
     --no-7b) WITH_7B=0; shift ;;
     --wait-min) WAIT_MIN=$2; shift 2 ;;
     --verify-ops) VERIFY_OPS=1; shift ;;
-    -h|--help) sed -n 2,15p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
