@@ -1,36 +1,22 @@
 """Replay the adaptive controller over recorded plain decoding, each pass charged by a curve.
 
 Greedy decoding emits the target's own tokens whatever is drafted, so one plain run per prompt
-decides the fate of every draft prompt lookup could make there. `record` saves those runs
-(prompt and output token ids, llama.cpp or ONNX Runtime, any suite). `replay` runs the real
-SpeculativeDecoder, NgramDrafter and AdaptivePolicy over a target that answers with the
-recorded tokens, and charges every pass what a verify cost curve says a pass of its width
-costs (in one-token passes). The result is the speedup the controller would get on that
-curve, with no timing noise: a controller change shows its effect to the step, on a CPU's
-steep curve and on a GPU's flat one alike. Replayed output must equal the recording, which
-checks the replay itself.
-
-With a draft model (a bundle's, or --draft), `record` also saves its greedy token and the
-probability it gave it at every output position, given the recorded output before it
-(teacher-forced), and the pair's cost curve and draft price. Greedy verification keeps a
-draft token only when every one before it matched the output, so these decide every draft
-the model would make; `replay` then drafts with the real ModelDrafter over them, its passes
-charged at the draft price, and `calibration` tables its acceptance by probability and
-position. Both models' passes advance a virtual clock that the engine reads as its timer.
-
-What it leaves out: the loop's own time (`edgespec bench` measures it) and, after a draft
-model's wrong token, the probabilities of the tokens it drafts on from there (never kept;
-only where a draft ends depends on them). A real machine's noise is modelled only as bursts
-of slow passes (--noise), met alike by plain decoding, `auto` and the oracle.
+decides the fate of every draft. `record` saves those runs (prompt and output token ids; with
+a draft model, its teacher-forced greedy token and probability at every output position, and
+the pair's cost curve and draft price). `replay` runs the real SpeculativeDecoder, drafters
+and policy over runtimes that answer with the recording, every pass of either model charged
+on a virtual clock (the engine's and the drafter's clock) what a cost curve says a pass of its
+width costs, in one-token target passes: the speedup a controller gets on that curve (a CPU's,
+a GPU kit run's), with no timing noise. Replayed output must equal the recording. Left out:
+the loop's own time (`edgespec bench` measures it) and a machine's noise. The knobs of
+finished experiments (--believed, --cold, --noise, --confidence, --untold, `calibration`)
+are at commit f7269df.
 
     python bench/replay.py record --target demo-target.gguf --suites edit=256,open,chat,code \
         --limit 40 --out rec.json
-    python bench/replay.py record --target ~/.cache/edgespec/demo-onnx --suites open --out r.json
     python bench/replay.py replay --record rec.json [--curve llama-cpu] \
-        [--curve my-gpu=1,1.01,1.03,...] [--believed llama-cpu] [--k-max 32] [--json out.json]
-    python bench/replay.py replay --record r.json --curve recorded \
-        --policies auto,oracle,model=1 [--confidence 0.7] [--no-draft]
-    python bench/replay.py calibration --record r.json
+        [--curve my-gpu=1,1.01,1.03,...] [--k-max 32] [--json out.json]
+    python bench/replay.py replay --record r.json --kit RUN.json --policies auto,oracle,model=1
 """
 
 from __future__ import annotations
@@ -38,17 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import zlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
-import edgespec.drafters.model as model_module
-import edgespec.engine as engine_module
 from edgespec.app.bench_runs import machine_info, token_budget
 from edgespec.app.suites import load_suite
 from edgespec.backends import RuntimeOptions
@@ -58,7 +39,7 @@ from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Learned,
 from edgespec.drafters.base import Drafter
 from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter
-from edgespec.engine import SpeculativeDecoder
+from edgespec.engine import SpeculativeDecoder, Stats
 from edgespec.hugepages import reexec_with_tunable
 from edgespec.loader import DRAFT_CONFIDENCE, SpecOptions, make_policy
 from edgespec.pair import open_pair
@@ -90,15 +71,9 @@ def record(
         for prompt in load_suite(suite, limit):
             tokens = chat_tokens(pair.target, prompt.messages)
             result = decoder.generate(tokens, max_tokens=token_budget(prompt, max_tokens))
-            ended = [eog[0]] if result.finish_reason == "stop" else []
-            case = {
-                "suite": suite,
-                "id": prompt.id,
-                "category": prompt.category,
-                "prompt": tokens,
-                "output": result.tokens + ended,  # the stop token too, where one came
-                "eog": eog[0],
-            }
+            ended = [eog[0]] if result.finish_reason == "stop" else []  # output ends with it
+            case = {"suite": suite, "id": prompt.id, "category": prompt.category,
+                    "prompt": tokens, "output": result.tokens + ended, "eog": eog[0]}  # fmt: skip
             if pair.draft is not None:
                 case["draft"], case["draft_p"] = teacher_forced(pair.draft, tokens, case["output"])
             cases.append(case)
@@ -201,22 +176,14 @@ class ReplayTarget(Runtime):
 
 class Clock:
     """Virtual seconds, in one-token target passes: each pass of either model advances it by
-    what the curve says a pass of its width costs (the draft model's scaled by its price),
-    times the host's noise. The engine and the model drafter read it as their perf_counter,
-    so the policy learns the costs the curve sets, the draft model's included."""
+    what the curve says a pass of its width costs (the draft model's scaled by its price).
+    The engine and the model drafter take its perf_counter as their clock, so the policy
+    learns the costs the curve sets, the draft model's included."""
 
-    def __init__(
-        self,
-        ratios: Sequence[float],
-        noise: Bursts,
-        cold: float = 1.0,
-        one_graph: tuple[float, float] | None = None,
-    ) -> None:
-        self.ratios, self.noise = ratios, noise
+    def __init__(self, ratios: Sequence[float], one_graph: tuple[float, float] | None = None):
+        self.ratios = ratios
         self.now = 0.0
         self.running = False  # off while the request's prompt is prefilled
-        # the factor each model's first charged pass takes, by model (a cold start)
-        self.cold = {"target": cold, "draft": cold}
         # each model's one CUDA graph, where its runtime keeps one (target, draft extras)
         self.graphs = {m: OneGraph(x) for m, x in zip(("target", "draft"), one_graph or ())}
 
@@ -230,8 +197,7 @@ class Clock:
         surcharge = graph.surcharge((width, rows)) if graph else 0.0  # the prompt's pass too
         if not self.running:
             return 0.0
-        seconds = (scale * price(self.ratios, width) + surcharge) * self.noise.factor()
-        seconds *= self.cold.pop(model, 1.0)
+        seconds = scale * price(self.ratios, width) + surcharge
         self.now += seconds
         return seconds
 
@@ -257,18 +223,6 @@ class OneGraph:
             self.captured = True
             return self.extra
         return 0.0
-
-
-@contextmanager
-def virtual_time(clock: Clock) -> Iterator[None]:
-    """The engine and the model drafter time themselves by `clock` meanwhile."""
-    shim = SimpleNamespace(perf_counter=clock.perf_counter)
-    saved = engine_module.time, model_module.time
-    engine_module.time = model_module.time = shim  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        engine_module.time, model_module.time = saved
 
 
 class ReplayDraft(ReplayTarget):
@@ -354,33 +308,6 @@ class OraclePolicy:
         pass
 
 
-class Bursts:
-    """Host noise: each pass starts, with probability `rate`, a burst of 5-29 passes that
-    take `slow` times as long (another job running for a while). Seeded per prompt, so plain
-    decoding, `auto` and the oracle meet the same bursts pass for pass; rate 0 is a quiet
-    machine."""
-
-    def __init__(self, rate: float, slow: float, seed: int) -> None:
-        self.rate, self.slow = rate, slow
-        self.rng = np.random.default_rng(seed)
-        self.left = 0
-
-    def factor(self) -> float:
-        if not self.rate:
-            return 1.0
-        if self.left == 0 and self.rng.random() < self.rate:
-            self.left = int(self.rng.integers(5, 30))
-        slow, self.left = (self.slow if self.left else 1.0), max(self.left - 1, 0)
-        return slow
-
-    def charge(
-        self, ratios: Sequence[float], widths: Sequence[int], surcharges: Sequence[float] = ()
-    ) -> float:
-        """Passes of these widths, the first ones with these surcharges (OneGraph)."""
-        extra = [*surcharges, *[0.0] * len(widths)]
-        return sum((price(ratios, n) + x) * self.factor() for n, x in zip(widths, extra))
-
-
 class Timed:
     """The policy under test (or the oracle), with the clock started once the prompt is in:
     the request's first to_sync is its prefill's (the draft model's prompt, beside the
@@ -402,15 +329,7 @@ class Timed:
         self.clock.running, self.syncs = self.syncs > 0, self.syncs + 1
         return self.policy.to_sync(context)
 
-    def observe(
-        self,
-        drafter: Drafter | None,
-        k: int,
-        n_accepted: int,
-        t_draft: float,
-        t_verify: float,
-        unsure_end: bool = False,
-    ) -> None:
+    def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False) -> None:
         # the verify pass's charge itself: the clock's difference is off in its last bits,
         # and the controller's ties then break differently from run to run of a change
         self.policy.observe(drafter, k, n_accepted, t_draft, self.target.last_pass, unsure_end)
@@ -421,30 +340,20 @@ def replay_case(
     ratios: Sequence[float],
     spec: SpecOptions,
     policy_name: str = "auto",
-    noise: tuple[float, float] = (0.0, 1.0),
-    believed: Sequence[float] | None = None,
     draft_ratio: float | None = None,
     confidence: float = 0.0,
     learned: dict[str, Learned] | None = None,
-    cold: float = 1.0,
     one_graph: tuple[float, float] | None = None,
-    told: bool = True,
 ) -> dict:
-    """One recorded case under the controller (or the oracle) on a curve: its cost against
-    plain decoding's, both under the same noise bursts (rate, slow). `believed`: the curve
-    the controller starts from where it differs from the one passes are charged by (a
-    calibration's error). draft_ratio: the draft model's token in target tokens, to draft
-    with the recorded draft model too (None: prompt lookup alone). learned: what the
-    controller learned of each drafter (by name) in the cases before, which this case starts
-    from and leaves what it learned in, as the loop does from one request to the next
-    (replay_suite); None: from the drafters' own priors and the calibration's price. cold:
-    each model's first pass after the prompt costs this many times its price (a process's
-    first request: weights paged in, a GPU's first launch). one_graph: the target's and the
-    draft's OneGraph extra, where their runtime keeps one CUDA graph (plain decoding pays it
-    too); told: whether the runtimes say so (keeps_one_graph), so that the controller
-    prices a change of width and the draft model forwards one token a pass, as edgespec
-    does since it was told (False: as before). The row's "draft_price" is the draft model's
-    learned price."""
+    """One recorded case under the controller (or the oracle, or a fixed drafter and k) on a
+    curve: its cost against plain decoding's. draft_ratio: the draft model's token in target
+    tokens, to draft with the recorded draft model too (None: prompt lookup alone).
+    learned: what the controller learned of each drafter (by name) in the cases before, which
+    this case starts from and leaves what it learned in, as the loop does from one request to
+    the next (replay_suite); None: from the drafters' own priors and the calibration's price.
+    one_graph: the target's and the draft's OneGraph extra, where their runtime keeps one
+    CUDA graph (plain decoding pays it too; the runtimes say so, keeps_one_graph). The row's
+    "draft_price" is the draft model's learned price."""
     uses_model = draft_ratio is not None and "draft" in case
     target = ReplayTarget(
         case["prompt"],
@@ -453,62 +362,88 @@ def replay_case(
         case["draft"] if uses_model else (),
         case.get("draft_p", ()) if uses_model else (),
     )
-    seed = zlib.crc32(case["id"].encode())
-    clock = Clock(ratios, Bursts(*noise, seed), cold, one_graph)
+    clock = Clock(ratios, one_graph)
     target.clock = clock
-    target.keeps_one_graph = one_graph is not None and told
-    drafters: list[Drafter] = []
-    if uses_model:
-        assert draft_ratio is not None
-        runtime = ReplayDraft(target, clock, draft_ratio)
-        runtime.keeps_one_graph = target.keeps_one_graph  # ModelDrafter: a token a pass
-        drafters.append(ModelDrafter(runtime, token_s=draft_ratio, confidence=confidence))
-    drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
-    policy: Policy
-    if policy_name == "oracle":
-        policy = OraclePolicy(target, ratios, spec.k_max)
-    elif policy_name == "auto":
-        # a calibration on a one-graph runtime measures the switch as well (calibrate.py)
-        switch_s = one_graph[0] if one_graph and told else 0.0
-        curve = CostCurve(list(believed or ratios), draft_s=draft_ratio or 0.0, switch_s=switch_s)
-        policy = make_policy(spec, drafters, curve)
-        if learned is not None:
-            assert isinstance(policy, AdaptivePolicy)
-            policy.learned = {id(d): learned[d.name] for d in drafters if d.name in learned}
-    else:  # DRAFTER=K: that drafter, k tokens every step
-        name, k = parse_fixed(policy_name)
-        policy = FixedPolicy(name, k)
-    decoder = SpeculativeDecoder(target, drafters, Timed(policy, clock, target))  # type: ignore[arg-type]
-    with virtual_time(clock):
-        result = decoder.generate(target.prompt, max_tokens=len(target.output), sp=SamplingParams())
+    target.keeps_one_graph = one_graph is not None
+    drafters = replay_drafters(target, spec, draft_ratio if uses_model else None, confidence)
+    policy = replay_policy(policy_name, target, drafters, ratios, spec, draft_ratio, one_graph)
+    if learned is not None and isinstance(policy, AdaptivePolicy):
+        policy.learned = {id(d): learned[d.name] for d in drafters if d.name in learned}
+    timed = Timed(policy, clock, target)
+    decoder = SpeculativeDecoder(target, drafters, timed, clock=clock.perf_counter)  # type: ignore[arg-type]
+    result = decoder.generate(target.prompt, max_tokens=len(target.output), sp=SamplingParams())
     if learned is not None and isinstance(policy, AdaptivePolicy):
         names = {id(d): d.name for d in drafters}
         learned.update({names[i]: lesson for i, lesson in policy.lessons().items()})
     emitted = result.tokens + ([0] if result.finish_reason == "stop" else [])
     if emitted != target.output:
         raise AssertionError(f"{case['id']}: the replay departed from the recording")
-    cost = clock.now
-    # one one-token pass per token, the stop token's included, the first as cold as auto's;
-    # with one graph, the first two after the prompt's pass run uncaptured and capture
-    surcharges = [one_graph[0]] * 2 if one_graph else []
-    plain = Bursts(*noise, seed).charge(ratios, [1] * len(target.output), surcharges)
-    plain += (cold - 1.0) * price(ratios, 1)
-    stats = result.stats
+    plain = plain_cost(ratios, len(target.output), one_graph)
+    return row(case, target, ratios, result.stats, (plain, clock.now), policy)
+
+
+def plain_cost(ratios: Sequence[float], n_tokens: int, one_graph: tuple | None) -> float:
+    """Plain decoding's: a one-token pass per token, the stop token's included; with one
+    graph, the first two after the prompt's pass run uncaptured and capture."""
+    surcharges = [*([one_graph[0]] * 2 if one_graph else []), *[0.0] * n_tokens]
+    return sum(price(ratios, 1) + x for x in surcharges[:n_tokens])
+
+
+def replay_drafters(
+    target: ReplayTarget, spec: SpecOptions, draft_ratio: float | None, confidence: float
+) -> list[Drafter]:
+    """The recorded draft model (where draft_ratio prices it) and prompt lookup."""
+    drafters: list[Drafter] = []
+    if draft_ratio is not None:
+        assert target.clock is not None
+        runtime = ReplayDraft(target, target.clock, draft_ratio)
+        runtime.keeps_one_graph = target.keeps_one_graph  # ModelDrafter: a token a pass
+        clock = target.clock.perf_counter
+        model = ModelDrafter(runtime, token_s=draft_ratio, confidence=confidence, clock=clock)
+        drafters.append(model)
+    drafters.append(NgramDrafter(max_ngram=spec.max_ngram))
+    return drafters
+
+
+def replay_policy(
+    name: str,
+    target: ReplayTarget,
+    drafters: list[Drafter],
+    ratios: Sequence[float],
+    spec: SpecOptions,
+    draft_ratio: float | None,
+    one_graph: tuple[float, float] | None,
+) -> Policy:
+    """auto (edgespec's controller, from the curve), oracle, or DRAFTER=K every step."""
+    if name == "oracle":
+        return OraclePolicy(target, ratios, spec.k_max)
+    if name == "auto":
+        # a calibration on a one-graph runtime measures the switch as well (calibrate.py)
+        switch_s = one_graph[0] if one_graph else 0.0
+        curve = CostCurve(list(ratios), draft_s=draft_ratio or 0.0, switch_s=switch_s)
+        return make_policy(spec, drafters, curve)
+    return FixedPolicy(*parse_fixed(name))
+
+
+def row(
+    case: dict,
+    target: ReplayTarget,
+    ratios: Sequence[float],
+    stats: Stats,
+    costs: tuple[float, float],
+    policy: Policy,
+) -> dict:
+    """A replayed case's figures; costs: plain decoding's and the replay's."""
+    plain, cost = costs
+    wasted = sum(price(ratios, n) - 1 for n in target.passes if n > 1)
     return {
-        "suite": case["suite"],
-        "id": case["id"],
-        "category": case["category"],
-        "tokens": len(target.output),
-        "plain_cost": round(plain, 4),
-        "cost": round(cost, 4),
-        "speedup": round(plain / cost, 4),
-        "n_drafts": stats.n_drafts,
-        "n_draft_tokens": stats.n_draft_tokens,
-        "n_accepted": stats.n_accepted,
-        "wasted_passes": round(sum(price(ratios, n) - 1 for n in target.passes if n > 1), 2),
-        "model_steps": stats.steps_by_drafter.get("model", 0),
+        "suite": case["suite"], "id": case["id"], "category": case["category"],
+        "tokens": len(target.output), "plain_cost": round(plain, 4), "cost": round(cost, 4),
+        "speedup": round(plain / cost, 4), "n_drafts": stats.n_drafts,
+        "n_draft_tokens": stats.n_draft_tokens, "n_accepted": stats.n_accepted,
+        "wasted_passes": round(wasted, 2), "model_steps": stats.steps_by_drafter.get("model", 0),
         "draft_price": learned_draft_price(policy),
-    }
+    }  # fmt: skip
 
 
 def learned_draft_price(policy: Policy) -> float | None:
@@ -518,25 +453,18 @@ def learned_draft_price(policy: Policy) -> float | None:
     return next((e.token_s for e in policy.estimates if e.learns_cost), None)
 
 
-def replay_suite(
-    cases: Sequence[dict], ratios: Sequence[float], *args, cold: float = 1.0, **kwargs
-) -> list[dict]:
+def replay_suite(cases: Sequence[dict], ratios: Sequence[float], *args, **kwargs) -> list[dict]:
     """replay_case over cases in turn, what the controller learned of each drafter (price,
     acceptance) carried from one case to the next within a suite, as the loop carries it
     from one request to the next (AdaptivePolicy.begin) and as `edgespec bench` runs a
     suite: starting every case at the calibration's price let the draft model into requests
-    the real loop kept it out of (docs/benchmarks.md, fifth session of 2026-11-25). Each
-    suite starts as a fresh process would: its first case with `cold` first passes."""
+    the real loop kept it out of (docs/benchmarks.md, fifth session of 2026-11-25)."""
     rows: list[dict] = []
     learned: dict[str, Learned] = {}
     for case in cases:
-        first = not rows or rows[-1]["suite"] != case["suite"]
-        if first:
+        if not rows or rows[-1]["suite"] != case["suite"]:
             learned = {}
-        row = replay_case(
-            case, ratios, *args, **kwargs, learned=learned, cold=cold if first else 1.0
-        )
-        rows.append(row)
+        rows.append(replay_case(case, ratios, *args, **kwargs, learned=learned))
     return rows
 
 
@@ -599,44 +527,6 @@ def cut_draft(recording: dict, keep: int) -> None:
                 draft[i] = token + 1
 
 
-def draft_calibration(recording: dict, depth: int = 8) -> dict:
-    """Per suite, from a recording with a draft model: how often its token is the target's,
-    by the probability it gave the token (tenths), and at draft position 1..depth given
-    every token before it was (a draft started at every output position)."""
-    out: dict[str, dict] = {}
-    for case in recording["cases"]:
-        empty = {"by_p": [[0, 0] for _ in range(10)], "by_pos": [[0, 0] for _ in range(depth)]}
-        suite = out.setdefault(case["suite"], empty)
-        right = [d == t for d, t in zip(case["draft"], case["output"])]
-        for ok, p in zip(right, case["draft_p"]):
-            bucket = suite["by_p"][min(int(p * 10), 9)]
-            bucket[0], bucket[1] = bucket[0] + ok, bucket[1] + 1
-        for start in range(len(right)):
-            for i, ok in enumerate(right[start : start + depth]):
-                at = suite["by_pos"][i]
-                at[0], at[1] = at[0] + ok, at[1] + 1
-                if not ok:
-                    break
-    return out
-
-
-def print_calibration(calibration: dict) -> None:
-    print("\ndraft model's token kept, by the probability it gave it (share of tokens)")
-    print("| suite | " + " | ".join(f"{p / 10:.1f}-" for p in range(10)) + " |")
-    print("|---" * 11 + "|")
-    for suite, c in calibration.items():
-        total = sum(n for _, n in c["by_p"]) or 1
-        cells = [f"{k / n:.2f} ({n / total:.0%})" if n else "-" for k, n in c["by_p"]]
-        print(f"| {suite} | " + " | ".join(cells) + " |")
-    print("\ndraft model's token kept at draft position i, every token before it kept")
-    depth = len(next(iter(calibration.values()))["by_pos"]) if calibration else 0
-    print("| suite | " + " | ".join(str(i + 1) for i in range(depth)) + " |")
-    print("|---" * (depth + 1) + "|")
-    for suite, c in calibration.items():
-        cells = [f"{k / n:.3f}" if n else "-" for k, n in c["by_pos"]]
-        print(f"| {suite} | " + " | ".join(cells) + " |")
-
-
 def load_curves(
     names: Sequence[str], recorded: list[float] | None = None
 ) -> dict[str, list[float]]:
@@ -688,11 +578,9 @@ def kit_run(path: str) -> KitRun:
     )
 
 
-def confidence_for(policy: str, given: float | None) -> float:
-    """The draft model's confidence under `policy`: given, else edgespec's own (the
-    controller's; a fixed k is drafted whole)."""
-    if given is not None:
-        return given
+def confidence_for(policy: str) -> float:
+    """The draft model's confidence under `policy`, as edgespec sets it: the controller's
+    own for auto; a fixed k is drafted whole, and the oracle knows what is kept."""
     return DRAFT_CONFIDENCE if policy == "auto" else 0.0
 
 
@@ -702,17 +590,6 @@ def parse_fixed(text: str) -> tuple[str, int]:
     if name not in ("model", "ngram") or not k.isdigit() or int(k) < 1:
         raise SystemExit(f"--policies {text}: give auto, oracle, model=K or ngram=K (K >= 1)")
     return name, int(k)
-
-
-def parse_noise(text: str) -> tuple[float, float]:
-    """ "0.03,2" -> (0.03, 2.0): the chance a pass starts a burst, and how slow a burst is."""
-    try:
-        rate, slow = (float(x) for x in text.split(","))
-    except ValueError:
-        rate = slow = -1.0
-    if not (0.0 <= rate <= 1.0 and slow > 0.0):
-        raise SystemExit(f"--noise {text}: give RATE,SLOW with 0 <= RATE <= 1 and SLOW > 0")
-    return rate, slow
 
 
 def parse_pair(text: str) -> tuple[float, float]:
@@ -734,32 +611,29 @@ def parse_suites(text: str) -> dict[str, int]:
     return suites
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="plain greedy decoding of suites, token ids saved")
     rec.add_argument("--target", required=True)
-    rec.add_argument(
-        "--draft", help="a draft model to record predictions of (default: a bundle's own)"
-    )
+    rec.add_argument("--draft", help="a draft model to record predictions of (default: a bundle's)")
     rec.add_argument("--suites", default="edit=256,open,chat,code")
     rec.add_argument("--threads", type=int)
     rec.add_argument("--limit", type=int, help="the first N prompts of each suite")
     rec.add_argument("--out", required=True)
-    cal = sub.add_parser(
-        "calibration", help="a recorded draft model's acceptance by its probability and position"
-    )
-    cal.add_argument("--record", required=True)
-    cal.add_argument("--json")
     rep = sub.add_parser("replay", help="the controller over a recording, on cost curves")
     rep.add_argument("--record", required=True)
     rep.add_argument(
+        "--kit",
+        help="a GPU kit run's JSON (bench/gpu/measure.py --json): its curve (replayed passes), "
+        "draft price and, where its target keeps one graph, --one-graph, unless given",
+    )
+    rep.add_argument(
         "--curve",
         action="append",
-        help="a name in replay_curves.json, or NAME=1,R2,R3,... (t(n)/t(1)); repeat for more "
-        "(default: " + ", ".join(DEFAULT_CURVES) + ")",
+        help="a name in replay_curves.json, recorded (the recording's own), or NAME=1,R2,... "
+        "(t(n)/t(1)); repeat for more (default: recorded, " + ", ".join(DEFAULT_CURVES) + ")",
     )
-    rep.add_argument("--k-max", type=int, default=16)
     rep.add_argument(
         "--policies",
         default="auto,oracle",
@@ -767,139 +641,79 @@ def main() -> None:
         "knows is kept), model=K or ngram=K (that drafter, K tokens every step)",
     )
     rep.add_argument(
-        "--noise",
-        default="0,1",
-        help="RATE,SLOW: each pass starts a burst of 5-29 passes at SLOW x with probability "
-        "RATE (default 0,1: a quiet machine)",
+        "--one-graph",
+        help="TARGET,DRAFT: each model's runtime keeps one CUDA graph (llama.cpp on CUDA): a "
+        "pass whose shape changed, and the next like it, cost this many one-token target "
+        "passes more than a replay (the H200: 1.09,0.95)",
     )
-    rep.add_argument(
-        "--believed",
-        help="the curve the controller starts from (a name or NAME=1,R2,...), while passes "
-        "are charged by --curve: what a calibration's error costs (default: the charged one)",
-    )
+    rep.add_argument("--k-max", type=int, default=16)
     rep.add_argument(
         "--draft-ratio",
         type=float,
-        help="what a draft-model token costs in one-token target passes (default: the "
+        help="a draft-model token in one-token target passes (default: the kit's, else the "
         "recording's calibration, where it recorded a draft model)",
-    )
-    rep.add_argument(
-        "--confidence",
-        type=float,
-        help="the draft model ends a draft at its first token it gives less than this "
-        "probability (default: as edgespec does, DRAFT_CONFIDENCE for auto, 0 for "
-        "a fixed k and the oracle)",
     )
     rep.add_argument(
         "--draft-vocab",
         type=int,
         help="the draft model's output layer keeps the token ids below N (and the stop token), "
-        "as `edgespec export --draft-vocab N` makes it; pair with --draft-ratio",
-    )
-    rep.add_argument(
-        "--cold",
-        type=float,
-        default=1.0,
-        help="each model's first pass of a suite costs this many times its price: a fresh "
-        "process's first request (weights paged in, a GPU's first launch; default 1)",
-    )
-    rep.add_argument(
-        "--one-graph",
-        help="TARGET,DRAFT: each model's runtime keeps one CUDA graph (llama.cpp on CUDA): a "
-        "pass whose shape changed, and the next like it, cost this many one-token target "
-        "passes more than a replay (the H200: 1.09,0.93)",
-    )
-    rep.add_argument(
-        "--untold",
-        action="store_true",
-        help="with --one-graph: the runtimes do not say they keep one graph (edgespec before "
-        "it priced that: no switch cost in the curve, a draft model's 2-token passes)",
-    )
-    rep.add_argument(
-        "--no-draft", action="store_true", help="prompt lookup alone, draft model recorded or not"
-    )
-    rep.add_argument(
-        "--kit",
-        help="a GPU kit run's JSON (bench/gpu/measure.py --json): its curve (replayed passes), "
-        "draft price and, where its target keeps one graph, --one-graph, unless given",
+        "as `edgespec export --draft-vocab N` makes it (the demo bundle's: 98304)",
     )
     rep.add_argument("--json")
-    args = ap.parse_args()
-    if args.command == "record":
-        data = record(args.target, parse_suites(args.suites), args.threads, args.limit, args.draft)
-        Path(args.out).write_text(json.dumps(data))
-        return
+    return ap
+
+
+def replay(args: argparse.Namespace) -> dict:
+    """Every policy on every curve asked for, over the recording: the report."""
     recording = json.loads(Path(args.record).read_text())
-    if args.command == "calibration":
-        if not all("draft" in case for case in recording["cases"]):
-            raise SystemExit(f"{args.record} holds no draft model's predictions")
-        calibration = draft_calibration(recording)
-        print_calibration(calibration)
-        if args.json:
-            Path(args.json).write_text(json.dumps(calibration, indent=1))
-        return
-    spec = SpecOptions("ngram", None, args.k_max)
-    noise = parse_noise(args.noise)
-    recorded = recording.get("curve")
-    believed = [*load_curves([args.believed], recorded).values()][0] if args.believed else None
     kit = kit_run(args.kit) if args.kit else None
     one_graph = parse_pair(args.one_graph) if args.one_graph else (kit.one_graph if kit else None)
-    draft_ratio = None
-    if not args.no_draft:
-        drafts = all("draft" in case for case in recording["cases"])
-        from_kit = kit.draft_ratio if kit and drafts else None  # a kit's draft, where recorded
-        draft_ratio = args.draft_ratio or from_kit or recording.get("draft_ratio")
-    if draft_ratio is not None and not all("draft" in case for case in recording["cases"]):
-        raise SystemExit(
-            f"{args.record} holds no draft model's predictions: record with a bundle or "
-            "--draft, or replay with --no-draft"
-        )
+    draft_ratio = draft_price(args, recording, kit)
     if args.draft_vocab is not None and draft_ratio is not None:
         cut_draft(recording, args.draft_vocab)
-    report = {
-        "record": args.record,
-        "draft_vocab": args.draft_vocab,
-        "k_max": args.k_max,
-        "noise": noise,
-        "believed": believed,
-        "draft_ratio": draft_ratio,
-        "confidence": args.confidence,
-        "cold": args.cold,
-        "one_graph": one_graph,
-        "kit": args.kit,
-        "untold": args.untold,
-        "curves": {},
-    }
     policies = args.policies.split(",")
     for policy in policies:
         if policy not in ("auto", "oracle") and parse_fixed(policy)[0] == "model":
             if draft_ratio is None:
                 raise SystemExit(f"--policies {policy}: replay with a draft model's recording")
+    recorded = recording.get("curve")
     default = (["recorded"] if recorded else []) + list(DEFAULT_CURVES)
     curves = load_curves(args.curve or ([] if kit else default), recorded)
     if kit:
         curves[kit.name] = kit.ratios
+    spec = SpecOptions("ngram", None, args.k_max)
+    report: dict = {"record": args.record, "kit": args.kit, "k_max": args.k_max,
+                    "draft_vocab": args.draft_vocab, "draft_ratio": draft_ratio,
+                    "one_graph": one_graph, "curves": {}}  # fmt: skip
     for name, ratios in curves.items():
         for policy in policies:
-            rows = replay_suite(
-                recording["cases"],
-                ratios,
-                spec,
-                policy,
-                noise,
-                believed,
-                draft_ratio,
-                confidence_for(policy, args.confidence),
-                cold=args.cold,
-                one_graph=one_graph,
-                told=not args.untold,
-            )
+            rows = replay_suite(recording["cases"], ratios, spec, policy, draft_ratio,
+                                confidence_for(policy), one_graph=one_graph)  # fmt: skip
             summary = summarise(rows)
             print_table(f"{name}, {policy}", summary)
-            report["curves"].setdefault(name, {"ratios": ratios})[policy] = {
-                "summary": summary,
-                "rows": rows,
-            }
+            entry = report["curves"].setdefault(name, {"ratios": ratios})
+            entry[policy] = {"summary": summary, "rows": rows}
+    return report
+
+
+def draft_price(args: argparse.Namespace, recording: dict, kit: KitRun | None) -> float | None:
+    """What a draft-model token costs (None: the recording has no draft model's predictions,
+    so prompt lookup drafts alone)."""
+    if not all("draft" in case for case in recording["cases"]):
+        if args.draft_ratio is not None:
+            raise SystemExit(f"{args.record} holds no draft model's predictions: record with a "
+                             "bundle or --draft")  # fmt: skip
+        return None
+    return args.draft_ratio or (kit and kit.draft_ratio) or recording.get("draft_ratio")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.command == "record":
+        data = record(args.target, parse_suites(args.suites), args.threads, args.limit, args.draft)
+        Path(args.out).write_text(json.dumps(data))
+        return
+    report = replay(args)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
 

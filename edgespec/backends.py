@@ -71,7 +71,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
     path = Path(path)
     if is_model_folder(path):
         from edgespec.runtimes.model_folder import read_model_json
-        from edgespec.runtimes.onnxrt import OnnxRuntime
+        from edgespec.runtimes.onnxrt import OnnxOptions, OnnxRuntime
 
         if opts.n_gpu_layers is not None:
             raise ModelFileError(
@@ -99,10 +99,10 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
             n_ctx=opts.n_ctx,
             n_threads=opts.n_threads,
             providers=gpu,
-            **(EXACT_ONNX if opts.exact else {}),
+            options=OnnxOptions(**(EXACT_ONNX if opts.exact else {})),
         )
     if path.suffix == ".gguf" or starts_with(path, b"GGUF"):
-        from edgespec.runtimes.llamacpp import LlamaCppRuntime
+        from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
 
         return LlamaCppRuntime(
             path,
@@ -110,7 +110,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
             n_threads=opts.n_threads,
             n_gpu_layers=opts.gpu_layers(),
             load_aware_threads=opts.load_aware_threads,
-            **(EXACT_LLAMA if opts.exact else {}),
+            options=LlamaOptions(**(EXACT_LLAMA if opts.exact else {})),
         )
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}; check the path")

@@ -189,12 +189,16 @@ class SpeculativeDecoder:
         policy: Policy | None = None,
         *,
         reuse_cache: bool = False,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """reuse_cache: keep the target's KV cache across requests and prefill only what
         follows the common prefix with the last request (prompt-cache reuse). It trusts that
-        nothing but this decoder drives the target between requests."""
+        nothing but this decoder drives the target between requests.
+        clock: seconds, read around each part of a step (the stats and what the policy
+        learns); a replay passes its virtual clock."""
         self.target = target
         self.reuse_cache = reuse_cache
+        self.clock = clock
         self.context: list[int] = []  # the last request's tokens; see reusable()
         self.drafters = {d.name: d for d in drafters}  # names label stats: one drafter each
         if len(self.drafters) < len(drafters):
@@ -231,9 +235,9 @@ class SpeculativeDecoder:
         sp = request_params(sp)  # a seed always: the randomness is keyed to it and to positions
         rng = stream_rng(sp.seed, 0)  # the rejection sampler's own stream
         text = TextStream(stop)
-        t_start = time.perf_counter()
+        t_start = self.clock()
         stats.n_cached = self.begin(tokens, sp, speculative)
-        stats.t_prefill = time.perf_counter() - t_start
+        stats.t_prefill = self.clock() - t_start
         finish: str | None = None
         while finish is None:
             room = min(max_tokens - stats.n_generated, self.target.n_ctx - self.target.n_past)
@@ -247,7 +251,7 @@ class SpeculativeDecoder:
             n_drafted = stats.n_draft_tokens - n_drafted
             if finish is not None:
                 tail = text.finish()
-                stats.t_total = time.perf_counter() - t_start
+                stats.t_total = self.clock() - t_start
                 yield out.event(tail, finish, stats, n_drafted)
             elif out.tokens:
                 yield out.event("", None, None, n_drafted)
@@ -296,18 +300,18 @@ class SpeculativeDecoder:
     ) -> Verdict:
         """One draft-verify step; room bounds 1 + k by max_tokens and the context."""
         n0 = self.target.n_past
-        t_sync = time.perf_counter()
+        t_sync = self.clock()
         if speculative:  # catching up is drafting time, but no drafter's per-token price
             self.sync_drafters(tokens)
-        t_plan = time.perf_counter()
+        t_plan = self.clock()
         drafter, k = self.policy.plan(tokens, sp) if speculative else (None, 0)
         k = min(k, room - 1)
         # planning is the loop's own time, paid by every step, plain ones too: charged to the
         # drafter chosen, its 0.17 ms (median here) would price a draft model on a GPU (a token
         # in 1-2 ms) about 10-20% dearer than it is
-        t0 = time.perf_counter()
+        t0 = self.clock()
         draft = drafter.propose(tokens, k, sp) if drafter and k > 0 else Draft.empty()
-        t1 = time.perf_counter()
+        t1 = self.clock()
         rows = [tokens[-1], *draft.tokens.tolist()]
         # greedy reads each row's argmax, sampling its likeliest columns: reduced on the
         # device where the runtime can
@@ -315,7 +319,7 @@ class SpeculativeDecoder:
             scored: TopRows | Callable[[int], TokenDist] = forward_top(self.target, rows)
         else:
             scored = forward_dists(self.target, rows, sp)
-        t2 = time.perf_counter()
+        t2 = self.clock()
         verdict = judge(draft, scored, sp, rng, len(tokens))
         self.target.rollback(n0 + 1 + verdict.n_accepted)
         k = len(draft.tokens)

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ _backend_ready = False
 # GOMP_SPINCOUNT iterations (300000 by default) before sleeping. Beside other work a spinning
 # thread holds a core its descheduled partner could move to. A number here is given to
 # libgomp as GOMP_SPINCOUNT when the user set neither it nor OMP_WAIT_POLICY; None keeps
-# libgomp's default. bench/load.py measures the choice (quiet and loaded) before it changes.
+# libgomp's default. bench/load.py at commit f7269df measured the choice, quiet and loaded.
 GOMP_SPINCOUNT_DEFAULT: int | None = None
 
 
@@ -102,6 +103,25 @@ def check_gguf_file(path: Path) -> None:
         )
 
 
+@dataclass(frozen=True)
+class LlamaOptions:
+    """How LlamaCppRuntime runs its passes: the kernels (docs/exactness.md; --exact sets
+    edgespec.backends.EXACT_LLAMA) and the batch.
+
+    repack lets llama.cpp repack weights for its CPU GEMM kernels (its "extra buffer types");
+    flash_attn None is llama.cpp's choice; a pass that returns all its rows is padded with
+    dummy rows (dropped after it) to at least min_width tokens; tiled False turns off ggml's
+    tiled K-quant matmul (taken from 8 rows up) through GGML_CPU_TILED_MM, which ggml reads
+    once per process: it must be set before the process's first pass (None: as it is).
+    n_batch: the most tokens one pass takes (longer prompts are decoded in chunks)."""
+
+    repack: bool = True
+    flash_attn: bool | None = None
+    min_width: int = 1
+    tiled: bool | None = None
+    n_batch: int = 512
+
+
 class LlamaCppRuntime(Runtime):
     """The Runtime protocol over a GGUF file."""
 
@@ -112,27 +132,16 @@ class LlamaCppRuntime(Runtime):
         n_ctx: int = 4096,
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
-        n_batch: int = 512,
         vocab_only: bool = False,
-        repack: bool = True,
-        flash_attn: bool | None = None,
-        pad_to: int = 1,
-        min_width: int = 1,
-        tiled: bool | None = None,
         load_aware_threads: bool = True,
+        options: LlamaOptions = LlamaOptions(),
     ) -> None:
         """vocab_only=True reads the tokenizer and metadata only (no weights, no context):
         enough for vocab_info, tokenize, metadata; forward is then unavailable.
-        The rest choose kernels (docs/exactness.md): repack lets llama.cpp repack weights for
-        its CPU GEMM kernels (its "extra buffer types"); flash_attn None is llama.cpp's
-        choice; a pass that returns all its rows is padded with dummy rows (dropped after
-        it) to a multiple of pad_to tokens and to at least min_width; tiled False turns off
-        ggml's tiled K-quant matmul (taken from 8 rows up) through GGML_CPU_TILED_MM, which
-        ggml reads once per process: it must be set before the process's first pass.
         load_aware_threads: each pass runs with a thread fewer per core that other processes
         keep busy (runtimes/threads.py); False keeps n_threads whatever else runs."""
-        if tiled is not None:
-            os.environ["GGML_CPU_TILED_MM"] = "1" if tiled else "0"
+        if options.tiled is not None:
+            os.environ["GGML_CPU_TILED_MM"] = "1" if options.tiled else "0"
         self.path = Path(path)
         check_gguf_file(self.path)
         init_backend()
@@ -141,8 +150,8 @@ class LlamaCppRuntime(Runtime):
         if not vocab_only:  # a vocab-only load reads no hyperparameters
             check_gguf_metadata(self.path, n_ctx, on_cpu=n_gpu_layers == 0)
         self.ctx = None
-        self.repack, self.flash_attn = repack, flash_attn
-        self.pad_to, self.min_width = max(1, pad_to), max(1, min_width)
+        self.repack, self.flash_attn = options.repack, options.flash_attn
+        self.min_width = max(1, options.min_width)
         self.model = self.load_model(n_gpu_layers, vocab_only)
         self.keeps_one_graph = n_gpu_layers != 0 and one_graph_build(
             self.llama.llama_print_system_info(), os.environ
@@ -151,7 +160,7 @@ class LlamaCppRuntime(Runtime):
         self.n_vocab = int(self.llama.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = n_train = self.context_length(vocab_only)
         self.n_ctx = min(n_ctx, n_train) if n_train > 0 else n_ctx
-        self.n_batch = min(n_batch, self.n_ctx)
+        self.n_batch = min(options.n_batch, self.n_ctx)
         self.n_threads = n_threads or default_threads()
         self.thread_policy = LoadAwareThreads(self.n_threads) if load_aware_threads else None
         self.threads_used: collections.Counter[int] = collections.Counter()  # passes per count
@@ -207,7 +216,7 @@ class LlamaCppRuntime(Runtime):
 
     def new_context(self):
         params = self.llama.llama_context_default_params()
-        params.n_ctx = self.n_ctx + max(self.pad_to, self.min_width) - 1  # room for padding
+        params.n_ctx = self.n_ctx + self.min_width - 1  # room for padding
         params.n_batch = self.n_batch
         params.n_ubatch = self.n_batch
         params.n_seq_max = 1
@@ -252,7 +261,7 @@ class LlamaCppRuntime(Runtime):
     def run(self, tokens: Sequence[int], rows: int) -> np.ndarray:
         """Decode tokens at n_past; logits of the last `rows` of them: [rows, V]."""
         n = len(tokens)
-        pad = max(self.min_width, n + -n % self.pad_to) - n if rows == n else 0
+        pad = max(self.min_width - n, 0) if rows == n else 0
         if pad and n + pad <= self.n_batch:
             # the same kernels for every width: dummy rows after the real ones (causal
             # attention keeps them out of the real rows), then dropped from the cache

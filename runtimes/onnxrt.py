@@ -48,7 +48,7 @@ NO_GRAPH = -1  # "gpu_graph_id" of an uncaptured run (captured_graph_id gives th
 MAX_GRAPH_WIDTH = MAX_VERIFY_WIDTH
 # last-row steps captured up to this width: a draft model's re-forward of its last proposal
 # and the bonus token. Uncaptured, that pass took 3.5 ms on an H200 against a captured
-# one-token pass's 1.7 (docs/benchmarks.md, 2026-11-26); wider last-row steps are prefill
+# one-token pass's 1.7 (f7269df:docs/benchmarks.md, 2026-11-26); wider last-row steps are prefill
 # and catch-up chunks, whose widths seldom repeat
 LAST_ROW_GRAPH_WIDTH = 2
 CACHED_WIDTHS = 16  # steps up to this width keep their bindings between calls
@@ -106,6 +106,31 @@ class Step:
     graph_id: int
 
 
+@dataclass(frozen=True)
+class OnnxOptions:
+    """How OnnxRuntime runs its steps, beside where (providers) and how big (n_ctx).
+
+    cuda_graph: on the CUDA EP, capture the steps that repeat as CUDA graphs (the GPU kit
+    measures them off).
+    min_width: pad narrower steps (one-token decode steps) to this many tokens, so that
+    they take the same kernels as verify passes (MLAS has a one-row path); the cache
+    keeps room for the padding rows.
+    row_multiple: pad every step to a multiple of this many tokens (MLAS's AVX-512 int8
+    kernels take rows in pairs and the odd one out by another path). With min_width, what
+    --exact sets (runtimes/__init__.py's EXACT_ONNX).
+    sampling_head: reduce a sampled step's logits to each row's likeliest columns where
+    they are (runtimes/sampling_head.py). Off by default: on an H200 the head made a
+    sampled 5-row pass 8-9 ms dearer than copying its logits to the host (20.9 against
+    12.5 ms; f7269df:docs/benchmarks.md, 2026-11-26).
+    n_batch: the most tokens one pass takes (longer prompts are forwarded in chunks)."""
+
+    cuda_graph: bool = True
+    min_width: int = 1
+    row_multiple: int = 1
+    sampling_head: bool = False
+    n_batch: int = 512
+
+
 class OnnxRuntime(ExportedModelFolder):
     """The Runtime protocol over an exported model folder (model.json, model.onnx, tokenizer):
     the model through ONNX Runtime, the tokenizer as ExportedModelFolder's."""
@@ -119,37 +144,10 @@ class OnnxRuntime(ExportedModelFolder):
         n_ctx: int = 2048,
         n_threads: int | None = None,
         providers: Sequence[str | tuple[str, dict]] | None = None,
-        n_batch: int = 512,
-        cuda_graph: bool = True,
-        max_graph_width: int = MAX_GRAPH_WIDTH,
-        pad_to_width: int | None = None,
-        min_width: int = 1,
-        row_multiple: int = 1,
-        pool: ThreadPool | None = None,
-        sampling_head: bool = False,
-        fpa_intb_gemm: bool = False,
+        options: OnnxOptions = OnnxOptions(),
     ) -> None:
-        """pool: where the session's threads run and how they wait (ThreadPool; None: a pool
-        of the session's own whose workers spin SPIN_US, or the shared pool where that cannot
-        be had). bench/load.py compares these beside competing work.
-        max_graph_width: the widest step captured as a CUDA graph.
-        pad_to_width: pad steps of 2..pad_to_width tokens to that width and pass the whole
-        cache as total_sequence_length (one graph for every verify width, at the cost of the
-        padded rows); off by default. Both shapes run on the CPU EP too, where tests check
-        them against plain passes.
-        min_width: pad narrower steps (one-token decode steps) to this many tokens, so that
-        they take the same kernels as verify passes (MLAS has a one-row path); the cache
-        keeps room for the padding rows.
-        row_multiple: pad every step to a multiple of this many tokens (MLAS's AVX-512 int8
-        kernels take rows in pairs and the odd one out by another path).
-        sampling_head: reduce a sampled step's logits to each row's likeliest columns where
-        they are (runtimes/sampling_head.py). Off by default: on an H200 the head made a
-        sampled 5-row pass 8-9 ms dearer than copying its logits to the host (20.9 against
-        12.5 ms; docs/benchmarks.md, 2026-11-26).
-        fpa_intb_gemm: on CUDA, MatMulNBits by ONNX Runtime's CUTLASS fpA_intB kernels, their
-        tactics profiled at load for the widths the loop captures. Off by default until the
-        GPU kit measures it (docs/gpu.md: an INT4 target's 2-token pass cost 5.2 one-token
-        ones on an H200); onnxruntime-gpu 1.31.1 takes it in blocks of 32 only."""
+        """Its session's threads run in a pool of its own whose idle workers spin SPIN_US,
+        or in the process's shared pool where that cannot be had (default_pool)."""
         import onnxruntime as ort
 
         self.ort = ort
@@ -158,28 +156,25 @@ class OnnxRuntime(ExportedModelFolder):
         # the token id of each logits column, where the output layer keeps some (a draft)
         self.logit_ids = read_logit_ranges(self.path / MODEL_JSON, self.info)
         self.n_logits = self.n_vocab if self.logit_ids is None else len(self.logit_ids)
-        self.min_width = max(1, min_width)
-        self.row_multiple = max(1, row_multiple)
+        self.min_width = max(1, options.min_width)
+        self.row_multiple = max(1, options.row_multiple)
         room = max(self.min_width, self.row_multiple) - 1  # rows past n_ctx only padding fills
         self.n_ctx = self.context_size(n_ctx + room) - room
         if self.n_ctx < 1:
-            raise EdgespecError(f"min_width {min_width} or row_multiple leaves no context")
+            raise EdgespecError(f"min_width {options.min_width} or row_multiple leaves no context")
         self.cache_len = self.n_ctx + room
-        self.n_batch = max(1, min(n_batch, self.n_ctx))
+        self.n_batch = max(1, min(options.n_batch, self.n_ctx))
         self.n_past = 0
-        self.max_graph_width = max_graph_width
+        self.max_graph_width = MAX_GRAPH_WIDTH  # the widest step captured as a CUDA graph
         wants_cuda = any(provider_name(p) == "CUDAExecutionProvider" for p in providers or ())
         if wants_cuda:
             preload_cuda_libraries(ort)
-        self.session_entries = (
-            fpa_intb_entries(max_graph_width) if wants_cuda and fpa_intb_gemm else {}
-        )
-        self.cuda_graph = cuda_graph and wants_cuda and self.fp16_compute_for_cuda()
+        self.cuda_graph = options.cuda_graph and wants_cuda and self.fp16_compute_for_cuda()
         self.providers = [
             with_cuda_graph(p) if self.cuda_graph else p
             for p in providers or ["CPUExecutionProvider"]
         ]
-        self.pool = pool or default_pool()
+        self.pool = default_pool()
         self.session = self.open_session(n_threads)
         self.on_cuda = "CUDAExecutionProvider" in self.session.get_providers()
         if wants_cuda and not self.on_cuda:
@@ -189,12 +184,11 @@ class OnnxRuntime(ExportedModelFolder):
                 "onnxruntime, and see `edgespec doctor`", self.path,
             )  # fmt: skip
             self.cuda_graph = False
-        self.pad_to_width = pad_to_width or 0
         self.kv_dtype = kv_dtype(self.session)
         outputs = {o.name for o in self.session.get_outputs()}
         self.top_outputs = TOP_OUTPUTS.keys() <= outputs  # edgespec.runtime.forward_top reads them
         self.sampling_head = None  # forward_dists runs it (dists_on_device)
-        if sampling_head and self.binds_steps:
+        if options.sampling_head and self.binds_steps:
             head_providers = [without_cuda_graph(p) for p in self.providers]
             self.sampling_head = SamplingHead(ort, self.n_logits, head_providers)
         self.passes = 0  # graph runs so far: what a step's rows are read against
@@ -226,8 +220,6 @@ class OnnxRuntime(ExportedModelFolder):
         # fold DequantizeLinear of constant weights (fp8) into float32 at load, as Cast (fp16)
         # is folded: ORT's CPU has no fp8 matmul, and unfolded they cost 15x per pass
         opts.add_session_config_entry("session.disable_quant_qdq", "1")
-        for key, value in self.session_entries.items():
-            opts.add_session_config_entry(key, value)
         try:
             return ort.InferenceSession(str(self.model_file), opts, providers=self.providers)
         except Exception as e:  # noqa: BLE001 - ORT raises several pybind types for bad files
@@ -329,7 +321,7 @@ class OnnxRuntime(ExportedModelFolder):
         step.ids[0, :n] = tokens
         step.ids[0, n:] = 0
         step.seqlens_k[0] = self.n_past + width - 1
-        whole_cache = self.pad_to_width or step.graph_id != NO_GRAPH
+        whole_cache = step.graph_id != NO_GRAPH
         step.total[...] = self.cache_len if whole_cache else self.n_past + width
         self.launch(step)
         self.n_past += n
@@ -354,9 +346,6 @@ class OnnxRuntime(ExportedModelFolder):
         return len(todo)
 
     def padded_width(self, n: int) -> int:
-        w = self.pad_to_width
-        if 1 < n < w and self.n_past + w <= self.cache_len:
-            return w
         n = max(n, self.min_width)
         return n + -n % self.row_multiple
 
@@ -448,7 +437,7 @@ class OnnxRuntime(ExportedModelFolder):
 # runs or the other model passes. ONNX Runtime's own count spins ~30 ms after each run: a
 # target's and a draft's pools then took each other's cores (13-18 ms a step against 8 ms on
 # one shared pool, which edgespec used until then), and beside other work a spinning worker
-# is timesliced like a busy loop where a sleeping one is woken first. docs/benchmarks.md,
+# is timesliced like a busy loop where a sleeping one is woken first. f7269df:docs/benchmarks.md,
 # "Second session of 2026-11-25".
 SPIN_US = 50
 SPIN_US_SINCE = (1, 26)  # session.intra_op.spin_duration_us appeared in ONNX Runtime 1.26
@@ -460,12 +449,11 @@ class ThreadPool:
 
     shared: the process's one pool, which ONNX Runtime makes once with the first session's
     thread count and which spins by its own count; otherwise a pool of the session's own,
-    spinning at most spin_us microseconds (0: never; None: ONNX Runtime's count).
-    stop_after_run: spinning stops when a run ends (session.force_spinning_stop)."""
+    spinning at most spin_us microseconds (0: never; None: ONNX Runtime's count). Its
+    alternatives, measured beside competing work, are in bench/load.py at commit f7269df."""
 
     shared: bool = False
     spin_us: int | None = SPIN_US
-    stop_after_run: bool = False
 
     def __post_init__(self) -> None:
         if self.shared and self.spin_us is not None:
@@ -513,11 +501,6 @@ def configure_threads(opts, pool: ThreadPool, n_threads: int) -> None:
     if pool.shared and use_shared_thread_pool(n_threads):
         opts.use_per_session_threads = False
     else:
-        if _shared_pool_threads:
-            raise ValueError(
-                f"{pool} needs a thread pool of this session's own, but this process already "
-                "runs ONNX Runtime's shared pool; open it in a fresh process"
-            )
         opts.intra_op_num_threads = n_threads
         opts.inter_op_num_threads = 1
         spin = "0" if pool.spin_us == 0 else "1"
@@ -525,8 +508,6 @@ def configure_threads(opts, pool: ThreadPool, n_threads: int) -> None:
         opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
         if pool.spin_us:
             opts.add_session_config_entry("session.intra_op.spin_duration_us", str(pool.spin_us))
-    if pool.stop_after_run:
-        opts.add_session_config_entry("session.force_spinning_stop", "1")
 
 
 _shared_pool_threads: int | None = None  # the process-wide pool's size, once made
@@ -571,17 +552,6 @@ def preload_cuda_libraries(ort) -> None:
         preload()
     except Exception as e:  # noqa: BLE001 - best effort: the session reports what is missing
         log.info("could not preload CUDA libraries from nvidia packages: %s", e)
-
-
-def fpa_intb_entries(max_graph_width: int) -> dict[str, str]:
-    """The CUDA EP's session entries for MatMulNBits by CUTLASS fpA_intB: on, its tactics
-    profiled at load for every width a step is captured at (others are profiled on first
-    use, which a pass being captured as a CUDA graph cannot do)."""
-    widths = range(1, max(max_graph_width, LAST_ROW_GRAPH_WIDTH) + 1)
-    return {
-        "ep.cuda.fpa_intb_gemm": "1",
-        "ep.cuda.fpa_intb_profile_m": ",".join(map(str, widths)),
-    }
 
 
 def captured_graph_id(width: int, rows: int, max_graph_width: int) -> int:

@@ -29,7 +29,8 @@ class StandardOnnxRuntime(OnnxRuntime):
     binds_steps = False  # run() binds each pass afresh: no sampling head (OnnxRuntime)
 
     def __init__(self, model_dir: str | os.PathLike[str], **kwargs: Any) -> None:
-        super().__init__(model_dir, cuda_graph=False, **kwargs)
+        """OnnxRuntime's keywords (OnnxOptions' cuda_graph and sampling_head do nothing here)."""
+        super().__init__(model_dir, **kwargs)
         self.spare: dict[str, Any] = self.allocate_cache()  # the set the next step writes
 
     def fp16_compute_for_cuda(self) -> bool:

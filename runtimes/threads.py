@@ -3,9 +3,9 @@ to use for the next pass, given the work other processes keep on this process's 
 
 Why the last: llama.cpp's threads meet at a barrier after every op, so beside one busy process
 on 2 cores, 2 threads keep only 18-31% of their quiet speed (one is descheduled, the other
-waits for it), while 1 thread keeps 40-61% (f7269df:docs/benchmarks.md, bench/load.py). So a pass
-runs with a thread fewer for each core other work holds, and with every thread again once the
-cores are free. Under --exact a token's logits do not depend on the count; with the default
+waits for it), while 1 thread keeps 40-61% (f7269df:docs/benchmarks.md and bench/load.py). So
+a pass runs with a thread fewer for each core other work holds, and with every thread again
+once the cores are free. Under --exact a token's logits do not depend on the count; with the default
 kernels they can from 512 cached tokens on, a near-tie effect like a change of pass width
 (docs/exactness.md).
 """

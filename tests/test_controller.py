@@ -276,7 +276,7 @@ def test_a_copy_is_drafted_a_few_tokens_after_it_starts_where_a_fresh_match_lose
     prompt lookup waits for its previews to be judged. Judged after two right tokens, the copy
     is drafted after 7 plain tokens; judged by all 16 previewed tokens (before), after 17, and
     half of ten calibrations of one CPU (2-token ratio 1.61-1.86) lost 6-17% on edit and code
-    (bench/replay.py --believed, docs/benchmarks.md)."""
+    (bench/replay.py --believed at commit f7269df, docs/benchmarks.md)."""
     ngram = NgramDrafter()
     policy = AdaptivePolicy(CostCurve([1.0, 1.75, 2.47, 3.2, 4.2, 5.0, 5.8, 6.6, 7.4]), k_max=8)
     policy.begin([ngram])
@@ -429,7 +429,7 @@ def test_one_slow_draft_pass_does_not_price_the_draft_model_out_of_later_request
     """A cold first pass (weights paged in, a GPU's first launch of a shape) took 50x the
     draft model's price. Followed unclipped, the price rose to 2.7 target tokens, the draft
     model lost at every later request's start, was never prefilled, never drafted, and its
-    price was never observed again (bench/replay.py --cold)."""
+    price was never observed again (bench/replay.py --cold at commit f7269df)."""
     policy = AdaptivePolicy(ONNX_CPU, k_max=8)
     m = model(0.45, behind=40)
     policy.begin([m])

@@ -271,17 +271,3 @@ def test_draft_vocab_0_and_a_small_vocabulary_keep_the_whole_layer(hf_pair, tmp_
                                           format="onnx", draft_vocab=value))  # fmt: skip
         assert read_bundle(out).policy["draft_vocab"] is None
         assert json.loads((out / "draft.int4" / "model.json").read_text())["logit_ranges"] is None
-
-
-def test_the_draft_vocab_bench_exports_times_and_covers_each_cut(hf_pair, tmp_path):
-    """bench/draft_vocab.py's parts on the tiny draft: one export per keep (0: the whole
-    layer), every one timed, and coverage counting ids below keep and the stop token."""
-    from tests.bench_scripts import load_bench_script
-
-    bench = load_bench_script("draft_vocab.py", "bench_draft_vocab")
-    paths = bench.export_cuts(hf_pair[1], [0, 200], tmp_path)
-    timing = bench.time_passes(paths, threads=1, rounds=2)
-    assert [timing[k]["columns"] for k in (0, 200)] == [384, 200]
-    assert all(timing[k]["ms"] > 0 for k in (0, 200))
-    record = {"cases": [{"suite": "s", "eog": 300, "output": [5, 250, 199, 300]}]}
-    assert bench.coverage(record, [0, 200]) == {"s": {0: 1.0, 200: 0.75}}

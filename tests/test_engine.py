@@ -7,7 +7,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgespec import engine as engine_module
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
@@ -424,13 +423,11 @@ def test_a_model_drafter_reports_the_distribution_it_sampled_from():
     assert np.all(np.abs(counts / n - q0) <= 5 * se + 1e-12), (counts / n, q0)
 
 
-def test_a_drafters_observed_time_is_its_proposal_alone_not_the_plan(monkeypatch):
+def test_a_drafters_observed_time_is_its_proposal_alone_not_the_plan():
     """Planning is the loop's time, paid by plain steps too: the policy learns a drafter's
     price from its proposal alone (one second a token here, the plan five), and the step's
     stats count the plan as neither drafting nor verifying."""
     clock = types.SimpleNamespace(now=0.0)
-    fake_time = types.SimpleNamespace(perf_counter=lambda: clock.now)
-    monkeypatch.setattr(engine_module, "time", fake_time)
 
     class SlowPlan(FixedPolicy):
         observed: list[tuple[int, float]] = []
@@ -448,7 +445,8 @@ def test_a_drafters_observed_time_is_its_proposal_alone_not_the_plan(monkeypatch
             return super().propose(context, k, sp)
 
     rt = FakeRuntime()
-    decoder = SpeculativeDecoder(rt, [OneSecondATokenDrafter(rt, None)], SlowPlan("scripted", 3))
+    drafters = [OneSecondATokenDrafter(rt, None)]
+    decoder = SpeculativeDecoder(rt, drafters, SlowPlan("scripted", 3), clock=lambda: clock.now)
     result = decoder.generate(PROMPT, max_tokens=9)
     assert result.stats.n_steps == 2  # the second step emits the stop token
     assert SlowPlan.observed == [(3, 3.0), (3, 3.0)]

@@ -239,11 +239,11 @@ def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_p
     runs the runtime's default, without the head, and the runtime is left so."""
     pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime")
     from edgespec.export.onnx_export import export_onnx
-    from edgespec.runtimes.onnxrt import OnnxRuntime
+    from edgespec.runtimes.onnxrt import OnnxOptions, OnnxRuntime
     from tests.tiny_hf import make_tiny_hf
 
     folder = export_onnx(make_tiny_hf(tmp_path / "hf", seed=3), tmp_path / "onnx")
-    with_head = OnnxRuntime(folder, n_ctx=512, sampling_head=True)
+    with_head = OnnxRuntime(folder, n_ctx=512, options=OnnxOptions(sampling_head=True))
     head = with_head.sampling_head
     bench = measure.Bench(with_head, None, measure.SMOKE, 0.0)
     assert with_head.sampling_head is None and bench.head is head
@@ -315,14 +315,12 @@ def test_the_llama_load_check_loads_a_model_every_way_on_a_build_that_does(tiny_
 
 
 STAND_IN_PYTHON = """#!/usr/bin/env bash
-echo "${CUDA_LAUNCH_BLOCKING:+CUDA_LAUNCH_BLOCKING=$CUDA_LAUNCH_BLOCKING }\
-${ORT_FPA_INTB_GEMM:+ORT_FPA_INTB_GEMM=$ORT_FPA_INTB_GEMM }$*" >> "$CALLS"
+echo "${CUDA_LAUNCH_BLOCKING:+CUDA_LAUNCH_BLOCKING=$CUDA_LAUNCH_BLOCKING }$*" >> "$CALLS"
 case "$*" in
   *llama_load_check.py*) exit "$LOAD_CHECK_EXIT" ;;
   *llama_supports_gpu_offload*) exit "${PREBUILT_EXIT:-0}" ;;
-  *--fpa-pays*) echo "$FPA_BLOCK" ;;
-  *--int8-pays*) echo "${INT8_PAYS:-}" ;;
   *--report*) echo table ;;
+  *verify_ops.py*) echo '{}' > "${@: -1}"; echo "operator table" ;;
   *--json*) echo '{}' > "${@: -1}" ;;
 esac
 """
@@ -350,31 +348,20 @@ def run_kit_steps(tmp_path: Path, steps: str, marks: tuple[str, ...], **env: str
     return done, calls.read_text().splitlines() if calls.exists() else []
 
 
-@pytest.mark.parametrize(
-    "load_check_exit, fpa_block, int8",
-    [(0, None, False), (3, None, False), (0, 32, False), (0, 128, False), (0, None, True)],
-)
+@pytest.mark.parametrize("load_check_exit", [0, 3])
 def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_check_says(
-    tmp_path, load_check_exit, fpa_block, int8
+    tmp_path, load_check_exit
 ):
     """run.sh's GPU steps (sourced, with a stand-in Python and the exports marked done):
     llama.cpp (graphs on, full; off, quick), the fp16 ONNX target, then the INT4 one, quick;
-    where MatMulNBits alone found fpA_intB pays, first the INT4 pair with fpA_intB in that
-    block size's export; where it found INT8 weights pay, the pair with the INT8 target;
     where the load check exits 3, measure.py runs with llama_cpp imported first."""
     kit, out = tmp_path / "kit", tmp_path / "out"
-    marks = ("background", "bundle-demo-gguf", "bundle-demo-onnx", "bundle-demo-onnx-fp16",
-             "bundle-demo-onnx-b32", "bundle-demo-onnx-int8")  # fmt: skip
+    marks = ("background", "bundle-demo-gguf", "bundle-demo-onnx", "bundle-demo-onnx-fp16")
     (kit / "work" / "bundles" / "demo-gguf").mkdir(parents=True)
     (kit / "work" / "bundles" / "demo-gguf" / "draft.q8_0.gguf").touch()
-    rows_measured = bool(fpa_block or int8)
-    if rows_measured:
-        out.mkdir()
-        (out / "matmul-nbits.json").write_text("{}")
-    done, launched = run_kit_steps(
-        tmp_path, "measure_all", marks, LOAD_CHECK_EXIT=str(load_check_exit),
-        FPA_BLOCK=str(fpa_block or ""), INT8_PAYS="int8" if int8 else "",
-    )  # fmt: skip
+    _, launched = run_kit_steps(
+        tmp_path, "measure_all", marks, LOAD_CHECK_EXIT=str(load_check_exit)
+    )
     llama_first = (
         "-c import llama_cpp, runpy, sys; sys.argv = sys.argv[1:]; "
         "runpy.run_path(sys.argv[0], run_name='__main__') "
@@ -383,34 +370,10 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
     )
     bundles = kit / "work" / "bundles"
     measure = "bench/gpu/measure.py --device cuda --backend"
-    asks = [
-        f"bench/gpu/matmul_nbits.py --{q}-pays {out}/matmul-nbits.json" for q in ("fpa", "int8")
-    ]
-    fpa, int8_steps, extra_reports = asks[:1] if rows_measured else [], [], []
-    if fpa_block:
-        fpa_bundle = bundles / ("demo-onnx-b32" if fpa_block == 32 else "demo-onnx")
-        extra_reports.append(f"{out}/demo-fpa-intb-b{fpa_block}-onnx-graphs-on.json")
-        fpa.append(
-            f"{measure} onnx --graphs on --grid quick --bundle {fpa_bundle} --fpa-intb "
-            f"--label demo-fpa-intb-b{fpa_block} --json {extra_reports[-1]}"
-        )
-    else:
-        assert "fpA_intB: no gain in MatMulNBits alone, so not measured end to end" in done.stderr
-    if rows_measured:
-        int8_steps.append(asks[1])
-    if int8:
-        extra_reports.append(f"{out}/demo-int8-onnx-graphs-on.json")
-        int8_steps.append(
-            f"{measure} onnx --graphs on --grid quick --bundle {bundles}/demo-onnx-int8 "
-            f"--label demo-int8 --json {extra_reports[-1]}"
-        )
-    elif rows_measured:
-        assert "INT8: no gain in MatMulNBits alone, so not measured end to end" in done.stderr
     reports = sorted(
-        [f"{out}/demo-{name}-graphs-{graphs}.json"
-         for name, graphs in (("fp16-onnx", "on"), ("llama", "off"), ("llama", "on"),
-                              ("onnx", "on"))]
-        + extra_reports
+        f"{out}/demo-{name}-graphs-{graphs}.json"
+        for name, graphs in (("fp16-onnx", "on"), ("llama", "off"), ("llama", "on"),
+                             ("onnx", "on"))
     )  # fmt: skip
     assert launched == [
         f"bench/gpu/llama_load_check.py {bundles}/demo-gguf/draft.q8_0.gguf "
@@ -421,39 +384,41 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
         f"--label demo --json {out}/demo-llama-graphs-off.json",
         f"{measure} onnx --graphs on --grid full --bundle {bundles}/demo-onnx-fp16 "
         f"--label demo-fp16 --json {out}/demo-fp16-onnx-graphs-on.json",
-        *fpa,
-        *int8_steps,
         f"{measure} onnx --graphs on --grid quick --bundle {bundles}/demo-onnx "
         f"--label demo --json {out}/demo-onnx-graphs-on.json",
         "bench/gpu/measure.py --report " + " ".join(reports),
-        *([f"bench/gpu/matmul_nbits.py --report {out}/matmul-nbits.json"] if rows_measured else []),
     ]
-
-
-@pytest.mark.parametrize("build_done", [False, True])
-def test_the_kit_times_matmul_rows_once_and_says_when_a_build_ran_beside(tmp_path, build_done):
-    kit, out = tmp_path / "kit", tmp_path / "out"
-    marks = ("background",) if build_done else ()
-    _, launched = run_kit_steps(tmp_path, "matmul_rows; matmul_rows", marks)
-    beside = "" if build_done else " --beside-build"
-    assert launched == [
-        f"bench/gpu/matmul_nbits.py --shape qwen2.5-1.5b --work {kit}/work{beside} "
-        f"--json {out}/matmul-nbits.json"
-    ]  # the second call found its JSON
 
 
 @pytest.mark.parametrize("exported", [True, False])
 def test_the_kit_times_the_int4_targets_operators_with_every_launch_waited_for(tmp_path, exported):
     kit, out = tmp_path / "kit", tmp_path / "out"
     marks = ("bundle-demo-onnx",) if exported else ("failed-bundle-demo-onnx",)
-    _, launched = run_kit_steps(tmp_path, "operator_times; operator_times", marks)
+    done, launched = run_kit_steps(tmp_path, "operator_times; operator_times", marks)
     target = kit / "work" / "bundles" / "demo-onnx" / "target.int4"
     assert launched == (
-        [f"CUDA_LAUNCH_BLOCKING=1 bench/verify_ops.py {target} --device cuda --widths 1,2,5,9 "
-         f"--rounds 5 --json {out}/verify-ops-cuda.json"]
+        [f"CUDA_LAUNCH_BLOCKING=1 bench/gpu/verify_ops.py {target} --device cuda "
+         f"--widths 1,2,5,9 --rounds 5 --json {out}/verify-ops-cuda.json"]
         if exported
         else []
     )  # fmt: skip
+    if exported:  # its table goes after the measures'
+        assert (out / "table.txt").read_text() == "operator table\n" == done.stdout
+
+
+def test_operator_times_run_only_when_asked(tmp_path):
+    """run.sh --verify-ops (or VERIFY_OPS=1) runs operator_times after the measures."""
+    script = REPO / "bench" / "gpu" / "run.sh"
+    for args, env, asked in (
+        ("", {}, "0"),
+        ("--verify-ops", {}, "1"),
+        ("", {"VERIFY_OPS": "1"}, "1"),
+    ):
+        done = subprocess.run(
+            ["bash", "-c", f"source {script} --kit {tmp_path}/kit {args}; echo $VERIFY_OPS"],
+            capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **env},
+        )  # fmt: skip
+        assert done.stdout.strip() == asked, done.stderr
 
 
 PREBUILT = "llama_cpp_python-0.3.36-cuda.tar.xz"
@@ -541,7 +506,7 @@ def test_the_background_builds_llama_cpp_only_where_no_prebuilt_fits_the_gpu(
     exports = [c for c in launched if c.startswith("-m edgespec export --format onnx")]
     expected = {("9.0", "whole"): (0, 1), ("9.0", "in part"): (0, 0), ("8.9", "whole"): (1, 0)}
     assert (len(builds), len(installs)) == expected[compute_cap, carried]
-    assert len(exports) == 4  # INT4 in blocks of 128 and of 32, fp16, INT8
+    assert len(exports) == 2  # INT4 and fp16 targets
 
 
 def test_the_main_run_leaves_llama_cpp_to_the_background_where_no_prebuilt_fits(tmp_path):
@@ -702,159 +667,22 @@ def test_prebuild_without_nvcc_says_what_it_needs(tmp_path):
     assert not (tmp_path / "kit").exists()  # nothing fetched or made
 
 
-# --- bench/gpu/matmul_nbits.py: MatMulNBits against a pass's rows ---------------------------
+def test_verify_ops_times_each_width_by_operator(tmp_path):
+    """bench/gpu/verify_ops.py on a tiny INT4 export: every width timed in rounds, its
+    operators attributed to it."""
+    pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime")
+    from edgespec.export.onnx_export import export_onnx
+    from tests.tiny_hf import make_tiny_hf
 
-matmul_rows = load_bench_script("gpu/matmul_nbits.py", "gpu_matmul_nbits")
-
-
-def matmul_shapes(graph) -> dict[tuple, int]:
-    """(op, K, N) of every matmul node, counted, MatMulNBits' with its bits and its packed
-    weight's shape; a dense MatMul's from its weight's shape."""
-    import collections
-
-    dims = {t.name: tuple(t.dims) for t in graph.initializer}
-    shapes: collections.Counter = collections.Counter()
-    for node in graph.node:
-        attrs = {a.name: a.i for a in node.attribute}
-        if node.op_type == "MatMulNBits":
-            key = attrs["K"], attrs["N"], attrs["bits"], dims[node.input[1]]
-            shapes[("MatMulNBits", *key)] += 1
-        elif node.op_type == "MatMul":
-            k, n = dims[node.input[1]]
-            shapes["MatMul", k, n] += 1
-    return dict(shapes)
-
-
-def test_the_matmul_graph_holds_the_exported_targets_matmul_shapes(tmp_path):
-    """Layer for layer, the benchmark's graph multiplies what `edgespec export` makes the
-    target multiply: fused q/k/v, o, gate, up, down, and the output layer, its weights packed
-    as the export packs them in 4 and in 8 bits."""
-    import onnx
-
-    run = partial_run(tmp_path)
-    run("bench/gpu/make_models.py", "--shape", "tiny", "--out", "hf-t", "--seed", "1")
-    run("bench/gpu/make_models.py", "--shape", "tiny-draft", "--out", "hf-d", "--seed", "2")
-    vocab = json.loads((tmp_path / "hf-t/config.json").read_text())["vocab_size"]
-    tiny = matmul_rows.SHAPES["tiny"]
-    shape = matmul_rows.Shape(tiny.hidden, tiny.layers, tiny.heads, tiny.kv_heads,
-                              tiny.intermediate, tied=False, vocab=vocab)  # fmt: skip
-    for quant, bits in (("int4", 4), ("int8", 8)):
-        run("-m", "edgespec", "export", "--format", "onnx", "--target", "hf-t", "--draft", "hf-d",
-            "--out", quant, "--target-quant", quant, "--draft-quant", "fp16")  # fmt: skip
-        model = tmp_path / quant / f"target.{quant}" / "model.onnx"
-        expected = matmul_shapes(onnx.load(str(model), load_external_data=False).graph)
-        graph = matmul_rows.MatmulGraph(shape, 128, np.float32, tmp_path / f"{quant}.data", bits)
-        assert matmul_shapes(graph.build().graph) == expected
-        assert {key[3] for key in expected} == {bits}
-    dense = matmul_rows.MatmulGraph(shape, None, np.float32, tmp_path / "dense.data")
-    assert matmul_shapes(dense.build().graph) == {  # hidden 256, 4 heads of 64, 2 of them k/v
-        ("MatMul", 256, 512): 6, ("MatMul", 256, 256): 2, ("MatMul", 512, 256): 2,
-        ("MatMul", 256, vocab): 1,
-    }  # fmt: skip
-    assert {key[1:3]: c for key, c in expected.items()} == {  # the same shapes, 8 bits
-        (256, 512): 6, (256, 256): 2, (512, 256): 2, (256, vocab): 1,
-    }  # fmt: skip
-
-
-def partial_run(cwd: Path):
-    def run(*args: str) -> None:
-        full = [sys.executable, *(str(REPO / a) if a.startswith("bench/") else a for a in args)]
-        done = subprocess.run(full, cwd=cwd, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-
-    return run
-
-
-def test_matmul_rows_times_every_variant_at_every_row_count_on_the_cpu(tmp_path):
-    out = tmp_path / "rows.json"
-    partial_run(tmp_path)("bench/gpu/matmul_nbits.py", "--smoke", "--json", str(out))
-    report = json.loads(out.read_text())
-    assert (report["device"], report["shape"], report["dtype"]) == ("cpu", "tiny", "float32")
-    assert list(report["variants"]) == ["dense", "int4-b128", "int4-b32", "int8-b128"]
-    for entry in report["variants"].values():
-        assert "error" not in entry, entry
-        assert list(entry["rows"]) == ["1", "2", "5"]
-        assert all(0 < r["min_ms"] <= r["ms"] for r in entry["rows"].values())
-        assert entry["fpa_kernels"] == []  # the CPU has no fpA_intB
-    lines = matmul_rows.table(report).splitlines()
-    assert lines[0] == "MatMulNBits against rows: tiny's matmuls, float32, on cpu " + (
-        f"(onnxruntime {report['onnxruntime']})"
+    bench = load_bench_script("gpu/verify_ops.py", "gpu_verify_ops")
+    model = export_onnx(
+        make_tiny_hf(tmp_path / "hf", arch="qwen2"), tmp_path / "onnx", quant="int4"
     )
-    assert lines[1] == "| variant | 1 row (ms) | t(2)/t(1) | t(5)/t(1) |"
-    assert [line.split(" | ")[0] for line in lines[3:7]] == [
-        "| dense", "| int4-b128", "| int4-b32", "| int8-b128"
-    ]  # fmt: skip
-    assert lines[-2] == "fpA_intB pays: no"  # no fpA_intB variant on the CPU
-    assert lines[-1] in ("INT8 pays: no", "INT8 pays: yes")  # timings: either
-
-
-FPA_DEBUG_LOG = """\
-[fpA_intB_debug] M=1 N=2048 K=1536 nbits=4 block_size=32 device_sm=90 packing_sm=80 has_bias=0 \
-has_zero_points=0 weight_format=runtime-prepacked(SM80 layout) kernel=GEMV(cuda) tactic=a b
-[fpA_intB_debug] M=2 N=2048 K=1536 nbits=4 block_size=32 device_sm=90 packing_sm=80 has_bias=0 \
-has_zero_points=0 weight_format=runtime-prepacked(SM80 layout) kernel=CUTLASS(non-hopper gemm) t=x
-some other line
-[fpA_intB_debug] M=1 N=2048 K=1536 nbits=4 block_size=32 device_sm=90 packing_sm=80 has_bias=0 \
-has_zero_points=0 weight_format=runtime-prepacked(SM80 layout) kernel=GEMV(cuda) tactic=a b
-[fpA_intB_debug] M=1 N=1536 K=8960 nbits=4 block_size=32 device_sm=90 packing_sm=90 has_bias=0 \
-has_zero_points=0 weight_format=raw kernel=CUTLASS(hopper gemm) tactic=c
-"""
-
-
-def test_the_fpa_kernel_of_each_shape_is_read_once_from_onnxruntimes_debug_lines():
-    assert matmul_rows.fpa_kernels(FPA_DEBUG_LOG) == [
-        {"M": 1, "N": 1536, "K": 8960, "kernel": "CUTLASS(hopper gemm)"},
-        {"M": 1, "N": 2048, "K": 1536, "kernel": "GEMV(cuda)"},
-        {"M": 2, "N": 2048, "K": 1536, "kernel": "CUTLASS(non-hopper gemm)"},
-    ]
-
-
-def rows_report(**two_row_ratios: float | str) -> dict:
-    """A matmul_nbits report whose variants cost 1 ms at one row and the given ratio at two
-    (a string: that variant failed)."""
-    variants = {}
-    for name, r in two_row_ratios.items():
-        name = name.replace("_", "-")
-        if isinstance(r, str):
-            variants[name] = {"error": r}
-        else:
-            variants[name] = {"rows": {"1": {"ms": 1.0}, "2": {"ms": r}}}
-    return {"variants": variants}
-
-
-def test_fpa_pays_where_it_takes_a_fifth_off_its_blocks_two_row_cost():
-    pays = matmul_rows.fpa_pays
-    assert pays(rows_report(int4_b32=5.0, int4_b32_fpa=1.1, int4_b128=5.0)) == 32
-    assert pays(rows_report(int4_b32=5.0, int4_b32_fpa=4.0, int4_b128=5.0)) == 32  # 0.8 exactly
-    assert pays(rows_report(int4_b32=5.0, int4_b32_fpa=4.1, int4_b128=5.0)) is None
-    assert pays(rows_report(int4_b32=5.0, int4_b32_fpa="RuntimeError: x",
-                            int4_b128=5.0, int4_b128_fpa=1.2)) == 128  # fmt: skip
-    assert pays(rows_report(int4_b32=1.1, int4_b32_fpa=1.05, int4_b128=1.1)) is None
-    assert pays(rows_report(int4_b128=5.0, int4_b128_fpa="RuntimeError: x")) is None
-    table = matmul_rows.table(
-        {"variants": rows_report(int4_b32=5.0, int4_b32_fpa=1.1)["variants"], "gpu": "H200",
-         "device": "cuda", "shape": "qwen2.5-1.5b", "dtype": "float16", "onnxruntime": "1.31.1"}
-    )  # fmt: skip
-    assert table.splitlines()[-2:] == ["fpA_intB pays: blocks of 32", "INT8 pays: no"]
-
-
-def test_int8_pays_where_it_takes_a_fifth_off_int4s_two_row_cost():
-    pays = matmul_rows.int8_pays
-    assert pays(rows_report(int4_b128=5.0, int8_b128=4.0))  # 0.8 exactly
-    assert not pays(rows_report(int4_b128=5.0, int8_b128=4.1))
-    assert not pays(rows_report(int4_b128=5.0, int8_b32=1.0))  # blocks of 128, as exported
-    assert not pays(rows_report(int4_b128=5.0, int8_b128="RuntimeError: x"))
-    assert not pays(rows_report(int8_b128=1.0))
-
-
-def test_the_table_says_where_fpa_intb_was_asked_for_and_not_taken():
-    report = {"variants": rows_report(int4_b128=5.0, int4_b128_fpa=5.0)["variants"],
-              "gpu": "H200", "device": "cuda", "shape": "qwen2.5-1.5b", "dtype": "float16",
-              "onnxruntime": "1.31.1"}  # fmt: skip
-    report["variants"]["int4-b128-fpa"]["fpa"] = True
-    lines = matmul_rows.table(report).splitlines()
-    assert lines[-3:] == [
-        "int4-b128-fpa: fpA_intB not taken (ONNX Runtime printed no fpA_intB line)",
-        "fpA_intB pays: no",
-        "INT8 pays: no",
-    ]
+    runtime = bench.profiled_runtime(model, 1, str(tmp_path / "prof"))
+    order = bench.run_rounds(runtime, [1, 3], rounds=2)
+    assert order == [1, 3] * 3
+    events = json.loads(open(runtime.session.end_profiling()).read())
+    result = bench.by_width(events, order, skip=2)
+    assert set(result) == {1, 3}
+    assert all(r["ms"] > 0 and r["ops_ms"]["MatMulNBits"] > 0 for r in result.values())
+    assert "| t(n)/t(1) | 1.000 |" in bench.table(result, [1, 3])

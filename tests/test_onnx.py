@@ -39,6 +39,7 @@ pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx]
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
 from edgespec.runtimes.onnxrt import (
     NO_GRAPH,
+    OnnxOptions,
     OnnxRuntime,
     captured_graph_id,
     require_cuda_provider,
@@ -269,17 +270,11 @@ def test_rollback_returns_the_same_logits_as_a_fresh_run(runtime):
         runtime.rollback(runtime.n_past + 1)
 
 
-def test_chunked_prefill_and_padded_steps_equal_one_pass(exported, runtime):
-    """n_batch=3 splits the prompt; padding to the verify width with the whole cache as the
-    total length is the CUDA-graph step shape, run here on the CPU EP."""
+def test_chunked_prefill_equals_one_pass(exported, runtime):
+    """n_batch=3 splits the prompt."""
     whole = fresh_logits(runtime, TOKENS)
-    chunked = OnnxRuntime(exported, n_ctx=64, n_batch=3)
+    chunked = OnnxRuntime(exported, n_ctx=64, options=OnnxOptions(n_batch=3))
     assert np.abs(chunked.forward(TOKENS) - whole).max() < 1e-5
-    padded = OnnxRuntime(exported, n_ctx=64, pad_to_width=5)
-    pieces = [padded.forward(TOKENS[:4]), padded.forward(TOKENS[4:5]), padded.forward(TOKENS[5:])]
-    assert np.abs(np.concatenate(pieces) - whole).max() < 1e-5
-    padded.rollback(2)
-    assert np.abs(padded.forward(TOKENS[2:4], last_only=True) - whole[3:4]).max() < 1e-5
 
 
 def test_the_steps_that_repeat_are_captured_each_as_a_graph_of_its_own():
@@ -397,15 +392,6 @@ def test_greedy_speculative_equals_plain(runtime, draft_runtime, plain, kind):
         assert 0.0 < out.stats.acceptance_rate < 1.0
 
 
-def test_padded_verify_steps_give_the_same_output(exported, draft_runtime, plain):
-    tokens, ref = plain
-    padded = OnnxRuntime(exported, n_ctx=256, pad_to_width=9)
-    out = SpeculativeDecoder(
-        padded, [ModelDrafter(draft_runtime)], FixedPolicy("model", 3)
-    ).generate(tokens, max_tokens=40)
-    assert out.tokens == ref.tokens
-
-
 # --- --exact: batch-invariant kernels -------------------------------------------------------
 
 WIDTHS = (*range(2, 10), 17)
@@ -483,7 +469,7 @@ def test_fixed_threads_are_refused_where_onnx_runtime_fixes_them_anyway(exported
 
 def test_padding_rows_have_room_at_the_end_of_the_context(exported):
     """min_width keeps cache rows past n_ctx for the padding row: the last token fits."""
-    padded = OnnxRuntime(exported, n_ctx=len(TOKENS), min_width=2)
+    padded = OnnxRuntime(exported, n_ctx=len(TOKENS), options=OnnxOptions(min_width=2))
     plain_rt = OnnxRuntime(exported, n_ctx=len(TOKENS))
     assert padded.n_ctx == len(TOKENS)
     padded.forward(TOKENS[:-1])
@@ -498,7 +484,7 @@ def test_exact_pads_every_pass_to_an_even_number_of_rows(exported):
     from edgespec.backends import EXACT_ONNX
 
     n_ctx = len(TOKENS)
-    exact = OnnxRuntime(exported, n_ctx=n_ctx, **EXACT_ONNX)
+    exact = OnnxRuntime(exported, n_ctx=n_ctx, options=OnnxOptions(**EXACT_ONNX))
     assert [exact.padded_width(n) for n in range(1, 10)] == [2, 2, 4, 4, 6, 6, 8, 8, 10]
     plain_rt = OnnxRuntime(exported, n_ctx=n_ctx)
     assert exact.n_ctx == n_ctx
@@ -598,19 +584,14 @@ def cuda_available() -> str | None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("pad_to_width", [None, 5])
-def test_cuda_graph_steps_match_the_cpu(
-    checkpoint, runtime, draft_runtime, plain, tmp_path, pad_to_width
-):
-    """Decode and verify steps replayed as CUDA graphs (one per width, or all verify steps
-    padded to one width) give the CPU's logits and the plain greedy output at every k."""
+def test_cuda_graph_steps_match_the_cpu(checkpoint, runtime, draft_runtime, plain, tmp_path):
+    """Decode and verify steps replayed as CUDA graphs (one per width) give the CPU's logits
+    and the plain greedy output at every k."""
     reason = cuda_available()
     if reason:
         pytest.skip(f"CUDA-graph steps not tested: {reason}")
     onnx_dir = export_onnx(checkpoint, tmp_path / "fp16", quant="fp16", compute="fp16")
-    gpu = OnnxRuntime(
-        onnx_dir, n_ctx=256, providers=["CUDAExecutionProvider"], pad_to_width=pad_to_width
-    )
+    gpu = OnnxRuntime(onnx_dir, n_ctx=256, providers=["CUDAExecutionProvider"])
     assert gpu.on_cuda and gpu.cuda_graph
     assert np.abs(fresh_logits(gpu, TOKENS) - fresh_logits(runtime, TOKENS)).max() < 0.05
     tokens, _ = plain
@@ -640,38 +621,6 @@ def test_a_drafts_reforward_replayed_as_a_cuda_graph_gives_the_cpus_row(
     assert reforward_error(at_load, whole) < 0.05  # replayed at 3, 5, 7 and 3
 
 
-@pytest.mark.parametrize(
-    "providers, wanted",
-    [(["CUDAExecutionProvider"], True), (["CUDAExecutionProvider"], False),
-     (None, True)],
-)  # fmt: skip
-def test_fpa_intb_is_asked_of_cuda_sessions_that_want_it(exported, monkeypatch, providers, wanted):
-    """fpa_intb_gemm: the CUDA EP's CUTLASS MatMulNBits on, its tactics profiled at load for
-    every captured width (1..17, the k_max + 1 verify); never asked of a CPU session."""
-    import onnxruntime as ort
-
-    entries = []
-
-    def session(path, options, providers=None):
-        keys = ("ep.cuda.fpa_intb_gemm", "ep.cuda.fpa_intb_profile_m")
-        entries.append({k: options.get_session_config_entry(k) for k in keys if has(options, k)})
-        return real(path, options, providers=["CPUExecutionProvider"])
-
-    def has(options, key: str) -> bool:
-        try:
-            options.get_session_config_entry(key)
-        except Exception:  # noqa: BLE001 - ONNX Runtime raises for a key never set
-            return False
-        return True
-
-    real = ort.InferenceSession
-    monkeypatch.setattr(ort, "InferenceSession", session)
-    OnnxRuntime(exported, n_ctx=64, providers=providers, fpa_intb_gemm=wanted)
-    widths = ",".join(str(w) for w in range(1, 18))
-    on = {"ep.cuda.fpa_intb_gemm": "1", "ep.cuda.fpa_intb_profile_m": widths}
-    assert entries == [on if providers and wanted else {}]
-
-
 def test_cuda_asked_of_an_onnxruntime_without_it_runs_on_the_cpu_and_says_how_to_get_it(
     exported, caplog
 ):
@@ -695,36 +644,3 @@ def test_cuda_asked_of_an_onnxruntime_without_it_runs_on_the_cpu_and_says_how_to
     assert str(refused.value) == (
         f"{exported}: ONNX Runtime's CUDA execution provider did not load (see the log above)"
     )
-
-
-@pytest.mark.gpu
-def test_fpa_intb_steps_give_the_default_kernels_logits_and_plain_greedy_output(tmp_path):
-    """INT4 in blocks of 32 (what onnxruntime-gpu 1.31.1 takes fpA_intB in), shapes its
-    kernels accept (every matmul's N a multiple of 64 but the output layer's): logits within
-    0.05 of the same session's without fpA_intB, graphs captured at load, and greedy
-    speculative output equal to plain at k = 1 and 4 (the draft: the same weights, noised)."""
-    reason = cuda_available()
-    if reason:
-        pytest.skip(f"fpA_intB not tested: {reason}")
-    hf = make_tiny_hf(tmp_path / "hf", arch="qwen2", n_embd=128, n_ff=256, seed=5)
-    onnx_dir = export_onnx(hf, tmp_path / "int4", quant="int4", compute="fp16", block_size=32)
-    cuda = ["CUDAExecutionProvider"]
-    fpa = OnnxRuntime(onnx_dir, n_ctx=128, providers=cuda, fpa_intb_gemm=True)
-    default = OnnxRuntime(onnx_dir, n_ctx=128, providers=cuda)
-    assert fpa.on_cuda and fpa.cuda_graph
-    assert np.abs(fresh_logits(fpa, TOKENS) - fresh_logits(default, TOKENS)).max() < 0.05
-    fpa.reset()
-    assert fpa.capture_graphs([(w, w) for w in range(1, 6)] + [(2, 1)]) == 6
-    rng = np.random.default_rng(7)
-    noised = with_weights(
-        hf, tmp_path / "draft", lambda _, w: w + 0.3 * w.std() * rng.standard_normal(w.shape)
-    )
-    draft_dir = export_onnx(noised, tmp_path / "draft-onnx", quant="fp16", compute="fp16")
-    draft = OnnxRuntime(draft_dir, n_ctx=128, providers=cuda)
-    tokens = fpa.tokenize(PROMPT, special=True)
-    plain = SpeculativeDecoder(fpa).generate(tokens, max_tokens=32, speculative=False)
-    for k in (1, 4):
-        out = SpeculativeDecoder(fpa, [ModelDrafter(draft)], FixedPolicy("model", k)).generate(
-            tokens, max_tokens=32
-        )
-        assert out.tokens == plain.tokens

@@ -30,7 +30,7 @@ onnx = pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespe
 from edgespec.backends import RuntimeOptions, open_runtime  # noqa: E402
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
 from edgespec.export.onnx_standard import StandardGraphBuilder  # noqa: E402
-from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
+from edgespec.runtimes.onnxrt import OnnxOptions, OnnxRuntime  # noqa: E402
 from edgespec.runtimes.onnxrt_standard import StandardOnnxRuntime  # noqa: E402
 from tests.test_onnx import ort_int4_roundtrip, with_weights  # noqa: E402
 from tests.tiny_hf import make_tiny_hf, noisy_copy  # noqa: E402
@@ -93,12 +93,15 @@ def test_the_graph_holds_standard_operators_and_explicit_qdq(checkpoint, tmp_pat
 
 
 def test_it_takes_no_sampling_head_its_passes_leave_no_bound_step(checkpoint, tmp_path):
-    rt = StandardOnnxRuntime(standard(checkpoint, tmp_path), n_ctx=64, sampling_head=True)
+    head = OnnxOptions(sampling_head=True)
+    rt = StandardOnnxRuntime(standard(checkpoint, tmp_path), n_ctx=64, options=head)
     assert rt.sampling_head is None  # sampled steps reduce its logits on the host
 
 
 def test_rollback_and_chunks_give_the_fresh_pass(checkpoint, tmp_path):
-    rt = StandardOnnxRuntime(standard(checkpoint, tmp_path), n_ctx=64, n_batch=3)
+    rt = StandardOnnxRuntime(
+        standard(checkpoint, tmp_path), n_ctx=64, options=OnnxOptions(n_batch=3)
+    )
     whole = rt.forward(TOKENS)
     rt.reset()
     first = rt.forward(TOKENS[:6])

@@ -248,7 +248,7 @@ def test_through_the_head_the_first_three_tokens_follow_the_target_joint_law(sam
 # --- a real ONNX Runtime pair -----------------------------------------------------------------
 
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
-from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
+from edgespec.runtimes.onnxrt import OnnxOptions, OnnxRuntime  # noqa: E402
 from tests.test_onnx import PROMPT  # noqa: E402
 from tests.test_top_outputs import count_logit_reads  # noqa: E402
 from tests.tiny_hf import make_tiny_hf, noisy_copy  # noqa: E402
@@ -277,8 +277,9 @@ SEEDED = [
 def test_seeded_output_is_the_same_with_the_head_plain_and_speculative(folders, sp):
     outs, reads = {}, {}
     for head in (False, True):
-        target = OnnxRuntime(folders["target"], n_ctx=256, sampling_head=head)
-        draft = OnnxRuntime(folders["draft"], n_ctx=256, sampling_head=head)
+        options = OnnxOptions(sampling_head=head)
+        target = OnnxRuntime(folders["target"], n_ctx=256, options=options)
+        draft = OnnxRuntime(folders["draft"], n_ctx=256, options=options)
         assert (target.sampling_head is not None) == head
         tokens = target.tokenize(PROMPT, special=True)
         for k in (0, 4):
@@ -306,7 +307,7 @@ def test_a_runtime_has_no_head_unless_asked(folders):
 def test_doctor_says_what_a_sampled_step_copies(folders):
     from edgespec.app.doctor import sampled_rows_status
 
-    head = OnnxRuntime(folders["target"], n_ctx=64, sampling_head=True)
+    head = OnnxRuntime(folders["target"], n_ctx=64, options=OnnxOptions(sampling_head=True))
     assert sampled_rows_status(head) == (
         "sampled steps read each row's 128 likeliest logits from a sampling head (every logit "
         "where temperature alone, or a top-p wider than those, needs them)"
@@ -327,7 +328,8 @@ def test_on_cuda_the_head_decides_sampled_rows_as_the_host_does(folders, tmp_pat
         pytest.skip(f"the sampling head on CUDA not tested: {reason}")
     hf = make_tiny_hf(tmp_path / "hf", arch="qwen2", seed=3)
     folder = export_onnx(hf, tmp_path / "fp16", quant="fp16", compute="fp16")
-    gpu = OnnxRuntime(folder, n_ctx=256, providers=["CUDAExecutionProvider"], sampling_head=True)
+    cuda, options = ["CUDAExecutionProvider"], OnnxOptions(sampling_head=True)
+    gpu = OnnxRuntime(folder, n_ctx=256, providers=cuda, options=options)
     assert gpu.on_cuda and gpu.cuda_graph and gpu.sampling_head is not None
     sp = SamplingParams(0.8, top_k=40, top_p=0.9, seed=0)
     for n in (1, 3, 5):

@@ -34,7 +34,7 @@ pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx]
 
 from edgespec.export.onnx_export import MAX_BLOCK, GraphBuilder, export_onnx, top_outputs  # noqa: E402
 from edgespec.export.onnx_standard import StandardGraphBuilder  # noqa: E402
-from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
+from edgespec.runtimes.onnxrt import OnnxOptions, OnnxRuntime  # noqa: E402
 from tests.test_draft_vocab import record_proposals  # noqa: E402
 from tests.test_onnx import PROMPT, TOKENS, cuda_available  # noqa: E402
 from tests.tiny_hf import make_tiny_hf, noisy_copy  # noqa: E402
@@ -132,14 +132,14 @@ def test_a_tie_goes_to_the_first_maximum_as_on_the_host(pair):
 def test_padded_and_chunked_steps_read_their_real_rows(hf, pair, tmp_path):
     folder = Path(pair["target+top"].path)
     want = host_top(pair["target"], TOKENS)
-    for opts in ({"pad_to_width": 8}, {"row_multiple": 2}, {"min_width": 4}):
-        runtime = OnnxRuntime(folder, n_ctx=64, **opts)
+    for opts in (OnnxOptions(row_multiple=2), OnnxOptions(min_width=4)):
+        runtime = OnnxRuntime(folder, n_ctx=64, options=opts)
         assert_same_top(device_top(runtime, TOKENS[:5]), host_top(pair["target"], TOKENS[:5]))
         assert_same_top(device_top(runtime, TOKENS), want)
-    padded = OnnxRuntime(folder, n_ctx=64, pad_to_width=8)  # the real last row of 8
+    padded = OnnxRuntime(folder, n_ctx=64, options=OnnxOptions(min_width=8))  # row 5 of 8
     last = host_top(pair["target"], TOKENS[:5], last_only=True)
     assert_same_top(device_top(padded, TOKENS[:5], last_only=True), last)
-    small_batch = OnnxRuntime(folder, n_ctx=64, n_batch=4)  # a catch-up longer than a batch
+    small_batch = OnnxRuntime(folder, n_ctx=64, options=OnnxOptions(n_batch=4))  # a long catch-up
     last = device_top(small_batch, TOKENS, last_only=True)
     assert_same_top(last, TopRows(want.ids[-1:], want.prob[-1:]))
     assert small_batch.n_past == len(TOKENS)

@@ -48,9 +48,8 @@ from edgespec.sampling import SamplingParams
 
 ACCEPTANCE = (1.0, 0.9, 0.8, 0.6)
 KS = tuple(range(1, 9))
-# environment variables that choose kernels, recorded with a run: ONNX Runtime's CUTLASS
-# mixed-precision GEMM for MatMulNBits (M > 1), ggml-cuda's graphs
-KERNEL_SWITCHES = ("ORT_FPA_INTB_GEMM", "GGML_CUDA_DISABLE_GRAPHS")
+# environment variables that choose kernels, recorded with a run: ggml-cuda's graphs
+KERNEL_SWITCHES = ("GGML_CUDA_DISABLE_GRAPHS",)
 SWITCH_SETTLE, SWITCH_AFTER = 8, 5  # plain steps before and after switch_recovery's pass
 PROMPT = """Complete the module: keep the public names, add type hints and docstrings.
 
@@ -449,7 +448,6 @@ def measure(args: argparse.Namespace) -> dict:
         "label": args.label, "backend": args.backend, "device": args.device,
         "cuda_graphs": args.graphs, "machine": machine(), "bundle": str(args.bundle),
         "environment": {k: os.environ[k] for k in KERNEL_SWITCHES if k in os.environ},
-        "fpa_intb_gemm": args.fpa_intb,
         "settings": settings.__dict__, "prompt_tokens": len(bench.prompt),
         "curve_ms": [round(1e3 * t, 4) for t in curve],
         "curve_ratio": [round(t / curve[0], 4) for t in curve],
@@ -508,17 +506,14 @@ def open_model(path: Path, args: argparse.Namespace) -> Runtime:
         if args.device == "cuda" and not isinstance(trt, TensorRTRuntime):
             raise SystemExit(f"{path}: no TensorRT engine ran (see the warning above)")
         return trt
-    from edgespec.runtimes.onnxrt import OnnxRuntime, require_cuda_provider
+    from edgespec.runtimes.onnxrt import OnnxOptions, OnnxRuntime, require_cuda_provider
 
     providers = ["CUDAExecutionProvider"] if args.device == "cuda" else None
-    rt = OnnxRuntime(
-        path,
-        n_ctx=n_ctx,
-        providers=providers,
+    options = OnnxOptions(
         cuda_graph=args.graphs == "on",
         sampling_head=args.device == "cuda",  # for Bench.sampling_head's comparison only
-        fpa_intb_gemm=args.fpa_intb,
     )
+    rt = OnnxRuntime(path, n_ctx=n_ctx, providers=providers, options=options)
     if args.device == "cuda":
         require_cuda_provider(rt.session, path)
     return rt
@@ -572,7 +567,6 @@ def table(reports: list[dict]) -> str:
     lines = []
     for r in reports:
         env = "".join(f", {k}={v}" for k, v in (r.get("environment") or {}).items())
-        env += ", MatMulNBits by fpA_intB" if r.get("fpa_intb_gemm") else ""
         gpu = r["machine"].get("gpu") or "no GPU"
         lines.append(f"\n## {r['label']} on {r['backend']} ({r['device']}, CUDA graphs "
                      f"{r['cuda_graphs']}{env}) — {gpu}")  # fmt: skip
@@ -652,11 +646,6 @@ def main() -> None:
         choices=["full", "quick"],
         default="full",
         help="quick: the cost curve, plain decoding and the loop only",
-    )
-    ap.add_argument(
-        "--fpa-intb",
-        action="store_true",
-        help="ONNX Runtime on CUDA: MatMulNBits by its CUTLASS fpA_intB kernels",
     )
     ap.add_argument("--label", default="pair")
     ap.add_argument("--smoke", action="store_true", help="tiny settings for a CPU check")

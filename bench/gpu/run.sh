@@ -7,6 +7,8 @@
 #   bash bench/gpu/run.sh --background    # start the build and the models, return at once
 #   bash bench/gpu/run.sh --smoke --out D # a CPU check with tiny models, in this environment
 #   options: --kit DIR (default .gpukit)  --out DIR (results)  --no-7b  --wait-min N
+#            --verify-ops (or VERIFY_OPS=1): after the measures, the INT4 target's passes by
+#            operator and width (bench/gpu/verify_ops.py)
 #
 # Steps leave marks in $KIT/state, so a run after uploads or after --background picks up
 # where the last one stopped. Logs: $KIT/logs. Results: $OUT/*.json and $OUT/table.txt.
@@ -19,6 +21,7 @@ SMOKE=0
 BACKGROUND=0
 WITH_7B=1
 WAIT_MIN=25
+VERIFY_OPS=${VERIFY_OPS:-0}
 while [ $# -gt 0 ]; do
   case "$1" in
     --kit) KIT=$2; shift 2 ;;
@@ -27,7 +30,8 @@ while [ $# -gt 0 ]; do
     --background) BACKGROUND=1; shift ;;
     --no-7b) WITH_7B=0; shift ;;
     --wait-min) WAIT_MIN=$2; shift 2 ;;
-    -h|--help) sed -n 2,13p "$0"; exit 0 ;;
+    --verify-ops) VERIFY_OPS=1; shift ;;
+    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -163,12 +167,6 @@ models_and_exports() {  # ONNX exports need no llama.cpp: they run while it buil
   # an fp16 target has no MatMulNBits
   export_bundle demo-onnx-fp16 onnx qwen2.5-1.5b qwen2.5-0.5b fp16 fp16 &
   pids+=($!)
-  # onnxruntime-gpu 1.31.1 takes MatMulNBits to its CUTLASS fpA_intB kernels in blocks of 32 only
-  export_bundle demo-onnx-b32 onnx qwen2.5-1.5b qwen2.5-0.5b int4 fp16 --int4-block 32 &
-  pids+=($!)
-  # an INT8 target: measured end to end where MatMulNBits alone finds 8 bits flatten the curve
-  export_bundle demo-onnx-int8 onnx qwen2.5-1.5b qwen2.5-0.5b int8 fp16 &
-  pids+=($!)
   if [ $WITH_7B = 1 ]; then
     make_model qwen2.5-7b
     export_bundle 7b-onnx onnx qwen2.5-7b qwen2.5-0.5b int4 fp16 &
@@ -290,72 +288,28 @@ measure_all() {  # demo pair first; the 7B when its bundles are ready in time
       [ $format = gguf ] && backend=llama && check_llama_load "$bundle"
       [ $format = onnx-fp16 ] && label=$pair-fp16
       local grid=full
-      if [ $format = onnx ]; then
-        measure_fpa_intb "$pair" "$label"
-        measure_int8 "$pair" "$label"
-        # the demo pair's oracle grid was measured on 2026-11-26 (H200): 40 s of device time
-        [ "$pair" = demo ] && grid=quick
-      fi
+      # the demo pair's oracle grid was measured on 2026-11-26 (H200): 40 s of device time
+      [ $format = onnx ] && [ "$pair" = demo ] && grid=quick
       run_measure "$label" $backend on $grid "$bundle"
       if [ $format = gguf ]; then run_measure "$label" $backend off quick "$bundle"; fi
     done
   done
   "$PY" bench/gpu/measure.py --report "$OUT"/*-graphs-*.json > "$OUT/table.txt"
-  if [ -s "$OUT/matmul-nbits.json" ]; then
-    "$PY" bench/gpu/matmul_nbits.py --report "$OUT/matmul-nbits.json" >> "$OUT/table.txt"
-  fi
-  if [ -s "$OUT/verify-ops-cuda.txt" ]; then cat "$OUT/verify-ops-cuda.txt" >> "$OUT/table.txt"; fi
   cat "$OUT/table.txt"
 }
 
-matmul_rows() {  # MatMulNBits against a pass's rows, by block size and kernel (a minute or so)
-  [ -s "$OUT/matmul-nbits.json" ] && return
-  say "MatMulNBits against rows (log: $KIT/logs/matmul-nbits.log)"
-  local beside=()
-  is_done background || beside=(--beside-build)  # GPU time in CUDA graphs: the CPUs matter little
-  # its JSON grows a variant at a time: a run stopped at the limit keeps what it measured
-  timeout 300 "$PY" bench/gpu/matmul_nbits.py --shape qwen2.5-1.5b --work "$WORK" "${beside[@]}" \
-    --json "$OUT/matmul-nbits.json" > "$KIT/logs/matmul-nbits.log" 2>&1 \
-    || say "MatMulNBits against rows failed: $(tail -3 "$KIT/logs/matmul-nbits.log")"
-}
-
-operator_times() {  # the INT4 target's passes by operator and width, each kernel waited for
+operator_times() {  # --verify-ops: the INT4 target's passes by operator and width, each
+  # kernel waited for; its table goes after the measures'
   [ -s "$OUT/verify-ops-cuda.json" ] && return
   wait_for bundle-demo-onnx || return 0
   say "the INT4 target's operators by width (log: $KIT/logs/verify-ops-cuda.log)"
-  CUDA_LAUNCH_BLOCKING=1 "$PY" bench/verify_ops.py "$WORK/bundles/demo-onnx/target.int4" \
+  if CUDA_LAUNCH_BLOCKING=1 "$PY" bench/gpu/verify_ops.py "$WORK/bundles/demo-onnx/target.int4" \
     --device cuda --widths 1,2,5,9 --rounds 5 --json "$OUT/verify-ops-cuda.json" \
-    > "$OUT/verify-ops-cuda.txt" 2> "$KIT/logs/verify-ops-cuda.log" \
-    || say "operator times failed: $(tail -3 "$KIT/logs/verify-ops-cuda.log")"
-}
-
-measure_fpa_intb() {  # measure_fpa_intb PAIR LABEL: the pair end to end with fpA_intB, where
-  # matmul_rows found it pays (the demo pair only: its blocks-of-32 export)
-  local block=
-  [ -s "$OUT/matmul-nbits.json" ] \
-    && block=$("$PY" bench/gpu/matmul_nbits.py --fpa-pays "$OUT/matmul-nbits.json")
-  if [ -z "$block" ]; then
-    say "fpA_intB: no gain in MatMulNBits alone, so not measured end to end"
-    return 0
+    > "$OUT/verify-ops-cuda.txt" 2> "$KIT/logs/verify-ops-cuda.log"; then
+    tee -a "$OUT/table.txt" < "$OUT/verify-ops-cuda.txt"
+  else
+    say "operator times failed: $(tail -3 "$KIT/logs/verify-ops-cuda.log")"
   fi
-  local bundle=$WORK/bundles/$1-onnx
-  if [ "$block" = 32 ]; then
-    [ "$1" = demo ] || return 0  # only the demo pair has a blocks-of-32 export
-    wait_for bundle-demo-onnx-b32 || return 0
-    bundle=$WORK/bundles/demo-onnx-b32
-  fi
-  run_measure "$2-fpa-intb-b$block" onnx on quick "$bundle" --fpa-intb
-}
-
-measure_int8() {  # measure_int8 PAIR LABEL: the pair with an INT8 target, where matmul_rows
-  # found 8 bits make a 2-row pass cheaper against one row than 4 bits do (the demo pair only)
-  [ "$1" = demo ] && [ -s "$OUT/matmul-nbits.json" ] || return 0
-  if [ -z "$("$PY" bench/gpu/matmul_nbits.py --int8-pays "$OUT/matmul-nbits.json")" ]; then
-    say "INT8: no gain in MatMulNBits alone, so not measured end to end"
-    return 0
-  fi
-  wait_for bundle-demo-onnx-int8 || return 0
-  run_measure "$2-int8" onnx on quick "$WORK/bundles/demo-onnx-int8"
 }
 
 # how measure.py starts for llama.cpp: check_llama_load prefixes an early `import llama_cpp`
@@ -419,7 +373,6 @@ if ! is_done background && ! pgrep -f background_steps > /dev/null; then
   background_steps &
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-matmul_rows
 gpu_tests
-operator_times
 measure_all
+if [ "$VERIFY_OPS" = 1 ]; then operator_times; fi

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -37,6 +37,7 @@ class ModelDrafter:
         keep_cache: bool = False,
         confidence: float = 0.0,
         n_ids: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """token_s: seconds per drafted token as calibrated (calibrate.cost_curve's draft_s).
         keep_cache: a new request keeps the draft's KV cache (prompt-cache reuse, as the
@@ -52,7 +53,8 @@ class ModelDrafter:
         sure and unsure tokens keep (ByPosition), and prices longer caps by it.
         n_ids: the target's vocabulary size (default: the draft's), the width of the q rows
         verification reads. A family's models may pad their output layers to different sizes
-        (token_text_hash): a draft with more rows than n_ids proposes from the first n_ids."""
+        (token_text_hash): a draft with more rows than n_ids proposes from the first n_ids.
+        clock: seconds, read around a proposal's catch-up (a replay passes its virtual one)."""
         if not 0.0 <= confidence < 1.0:
             raise ValueError(f"confidence must be in [0, 1), got {confidence}")
         self.runtime = runtime
@@ -63,6 +65,7 @@ class ModelDrafter:
         # ids from here on the target has and the draft lacks (padding): see readable()
         self.foreign_from = runtime.n_vocab if runtime.n_vocab < self.n_ids else None
         self.token_s = token_s
+        self.clock = clock
         self.keep_cache = keep_cache
         self.confidence = confidence
         self.margin = math.log(confidence / (1 - confidence)) if confidence > 0 else -math.inf
@@ -98,12 +101,12 @@ class ModelDrafter:
         if k <= 0:
             return Draft.empty()
         unsure = False
-        t0 = time.perf_counter()
+        t0 = self.clock()
         keep = common_prefix_len(self.cached, context)
         scores = self.catch_up(context, keep, sp, gated)
         # a step after a drafted step re-forwards the bonus token (and the draft's last one):
         # more than that is catching up after idle steps, not the price of drafting
-        t_catch_up = time.perf_counter() - t0 if len(context) - keep > 2 else 0.0
+        t_catch_up = self.clock() - t0 if len(context) - keep > 2 else 0.0
         seed = sp.seed if sp.seed is not None else -1
         if gumbel and seed < 0:
             raise ValueError("Gumbel drafting needs the request's seed (request_params sets it)")

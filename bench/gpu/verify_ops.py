@@ -4,12 +4,11 @@ The verify curve t(n)/t(1) sets how far speculation can go on a device. This ope
 exported ONNX model with ONNX Runtime's profiler on, fills its cache with a prefix, then runs
 passes of each width (returning every row, as a verify pass does) in rounds across the widths,
 rolling the cache back after each, and reports the median pass and each operator type's mean
-time per width. `--accuracy N` first rewrites every MatMulNBits node's accuracy_level in a
-scratch copy (4: int8 activations, the export's default; 1: float32; 2: float16; 3: bfloat16).
+time per width. (Its --accuracy, MatMulNBits' accuracy levels compared, is at commit f7269df.)
 
-    python bench/verify_ops.py MODEL_DIR [--widths 1,2,3,4,5,8] [--rounds 10] \
-        [--accuracy N] [--threads 2] [--json F]
-    CUDA_LAUNCH_BLOCKING=1 python bench/verify_ops.py MODEL_DIR --device cuda --widths 1,2,5
+    python bench/gpu/verify_ops.py MODEL_DIR [--widths 1,2,3,4,5,8] [--rounds 10] \
+        [--threads 2] [--json F]
+    CUDA_LAUNCH_BLOCKING=1 python bench/gpu/verify_ops.py MODEL_DIR --device cuda --widths 1,2,5
 
 On CUDA the passes run without CUDA graphs, and ONNX Runtime times an operator on the host:
 with CUDA_LAUNCH_BLOCKING=1 each launch waits for its kernels, so that is the GPU's time
@@ -32,7 +31,7 @@ from pathlib import Path
 try:  # edgespec as installed: on the GPU kit's machine the checkout is not its package layout
     import edgespec  # noqa: F401
 except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from edgespec.app.bench_runs import machine_info, machine_line  # noqa: E402
 from edgespec.hugepages import reexec_with_tunable  # noqa: E402
@@ -43,37 +42,12 @@ PREFIX = 400  # tokens in the cache when passes are timed (a prompt and some out
 REDUCTIONS = ("ReduceMax", "ArgMax", "GatherElements", "ReduceSum")
 
 
-def with_accuracy(model_dir: Path, level: int, scratch: Path) -> Path:
-    """A copy of the model folder whose MatMulNBits nodes compute at `level` (the weights
-    file hard-linked where the filesystem allows, copied otherwise)."""
-    import shutil
-
-    import onnx
-
-    graph = onnx.load(str(model_dir / "model.onnx"), load_external_data=False)
-    for node in graph.graph.node:
-        if node.op_type == "MatMulNBits":
-            kept = [a for a in node.attribute if a.name != "accuracy_level"]
-            del node.attribute[:]
-            node.attribute.extend([*kept, onnx.helper.make_attribute("accuracy_level", level)])
-    scratch.mkdir(parents=True, exist_ok=True)
-    onnx.save(graph, str(scratch / "model.onnx"))
-    for item in model_dir.iterdir():
-        if item.name == "model.onnx":
-            continue
-        try:
-            os.link(item, scratch / item.name)
-        except OSError:
-            shutil.copy2(item, scratch / item.name)
-    return scratch
-
-
 def profiled_runtime(model_dir: Path, threads: int, prefix: str, device: str = "cpu"):
     """The edgespec ONNX runtime with ONNX Runtime's profiler writing under `prefix`; on
     CUDA without graphs (a replayed graph has no operators to time)."""
     import onnxruntime as ort
 
-    from edgespec.runtimes.onnxrt import OnnxRuntime, require_cuda_provider
+    from edgespec.runtimes.onnxrt import OnnxOptions, OnnxRuntime, require_cuda_provider
 
     original = ort.InferenceSession
 
@@ -85,7 +59,7 @@ def profiled_runtime(model_dir: Path, threads: int, prefix: str, device: str = "
     ort.InferenceSession = session
     try:
         where = (
-            {"providers": ["CUDAExecutionProvider"], "cuda_graph": False}
+            {"providers": ["CUDAExecutionProvider"], "options": OnnxOptions(cuda_graph=False)}
             if device == "cuda"
             else {"n_threads": threads}
         )
@@ -177,24 +151,22 @@ def main() -> None:
     ap.add_argument("model", type=Path, help="an ONNX model folder (edgespec export)")
     ap.add_argument("--widths", default="1,2,3,4,5,8")
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--accuracy", type=int, choices=[0, 1, 2, 3, 4])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        model = args.model
-        if args.accuracy is not None:
-            model = with_accuracy(model, args.accuracy, Path(tmp) / "model")
-        runtime = profiled_runtime(model, args.threads, str(Path(tmp) / "profile"), args.device)
+        runtime = profiled_runtime(
+            args.model, args.threads, str(Path(tmp) / "profile"), args.device
+        )
         order = run_rounds(runtime, widths, args.rounds)
         profile = runtime.session.end_profiling()
         events = json.loads(Path(profile).read_text())
     result = by_width(events, order, skip=len(widths))
     print(machine_line(machine_info()))
     blocking = os.environ.get("CUDA_LAUNCH_BLOCKING") == "1"
-    print(f"{args.model}, accuracy {args.accuracy or 'as exported'}, {timing(args, blocking)}")
+    print(f"{args.model}, {timing(args, blocking)}")
     print(table(result, widths))
     if args.json:
         args.json.write_text(
@@ -202,7 +174,6 @@ def main() -> None:
                 {
                     "machine": machine_info(),
                     "model": str(args.model),
-                    "accuracy": args.accuracy,
                     "threads": args.threads,
                     "device": args.device,
                     "cuda_launch_blocking": blocking,

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# Issue 15's figures: interleaved benchmarks with confidence intervals on edit, chat, open and
-# code for llama.cpp and ONNX Runtime, the peers each against its own plain decoding, and
-# speed under load. Run it on a quiet machine (nothing else running, load average < 0.2).
+# The suite benchmarks docs/benchmarks.md reports: interleaved runs with confidence intervals
+# on edit, chat, open and code, for llama.cpp and ONNX Runtime against their own plain
+# decoding, and the peers (llama-cpp-python's prompt lookup, llama-server's modes,
+# onnxruntime-genai) each against its own plain decoding. Run it on a quiet machine (nothing
+# else running, load average < 0.2).
 #
-#   STAGES="llama onnx peers server load" REPEAT=2 bench/run_issue15.sh
-#   SUITES="edit open-sample" STAGES="llama server" bench/run_issue15.sh   # a shorter pass
+#   STAGES="llama onnx peers server" REPEAT=2 bench/suites.sh
+#   SUITES="edit open-sample" STAGES="llama server" bench/suites.sh   # a shorter pass
 #
 # SUITES (default "edit chat open code") picks the suites; open-sample is bench/data's
 # open-sample.jsonl: the first two prompts of each of open's eleven kinds (22). The server
 # stage takes PEER_SUITES (default "edit open"), PEER_MODES (plain,ngram-mod,draft) and
 # PEER_LIMIT (first N prompts of each suite).
 # Minutes on a 2-core AVX2 CPU (plain ~8 tok/s on llama.cpp, ~10 on ONNX Runtime; prefill
-# ~50 tok/s), REPEAT=1; REPEAT=2 doubles each stage but load:
+# ~50 tok/s), REPEAT=1; REPEAT=2 doubles each stage:
 #   llama  ~105 (edit 29, chat 14, open 40, code 22)   onnx   ~80 (+ ~10: the export, once)
 #   peers  ~110 (edit 40, open 70; 4 runs a prompt)    server ~115 (edit 39, open 77; 4 modes)
 #                                                        + ~15 to build llama-server, once
-#   load   ~25 (jobs in this session: 6 configurations x 11 decodes of 48 tokens, collapses
-#          of fixed threads longer; then jobs apart, --apart, 4 configurations)
 #   genai  ~80 on the EPYC (plain ~24 tok/s on ONNX Runtime): edit 22, open 35, code 20
 #          (not in the default STAGES: it needs edgespec[peers])
 # Results: $OUT/i15-*.json (tables on stdout).
@@ -53,7 +53,7 @@ suites() {  # $1: name, rest: --target ...
   done
 }
 
-for stage in ${STAGES:-llama onnx peers server load}; do
+for stage in ${STAGES:-llama onnx peers server}; do
   echo "== $stage ($(date -u +%H:%M), load $(cut -d' ' -f1 /proc/loadavg))"
   case $stage in
     llama)
@@ -81,16 +81,6 @@ for stage in ${STAGES:-llama onnx peers server load}; do
           ${PEER_LIMIT:+--limit $PEER_LIMIT} --repeat "$REPEAT" --threads "$THREADS" \
           --by-category --json "$OUT/i15-peer-server-$suite.json"
       done ;;
-    load)
-      $PY bench/load.py --target "$TARGET" --draft "$DRAFT" --onnx-target "$BUNDLE/target.int4" \
-        --onnx-draft "$BUNDLE/draft.int4" \
-        --threads "$THREADS" --llama-policy load-aware,fixed --load-seconds 300 \
-        --json "$OUT/i15-load.json"
-      # the same jobs started as another program's are, each in a session of its own
-      $PY bench/load.py --target "$TARGET" --draft "$DRAFT" --onnx-target "$BUNDLE/target.int4" \
-        --onnx-draft "$BUNDLE/draft.int4" \
-        --threads "$THREADS" --llama-policy load-aware --load-seconds 300 --apart \
-        --json "$OUT/i15-load-apart.json" ;;
-    *) echo "unknown stage $stage (llama onnx peers server load)" >&2; exit 2 ;;
+    *) echo "unknown stage $stage (llama onnx genai peers server)" >&2; exit 2 ;;
   esac
 done
