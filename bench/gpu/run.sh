@@ -6,12 +6,19 @@
 #   bash bench/gpu/run.sh                 # everything; steps already done are skipped
 #   bash bench/gpu/run.sh --background    # start the build and the models, return at once
 #   bash bench/gpu/run.sh --smoke --out D # a CPU check with tiny models, in this environment
-#   options: --kit DIR (default .gpukit)  --out DIR (results)  --no-7b  --wait-min N
+#   bash bench/gpu/run.sh --pairs 7b,demo --backends llama   # the 7B pair first, llama.cpp
+#   options: --kit DIR (default .gpukit)  --out DIR (results)  --wait-min N
+#            --pairs LIST: pairs measured, in this order (default demo,7b; --no-7b: demo)
+#            --backends LIST: llama, onnx (default both); llama alone needs only upload 1,
+#              and its GGUF models are written straight into quantized blocks (make_gguf.py)
 #            --verify-ops (or VERIFY_OPS=1): after the measures, the INT4 target's passes by
 #            operator and width (bench/gpu/verify_ops.py)
+#            --diag-cap S: seconds each diagnostic may take after the measures (default 120)
 #
-# Steps leave marks in $KIT/state, so a run after uploads or after --background picks up
-# where the last one stopped. Logs: $KIT/logs. Results: $OUT/*.json and $OUT/table.txt.
+# End-to-end measures first; diagnostics (tests marked gpu, operators by width) after them,
+# each under the cap. Steps leave marks in $KIT/state, so a run after uploads or after
+# --background picks up where the last one stopped. Logs: $KIT/logs. Results: $OUT/*.json
+# (each as its measure ends) and $OUT/table.txt (rewritten after each).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 REPO=$PWD
@@ -19,8 +26,10 @@ KIT=.gpukit
 OUT=
 SMOKE=0
 BACKGROUND=0
-WITH_7B=1
+PAIRS=demo,7b
+BACKENDS=llama,onnx
 WAIT_MIN=25
+DIAG_CAP=120
 VERIFY_OPS=${VERIFY_OPS:-0}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -28,13 +37,26 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
     --background) BACKGROUND=1; shift ;;
-    --no-7b) WITH_7B=0; shift ;;
+    --no-7b) PAIRS=demo; shift ;;
+    --pairs) PAIRS=$2; shift 2 ;;
+    --backends) BACKENDS=$2; shift 2 ;;
+    --diag-cap) DIAG_CAP=$2; shift 2 ;;
     --wait-min) WAIT_MIN=$2; shift 2 ;;
     --verify-ops) VERIFY_OPS=1; shift ;;
-    -h|--help) sed -n 2,14p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+for x in ${PAIRS//,/ }; do
+  case $x in demo|7b) ;; *) echo "run.sh: --pairs $PAIRS: give demo and/or 7b" >&2; exit 2 ;; esac
+done
+for x in ${BACKENDS//,/ }; do
+  case $x in llama|onnx) ;; *) echo "run.sh: --backends $BACKENDS: give llama and/or onnx" >&2
+    exit 2 ;; esac
+done
+has() { [[ ",$1," == *",$2,"* ]]; }  # has LIST ITEM
+WITH_7B=0
+if has "$PAIRS" 7b; then WITH_7B=1; fi
 KIT=$(mkdir -p "$KIT" && cd "$KIT" && pwd)
 OUT=${OUT:-$KIT/results}
 mkdir -p "$OUT" "$KIT/state" "$KIT/logs"
@@ -52,6 +74,16 @@ if [ "$SMOKE" = 1 ]; then
   [ -x .venv/bin/python ] && PY=${PYTHON:-.venv/bin/python}
   T=$(mktemp -d)
   trap 'rm -rf "$T"' EXIT
+  if [ "$WITH_7B" = 1 ] && [ "$BACKENDS" = llama ]; then
+    # the 7B mode's path: a tiny pair written straight into quantized GGUF blocks, measured
+    # with the full grid as the 7B pair is
+    "$PY" bench/gpu/make_gguf.py --pair tiny --out "$T/gguf"
+    "$PY" bench/gpu/measure.py --smoke --device cpu --backend llama --grid full \
+      --bundle "$T/gguf" --label tiny-direct --json "$OUT/tiny-direct-llama.json"
+    "$PY" bench/gpu/measure.py --report "$OUT"/tiny-direct-*.json > "$OUT/table.txt"
+    cat "$OUT/table.txt"
+    exit 0
+  fi
   "$PY" bench/gpu/make_models.py --shape tiny --out "$T/hf-target" --seed 1
   "$PY" bench/gpu/make_models.py --shape tiny-draft --out "$T/hf-draft" --seed 2
   "$PY" -m edgespec export --target "$T/hf-target" --draft "$T/hf-draft" --out "$T/gguf" \
@@ -77,12 +109,14 @@ command -v nvcc > /dev/null || export PATH=/usr/local/cuda/bin:$PATH  # CUDA ima
 export PYTHONSAFEPATH=1
 export PYTHONPATH=$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}
 
-check_uploads() {  # $1 = all | up1: which uploads the next steps need
+check_uploads() {  # $1 = all | up1 | llama: which uploads the next steps need (llama: upload 1
+  # and the parts of a prebuilt llama-cpp-python, wherever they went)
   local manifest=$KIT/up1/MANIFEST.sha256
   [ -f "$manifest" ] || { say "upload 1 missing: send $KIT/up1 (made by prepare.sh)"; exit 3; }
   local missing=0
   while read -r sum path; do
     [ "$1" = up1 ] && [[ $path != up1/* ]] && continue
+    [ "$1" = llama ] && [[ $path != up1/* ]] && [[ $path != */llama-cuda-sm* ]] && continue
     if [ ! -f "$KIT/$path" ]; then
       say "missing: $path — send $KIT/${path%%/*}"; missing=1
     elif ! is_done "ok-${path//\//_}"; then
@@ -157,27 +191,46 @@ export_bundle() {  # export_bundle NAME FORMAT TARGET DRAFT TARGET_QUANT DRAFT_Q
   fi
 }
 
-models_and_exports() {  # ONNX exports need no llama.cpp: they run while it builds
-  local pids=()
-  make_model qwen2.5-0.5b
-  make_model qwen2.5-1.5b
-  export_bundle demo-onnx onnx qwen2.5-1.5b qwen2.5-0.5b int4 fp16 &
-  pids+=($!)
-  # on an H200 the INT4 target's 2-token pass cost 5.2 of its 1-token pass (MatMulNBits);
-  # an fp16 target has no MatMulNBits
-  export_bundle demo-onnx-fp16 onnx qwen2.5-1.5b qwen2.5-0.5b fp16 fp16 &
-  pids+=($!)
-  if [ $WITH_7B = 1 ]; then
-    make_model qwen2.5-7b
-    export_bundle 7b-onnx onnx qwen2.5-7b qwen2.5-0.5b int4 fp16 &
-    pids+=($!)
+gguf_pair() {  # gguf_pair PAIR: the pair's GGUF bundle written straight into quantized
+  # blocks (make_gguf.py: seconds, where an HF checkpoint, its f16 GGUF and llama.cpp's
+  # quantizer take minutes); after llama.cpp is in (it reads the files' vocabularies back)
+  local name=$1-gguf
+  is_done "bundle-$name" && return
+  say "make $name (random Q4_K_M target, Q8_0 draft)"
+  rm -rf "${WORK:?}/bundles/$name"
+  if "$PY" bench/gpu/make_gguf.py --pair "$1" --tokenizer "$KIT/up1/qwen2.5-tokenizer" \
+    --out "$WORK/bundles/$name" > "$KIT/logs/make-$name.log" 2>&1; then
+    done_mark "bundle-$name"
+    say "made $name"
+  else
+    done_mark "failed-bundle-$name"
+    say "make $name failed: $(tail -2 "$KIT/logs/make-$name.log")"
   fi
-  wait_for llama || { done_mark failed-bundle-demo-gguf; done_mark failed-bundle-7b-gguf; }
-  export_bundle demo-gguf gguf qwen2.5-1.5b qwen2.5-0.5b q4_k_m q8_0 &
-  pids+=($!)
-  if [ $WITH_7B = 1 ]; then
-    export_bundle 7b-gguf gguf qwen2.5-7b qwen2.5-0.5b q4_k_m q8_0 &
+}
+
+models_and_exports() {  # ONNX exports need no llama.cpp: they run while it builds
+  local pids=() pair
+  if has "$BACKENDS" onnx; then
+    make_model qwen2.5-0.5b
+    make_model qwen2.5-1.5b
+    export_bundle demo-onnx onnx qwen2.5-1.5b qwen2.5-0.5b int4 fp16 &
     pids+=($!)
+    # on an H200 the INT4 target's 2-token pass cost 5.2 of its 1-token pass (MatMulNBits);
+    # an fp16 target has no MatMulNBits
+    export_bundle demo-onnx-fp16 onnx qwen2.5-1.5b qwen2.5-0.5b fp16 fp16 &
+    pids+=($!)
+    if [ $WITH_7B = 1 ]; then
+      make_model qwen2.5-7b
+      export_bundle 7b-onnx onnx qwen2.5-7b qwen2.5-0.5b int4 fp16 &
+      pids+=($!)
+    fi
+  fi
+  if has "$BACKENDS" llama; then
+    if wait_for llama; then
+      for pair in ${PAIRS//,/ }; do gguf_pair "$pair"; done  # in measuring order
+    else
+      for pair in ${PAIRS//,/ }; do done_mark "failed-bundle-$pair-gguf"; done
+    fi
   fi
   for pid in "${pids[@]}"; do wait "$pid"; done
 }
@@ -274,14 +327,15 @@ else 4)" >> "$log" 2>&1; then
   return 1
 }
 
-measure_all() {  # demo pair first; the 7B when its bundles are ready in time
-  local pairs=(demo)
-  [ $WITH_7B = 1 ] && pairs+=(7b)
+measure_all() {  # the pairs in --pairs order, graphs on; llama.cpp with graphs off last
+  local pair format formats=()
+  has "$BACKENDS" llama && formats+=(gguf)
+  has "$BACKENDS" onnx && formats+=(onnx-fp16 onnx)
   # timings taken beside a build or an export on every core would be the CPU's, not the GPU's
   wait_for background || say "measuring beside background steps still running: timings suspect"
-  for pair in "${pairs[@]}"; do
+  for pair in ${PAIRS//,/ }; do
     # newest questions first (2026-11-26 measured the INT4 ONNX pair with graphs on and off)
-    for format in gguf onnx-fp16 onnx; do
+    for format in "${formats[@]}"; do
       [ "$pair-$format" = 7b-onnx-fp16 ] && continue  # not exported: the demo pair tells
       wait_for "bundle-$pair-$format" || continue
       local bundle=$WORK/bundles/$pair-$format backend=onnx label=$pair
@@ -291,19 +345,28 @@ measure_all() {  # demo pair first; the 7B when its bundles are ready in time
       # the demo pair's oracle grid was measured on 2026-11-26 (H200): 40 s of device time
       [ $format = onnx ] && [ "$pair" = demo ] && grid=quick
       run_measure "$label" $backend on $grid "$bundle"
-      if [ $format = gguf ]; then run_measure "$label" $backend off quick "$bundle"; fi
     done
   done
-  "$PY" bench/gpu/measure.py --report "$OUT"/*-graphs-*.json > "$OUT/table.txt"
-  cat "$OUT/table.txt"
+  # llama.cpp without graphs (quick): the demo pair's, after every graphs-on measure
+  if has "$BACKENDS" llama && has "$PAIRS" demo && is_done bundle-demo-gguf; then
+    run_measure demo llama off quick "$WORK/bundles/demo-gguf"
+  fi
+  cat "$OUT/table.txt" 2> /dev/null || say "no measure finished"
+}
+
+write_table() {  # the table over every measure so far: a call cut short keeps what it has
+  local reports=("$OUT"/*-graphs-*.json)
+  [ -e "${reports[0]}" ] || return 0
+  "$PY" bench/gpu/measure.py --report "${reports[@]}" > "$OUT/table.txt" \
+    || say "the table failed (the JSONs are whole)"
 }
 
 operator_times() {  # --verify-ops: the INT4 target's passes by operator and width, each
-  # kernel waited for; its table goes after the measures'
+  # kernel waited for; its table goes after the measures'; at most DIAG_CAP seconds
   [ -s "$OUT/verify-ops-cuda.json" ] && return
   wait_for bundle-demo-onnx || return 0
-  say "the INT4 target's operators by width (log: $KIT/logs/verify-ops-cuda.log)"
-  if CUDA_LAUNCH_BLOCKING=1 "$PY" bench/gpu/verify_ops.py "$WORK/bundles/demo-onnx/target.int4" \
+  say "the INT4 target's operators by width, at most ${DIAG_CAP} s (log: $KIT/logs/verify-ops-cuda.log)"
+  if CUDA_LAUNCH_BLOCKING=1 timeout "$DIAG_CAP" "$PY" bench/gpu/verify_ops.py "$WORK/bundles/demo-onnx/target.int4" \
     --device cuda --widths 1,2,5,9 --rounds 5 --json "$OUT/verify-ops-cuda.json" \
     > "$OUT/verify-ops-cuda.txt" 2> "$KIT/logs/verify-ops-cuda.log"; then
     tee -a "$OUT/table.txt" < "$OUT/verify-ops-cuda.txt"
@@ -342,14 +405,16 @@ run_measure() {  # run_measure PAIR BACKEND GRAPHS GRID BUNDLE [FLAG...]: a proc
     --bundle "$5" "${@:6}" --label "$1" --json "$OUT/$name.json" \
     > "$KIT/logs/measure-$name.log" 2>&1 \
     || say "measure $name failed: $(tail -3 "$KIT/logs/measure-$name.log")"
+  write_table
 }
 
-gpu_tests() {  # every test marked gpu (TensorRT's skip here; trt.sh runs them with TensorRT)
+gpu_tests() {  # every test marked gpu (TensorRT's skip here; trt.sh runs them with TensorRT),
+  # a diagnostic: after the measures, at most DIAG_CAP seconds
   is_done gpu-tests && return
-  say "tests marked gpu"
+  say "tests marked gpu, at most ${DIAG_CAP} s"
   local files
   mapfile -t files < <(grep -l "pytest.mark.gpu" tests/test_*.py)
-  "$PY" -m pytest -v -p no:cacheprovider -m gpu "${files[@]}" 2>&1 \
+  timeout "$DIAG_CAP" "$PY" -m pytest -v -p no:cacheprovider -m gpu "${files[@]}" 2>&1 \
     | tee "$OUT/gpu-tests.txt" | tail -15 || true
   done_mark gpu-tests
 }
@@ -360,19 +425,23 @@ check_uploads up1
 install_python_parts
 if [ "$BACKGROUND" = 1 ]; then
   setsid nohup bash -c "set -eEuo pipefail; $(declare -f); \
-    $(declare -p KIT WORK SITE PY REPO WITH_7B WAIT_MIN OUT); \
+    $(declare -p KIT WORK SITE PY REPO WITH_7B PAIRS BACKENDS WAIT_MIN OUT); \
     export PYTHONPATH=$PYTHONPATH PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1; background_steps" \
     > "$KIT/logs/background.log" 2>&1 < /dev/null &
   say "build, models and exports started in the background (log: $KIT/logs/background.log)"
   exit 0
 fi
-check_uploads all
-install_onnxruntime_gpu
+if has "$BACKENDS" onnx; then
+  check_uploads all
+  install_onnxruntime_gpu
+else
+  check_uploads llama  # onnxruntime-gpu's uploads are not needed
+fi
 llama_from_uploads
 if ! is_done background && ! pgrep -f background_steps > /dev/null; then
   background_steps &
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-gpu_tests
 measure_all
+gpu_tests  # diagnostics after the measures, each under DIAG_CAP
 if [ "$VERIFY_OPS" = 1 ]; then operator_times; fi

@@ -1,0 +1,211 @@
+"""Shape-true GGUF models with random weights written straight into their quantized blocks.
+
+make_models.py writes an HF checkpoint that `edgespec export` converts to an f16 GGUF and
+llama.cpp's quantizer then quantizes: three passes over the model, 15 GB of f16 twice for a 7B.
+A pass costs what the shapes and the block types cost, whatever the weights hold, so this
+writes the blocks themselves: random quants under per-tensor scales that give each weight the
+spread make_models.py gives it (unit-variance activations, a clear top logit), in the types
+llama.cpp's quantizer would choose (src/llama-quant.cpp at the vendored commit): Q4_K_M is
+Q4_K with Q6_K for output.weight and for attn_v and ffn_down in the layers `use_more_bits`
+picks; Q8_0 is Q8_0 throughout. Norms and biases are float32, as llama.cpp writes them. The
+vocabulary is the real tokenizer's (make_models.py --save-tokenizer), padded to the shape's
+rows. One pass, one write: the cost is the disk's.
+
+    python bench/gpu/make_gguf.py --shape qwen2.5-7b --quant q4_k_m --tokenizer DIR --out T.gguf
+    python bench/gpu/make_gguf.py --pair 7b --tokenizer DIR --out BUNDLE   # target + draft
+    python bench/gpu/make_gguf.py --pair tiny --out BUNDLE                 # CPU smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from make_models import SHAPES, Shape, hf_config, tokenizer_files  # noqa: E402
+
+# (block bytes, weights per block) of the types written here
+BLOCKS = {"Q8_0": (34, 32), "Q4_K": (144, 256), "Q6_K": (210, 256)}
+PAIRS = {  # a pair's (target shape, quant), (draft shape, quant)
+    "7b": (("qwen2.5-7b", "q4_k_m"), ("qwen2.5-0.5b", "q8_0")),
+    "demo": (("qwen2.5-1.5b", "q4_k_m"), ("qwen2.5-0.5b", "q8_0")),
+    "tiny": (("tiny", "q4_k_m"), ("tiny-draft", "q8_0")),
+}
+FILE_TYPES = {"q4_k_m": 15, "q8_0": 7}  # llama_ftype
+POOL_BYTES = (1 << 24) + 7  # random bytes made once, reused at shifted offsets: odd, so no
+# row of any tensor repeats another's bytes exactly (the logits would tie)
+
+
+def use_more_bits(i_layer: int, n_layers: int) -> bool:
+    """llama.cpp's choice of the Q4_K_M layers whose attn_v and ffn_down get Q6_K."""
+    return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (
+        (i_layer - n_layers // 8) % 3 == 2
+    )
+
+
+def tensor_plan(shape: Shape, n_vocab: int, quant: str) -> list[tuple[str, tuple, str, float]]:
+    """(GGUF name, numpy shape [rows, row length], type, weight std) for every tensor, in
+    llama.cpp's order; the stds as make_models.random_tensors scales them."""
+    h, hd = shape.hidden, shape.hidden // shape.heads
+    q, kv, ff = shape.heads * hd, shape.kv_heads * hd, shape.intermediate
+
+    def mat(name: str, rows: int, cols: int, scale: float = 1.0, six: bool = False):
+        if quant == "q8_0":
+            kind = "Q8_0"
+        else:
+            kind = "Q6_K" if six else "Q4_K"
+        return (name, (rows, cols), kind, scale / np.sqrt(cols))
+
+    def vec(name: str, n: int, std: float):  # std 0: ones (a norm)
+        return (name, (n,), "F32", std)
+
+    # a tied output layer is the embedding: llama.cpp gives it the output's type
+    plan = [mat("token_embd.weight", n_vocab, h, np.sqrt(h), six=shape.tied and quant == "q4_k_m")]
+    for i in range(shape.layers):
+        p, more = f"blk.{i}.", quant == "q4_k_m" and use_more_bits(i, shape.layers)
+        plan += [
+            vec(p + "attn_norm.weight", h, 0.0),
+            mat(p + "attn_q.weight", q, h, 2.0), vec(p + "attn_q.bias", q, 0.1 / np.sqrt(q)),
+            mat(p + "attn_k.weight", kv, h, 2.0), vec(p + "attn_k.bias", kv, 0.1 / np.sqrt(kv)),
+            mat(p + "attn_v.weight", kv, h, six=more), vec(p + "attn_v.bias", kv, 0.1 / np.sqrt(kv)),
+            mat(p + "attn_output.weight", h, q),
+            vec(p + "ffn_norm.weight", h, 0.0),
+            mat(p + "ffn_gate.weight", ff, h), mat(p + "ffn_up.weight", ff, h),
+            mat(p + "ffn_down.weight", h, ff, six=more),
+        ]  # fmt: skip
+    plan.append(vec("output_norm.weight", h, 0.0))
+    if not shape.tied:
+        plan.append(mat("output.weight", n_vocab, h, scale=4.0, six=quant == "q4_k_m"))
+    return plan
+
+
+def random_blocks(kind: str, rows: int, cols: int, std: float, pool: np.ndarray, offset: int):
+    """[rows, cols // per_block * block_bytes] uint8: quants from the pool, scales set so the
+    dequantized weights have mean ~0 and this std.
+    Q8_0: d * q, q int8 uniform (sd 73.9). Q4_K: d*sc*q - dmin*m, q 4-bit uniform (sd 4.61,
+    mean 7.5), sc = m = 1 (6-bit, packed), dmin = 7.5 d. Q6_K: d * scale * (q - 32), q 6-bit
+    uniform (sd 18.47), scales 1."""
+    size, per = BLOCKS[kind]
+    if cols % per:
+        raise SystemExit(f"{kind}: a row of {cols} is not whole blocks of {per}")
+    n = rows * (cols // per)
+    blocks = np.resize(np.roll(pool, -offset), n * size).reshape(n, size)
+    if kind == "Q8_0":
+        blocks[:, 0:2] = np.array([std / 73.9], np.float16).view(np.uint8)
+        # the pool's bytes as int8: -128 too, which ggml's Q8_0 never writes, but reads fine
+    elif kind == "Q4_K":
+        d = np.float16(std / 4.61)
+        header = np.array([d, np.float16(7.5 * d)], np.float16).view(np.uint8)
+        blocks[:, 0:4] = header
+        blocks[:, 4:12] = 1  # scales and mins of sub-blocks 0-3 / 4-7 (low 6 bits)
+        blocks[:, 12:16] = 0x11  # sub-blocks 4-7: scale in the low nibble, min in the high
+    else:  # Q6_K: ql[128] qh[64] scales[16] d
+        blocks[:, 192:208] = 1
+        blocks[:, 208:210] = np.array([std / 18.47], np.float16).view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
+def write_gguf(shape_name: str, quant: str, out: Path, tokenizer: Path | None, seed: int = 0):
+    """One model file; returns its path."""
+    import gguf
+
+    from edgespec.export.hf_to_gguf import ARCHS, write_hparams, write_tokenizer
+
+    shape = SHAPES[shape_name]
+    with tempfile.TemporaryDirectory() as tmp:
+        n_tokens, special = tokenizer_files(shape_name, tokenizer, Path(tmp))
+        tok_json = (Path(tmp) / "tokenizer.json").read_text()
+        tok_config = json.loads((Path(tmp) / "tokenizer_config.json").read_text())
+    n_vocab = shape.vocab or n_tokens
+    special = {k: v for k, v in special.items() if v is not None}
+    config = hf_config(shape, n_vocab, special)
+    spec = ARCHS["Qwen2ForCausalLM"]
+    writer = gguf.GGUFWriter(str(out), spec.gguf_arch)
+    write_hparams(writer, config, "f16")
+    writer.kv_data[0].pop(gguf.Keys.General.FILE_TYPE)  # what it is, not f16
+    writer.add_file_type(FILE_TYPES[quant])
+    writer.add_name(f"{shape_name} random {quant} (bench/gpu/make_gguf.py)")
+    ckpt = SimpleNamespace(source=out, config=config, tokenizer_json=tok_json,
+                           tokenizer_config=tok_config)  # fmt: skip
+    write_tokenizer(writer, ckpt, spec)  # type: ignore[arg-type]
+    plan = tensor_plan(shape, n_vocab, quant)
+    for name, dims, kind, _ in plan:
+        if kind == "F32":
+            writer.add_tensor_info(name, dims, np.dtype(np.float32), 4 * dims[0])
+        else:
+            size, per = BLOCKS[kind]
+            nbytes = dims[0] * dims[1] // per * size
+            raw = gguf.GGMLQuantizationType[kind]
+            writer.add_tensor_info(name, (dims[0], nbytes // dims[0]), np.dtype(np.uint8),
+                                   nbytes, raw_dtype=raw)  # fmt: skip
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    rng = np.random.default_rng(seed)
+    pool = rng.integers(0, 256, POOL_BYTES, dtype=np.uint8)
+    normal = rng.standard_normal(1 << 16).astype(np.float32)
+    for i, (name, dims, kind, std) in enumerate(plan):
+        if kind == "F32":
+            data = (np.ones(dims, np.float32) if std == 0.0
+                    else np.resize(np.roll(normal, i), dims) * np.float32(std))  # fmt: skip
+        else:
+            data = random_blocks(kind, dims[0], dims[1], std, pool, (i * 7919 * 1031) % POOL_BYTES)
+        writer.write_tensor_data(data)
+    writer.close()
+    return out
+
+
+def write_pair(pair: str, out: Path, tokenizer: Path | None) -> Path:
+    """A bundle folder (bundle.json, target, draft) as `edgespec export` would write it from
+    trained models: measure.py --bundle reads it."""
+    from edgespec.bundle import Bundle, write_bundle
+    from edgespec.export.gguf_bundle import model_entry, read_source
+    from edgespec.export.orchestrator import tokenizer_section
+
+    out.mkdir(parents=True, exist_ok=True)
+    entries, infos = [], []
+    for role, (shape, quant), seed in zip(("target", "draft"), PAIRS[pair], (1, 2)):
+        t0 = time.perf_counter()
+        path = write_gguf(shape, quant, out / f"{role}.{quant}.gguf", tokenizer, seed)
+        made = time.perf_counter() - t0
+        info = read_source(path)
+        entries.append(model_entry(role, path, quant, info))
+        infos.append(info)
+        size = path.stat().st_size / 1e9
+        print(f"{path}: {shape} {quant}, {size:.2f} GB in {made:.1f} s", flush=True)
+    if infos[0].vocab.token_text_hash != infos[1].vocab.token_text_hash:
+        raise SystemExit(f"{out}: the target's and the draft's token texts differ")
+    policy = {"target_quant": PAIRS[pair][0][1], "draft_quant": PAIRS[pair][1][1],
+              "reason": "random weights in quantized blocks (bench/gpu/make_gguf.py)"}  # fmt: skip
+    write_bundle(Bundle(out, tuple(entries), tokenizer_section(infos[0].vocab), policy))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES))
+    ap.add_argument("--quant", choices=sorted(FILE_TYPES), default="q4_k_m")
+    ap.add_argument("--pair", choices=sorted(PAIRS), help="a bundle of the pair's two models")
+    ap.add_argument("--tokenizer", type=Path, help="folder written by make_models.py --save-tokenizer")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    if args.pair:
+        write_pair(args.pair, args.out, args.tokenizer)
+    elif args.shape:
+        t0 = time.perf_counter()
+        write_gguf(args.shape, args.quant, args.out, args.tokenizer, args.seed)
+        print(f"{args.out}: {time.perf_counter() - t0:.1f} s", flush=True)
+    else:
+        ap.error("give --pair or --shape")
+
+
+if __name__ == "__main__":
+    main()
