@@ -414,7 +414,10 @@ def replay_policy(
     draft_ratio: float | None,
     one_graph: tuple[float, float] | None,
 ) -> Policy:
-    """auto (edgespec's controller, from the curve), oracle, or DRAFTER=K every step."""
+    """auto (edgespec's controller, from the curve), oracle, llama-server[=N], or DRAFTER=K
+    every step."""
+    if name.partition("=")[0] == "llama-server":
+        return llama_server_policy(name)
     if name == "oracle":
         return OraclePolicy(target, ratios, spec.k_max)
     if name == "auto":
@@ -423,6 +426,23 @@ def replay_policy(
         curve = CostCurve(list(ratios), draft_s=draft_ratio or 0.0, switch_s=switch_s)
         return make_policy(spec, drafters, curve)
     return FixedPolicy(*parse_fixed(name))
+
+
+# llama-server's draft settings at the vendored llama.cpp (llama-cpp-python 0.3.36's
+# vendor/llama.cpp, common/common.h, common_params_speculative_draft): n_max 3, n_min 0, p_min 0
+LLAMA_SERVER_DRAFT = {"n_max": 3, "n_min": 0, "p_min": 0.0}
+
+
+def llama_server_policy(name: str) -> Policy:
+    """llama-server's own draft mode ("llama-server", or "llama-server=N" for --spec-draft-n-max
+    N): its draft model drafts n_max tokens every step (common/speculative.cpp: greedy, ending a
+    draft only at a token under p_min, which at 0 ends none; a draft under n_min is dropped,
+    which at 0 drops none), capped by the tokens left (server: n_remaining - 1, as the engine's
+    room caps k); no prompt lookup beside it. So: the model drafter at a fixed k."""
+    _, _, n = name.partition("=")
+    if n and (not n.isdigit() or int(n) < 1):
+        raise SystemExit(f"--policies {name}: give llama-server or llama-server=N (N >= 1)")
+    return FixedPolicy("model", int(n) if n else LLAMA_SERVER_DRAFT["n_max"])
 
 
 def row(
@@ -638,7 +658,8 @@ def parser() -> argparse.ArgumentParser:
         "--policies",
         default="auto,oracle",
         help="comma-separated: auto (the controller), oracle (foresight: drafts only what it "
-        "knows is kept), model=K or ngram=K (that drafter, K tokens every step)",
+        "knows is kept), model=K or ngram=K (that drafter, K tokens every step), llama-server "
+        "or llama-server=N (llama-server's draft mode: its defaults, draft-max 3, or N)",
     )
     rep.add_argument(
         "--one-graph",
@@ -673,7 +694,11 @@ def replay(args: argparse.Namespace) -> dict:
         cut_draft(recording, args.draft_vocab)
     policies = args.policies.split(",")
     for policy in policies:
-        if policy not in ("auto", "oracle") and parse_fixed(policy)[0] == "model":
+        if policy.partition("=")[0] == "llama-server":
+            llama_server_policy(policy)  # refuses a malformed N before any replay
+            if draft_ratio is None:
+                raise SystemExit(f"--policies {policy}: replay with a draft model's recording")
+        elif policy not in ("auto", "oracle") and parse_fixed(policy)[0] == "model":
             if draft_ratio is None:
                 raise SystemExit(f"--policies {policy}: replay with a draft model's recording")
     recorded = recording.get("curve")

@@ -353,8 +353,9 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
     tmp_path, load_check_exit
 ):
     """run.sh's GPU steps (sourced, with a stand-in Python and the exports marked done):
-    llama.cpp (graphs on, full; off, quick), the fp16 ONNX target, then the INT4 one, quick;
-    where the load check exits 3, measure.py runs with llama_cpp imported first."""
+    llama.cpp (graphs on, full), the fp16 ONNX target, the INT4 one, quick, then llama.cpp
+    with graphs off (quick), the table rewritten after each; where the load check exits 3,
+    measure.py runs with llama_cpp imported first."""
     kit, out = tmp_path / "kit", tmp_path / "out"
     marks = ("background", "bundle-demo-gguf", "bundle-demo-onnx", "bundle-demo-onnx-fp16")
     (kit / "work" / "bundles" / "demo-gguf").mkdir(parents=True)
@@ -370,23 +371,27 @@ def test_the_kit_measures_newest_questions_first_and_loads_llama_cpp_as_the_chec
     )
     bundles = kit / "work" / "bundles"
     measure = "bench/gpu/measure.py --device cuda --backend"
-    reports = sorted(
-        f"{out}/demo-{name}-graphs-{graphs}.json"
-        for name, graphs in (("fp16-onnx", "on"), ("llama", "off"), ("llama", "on"),
-                             ("onnx", "on"))
-    )  # fmt: skip
+    done = []
+
+    def report(name: str) -> str:
+        done.append(f"{out}/demo-{name}.json")
+        return "bench/gpu/measure.py --report " + " ".join(sorted(done))
+
     assert launched == [
         f"bench/gpu/llama_load_check.py {bundles}/demo-gguf/draft.q8_0.gguf "
         f"--json {out}/llama-load-check.json",
         f"{llama_first}{measure} llama --graphs on --grid full --bundle {bundles}/demo-gguf "
         f"--label demo --json {out}/demo-llama-graphs-on.json",
-        f"{llama_first}{measure} llama --graphs off --grid quick --bundle {bundles}/demo-gguf "
-        f"--label demo --json {out}/demo-llama-graphs-off.json",
+        report("llama-graphs-on"),
         f"{measure} onnx --graphs on --grid full --bundle {bundles}/demo-onnx-fp16 "
         f"--label demo-fp16 --json {out}/demo-fp16-onnx-graphs-on.json",
+        report("fp16-onnx-graphs-on"),
         f"{measure} onnx --graphs on --grid quick --bundle {bundles}/demo-onnx "
         f"--label demo --json {out}/demo-onnx-graphs-on.json",
-        "bench/gpu/measure.py --report " + " ".join(reports),
+        report("onnx-graphs-on"),
+        f"{llama_first}{measure} llama --graphs off --grid quick --bundle {bundles}/demo-gguf "
+        f"--label demo --json {out}/demo-llama-graphs-off.json",
+        report("llama-graphs-off"),
     ]
 
 
@@ -686,3 +691,118 @@ def test_verify_ops_times_each_width_by_operator(tmp_path):
     assert set(result) == {1, 3}
     assert all(r["ms"] > 0 and r["ops_ms"]["MatMulNBits"] > 0 for r in result.values())
     assert "| t(n)/t(1) | 1.000 |" in bench.table(result, [1, 3])
+
+
+# --- bench/gpu/make_gguf.py: random weights written straight into quantized GGUF blocks -------
+
+
+def test_the_direct_gguf_writer_makes_a_pair_llama_cpp_loads_with_llama_cpps_block_types(
+    tmp_path,
+):
+    """make_gguf.py --pair tiny: a bundle whose target has Q4_K_M's type mix (Q6_K for the
+    output and for attn_v / ffn_down in use_more_bits' layers), whose draft is Q8_0, whose
+    blocks dequantize to the spread make_models.py gives each weight, and which llama.cpp
+    loads and forwards."""
+    pytest.importorskip("llama_cpp", reason="the llama.cpp back-end needs llama-cpp-python")
+    import gguf
+
+    from edgespec.bundle import read_bundle
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    bench = load_bench_script("gpu/make_gguf.py", "gpu_make_gguf")
+    folder = bench.write_pair("tiny", tmp_path / "b", None)
+    bundle = read_bundle(folder)
+    for role, shape, quant in (("target", "tiny", "q4_k_m"), ("draft", "tiny-draft", "q8_0")):
+        path = bundle.path(role)
+        reader = gguf.GGUFReader(path)
+        found = {t.name: t for t in reader.tensors}
+        n_vocab = found["token_embd.weight"].shape[1]
+        plan = bench.tensor_plan(bench.SHAPES[shape], int(n_vocab), quant)
+        assert list(found) == [name for name, *_ in plan]
+        for name, dims, kind, std in plan:
+            tensor = found[name]
+            assert tensor.tensor_type.name == kind, name
+            assert [int(x) for x in tensor.shape] == list(reversed(dims)), name  # ne order
+            if kind != "F32":
+                weights = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+                assert abs(float(weights.std()) / std - 1) < 0.1, name
+                assert abs(float(weights.mean())) < 0.1 * std, name
+        if quant == "q4_k_m":
+            six = {n for n, t in found.items() if t.tensor_type.name == "Q6_K"}
+            # 2 layers: use_more_bits picks layer 1 (>= 7 * 2 // 8), not layer 0
+            assert six == {"output.weight", "blk.1.attn_v.weight", "blk.1.ffn_down.weight"}
+        runtime = LlamaCppRuntime(path, n_ctx=128)
+        logits = runtime.forward([5, 9, 14, 3, 7])
+        assert logits.shape == (5, runtime.n_vocab) and np.isfinite(logits).all()
+        top2 = np.sort(logits, axis=1)[:, -2:]
+        assert (top2[:, 1] > top2[:, 0]).all()  # a clear top token: no ties
+    assert bundle.model("target").vocab_hash == bundle.model("draft").vocab_hash
+
+
+def test_q4_k_m_gives_q6_k_to_the_layers_llama_cpp_does():
+    bench = load_bench_script("gpu/make_gguf.py", "gpu_make_gguf")
+    plan = bench.tensor_plan(bench.SHAPES["qwen2.5-7b"], 152_064, "q4_k_m")
+    six = sorted(int(n.split(".")[1]) for n, _, kind, _ in plan
+                 if kind == "Q6_K" and n.endswith("attn_v.weight"))  # fmt: skip
+    # 28 layers: the first 3, the last 4, and every third from layer 5
+    assert six == [0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 24, 25, 26, 27]
+    kinds = {n: kind for n, _, kind, _ in plan}
+    assert kinds["token_embd.weight"] == "Q4_K" and kinds["output.weight"] == "Q6_K"
+    embd = next(dims for n, dims, *_ in plan if n == "token_embd.weight")
+    assert embd == (152_064, 3584)
+    draft = bench.tensor_plan(bench.SHAPES["qwen2.5-0.5b"], 151_936, "q8_0")
+    assert {kind for _, _, kind, _ in draft} == {"Q8_0", "F32"}
+    assert "output.weight" not in {n for n, *_ in draft}  # tied
+
+
+@pytest.mark.slow
+def test_the_kit_smoke_run_of_the_7b_mode_writes_gguf_directly_and_measures_the_full_grid(
+    tmp_path,
+):
+    """run.sh --smoke --pairs 7b --backends llama: the 7B mode's path on a tiny pair."""
+    pytest.importorskip("llama_cpp", reason="the llama.cpp back-end needs llama-cpp-python")
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        ["bash", "bench/gpu/run.sh", "--smoke", "--pairs", "7b", "--backends", "llama",
+         "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**__import__("os").environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((out / "tiny-direct-llama.json").read_text())
+    assert report["backend"] == "llama" and len(report["curve_ms"]) == 5
+    assert any(o["k"] == "auto" and o["draft_cost"] == "real" for o in report["oracle"])
+    assert all(o["identical"] for o in report["oracle"])
+    assert "## tiny-direct on llama" in (out / "table.txt").read_text()
+
+
+def test_the_7b_mode_makes_and_measures_the_7b_pair_first_on_llama_cpp_alone(tmp_path):
+    """run.sh --pairs 7b,demo --backends llama, sourced: the GGUF pairs written directly
+    (7B first), no HF checkpoint or ONNX export; then 7B graphs on (full grid), the demo
+    pair on (full), the demo pair off (quick), the table rewritten after each."""
+    kit, out = tmp_path / "kit", tmp_path / "out"
+    for pair in ("7b", "demo"):
+        (kit / "work" / "bundles" / f"{pair}-gguf").mkdir(parents=True)
+    (kit / "work" / "bundles" / "7b-gguf" / "draft.q8_0.gguf").touch()
+    _, launched = run_kit_steps(
+        tmp_path, "PAIRS=7b,demo; BACKENDS=llama; models_and_exports; touch $KIT/state/background;"
+        " measure_all", ("llama",), LOAD_CHECK_EXIT="0",
+    )  # fmt: skip
+    bundles = kit / "work" / "bundles"
+    tok = kit / "up1" / "qwen2.5-tokenizer"
+    measure = "bench/gpu/measure.py --device cuda --backend llama"
+    made = [c for c in launched if "make_gguf.py" in c]
+    assert made == [f"bench/gpu/make_gguf.py --pair {p} --tokenizer {tok} --out {bundles}/{p}-gguf"
+                    for p in ("7b", "demo")]  # fmt: skip
+    assert not [c for c in launched if "make_models.py" in c or "edgespec export" in c]
+    measures = [c for c in launched if c.startswith(measure)]
+    assert measures == [
+        f"{measure} --graphs on --grid full --bundle {bundles}/7b-gguf --label 7b "
+        f"--json {out}/7b-llama-graphs-on.json",
+        f"{measure} --graphs on --grid full --bundle {bundles}/demo-gguf --label demo "
+        f"--json {out}/demo-llama-graphs-on.json",
+        f"{measure} --graphs off --grid quick --bundle {bundles}/demo-gguf --label demo "
+        f"--json {out}/demo-llama-graphs-off.json",
+    ]
+    reports = [c for c in launched if "--report" in c]
+    assert len(reports) == 3  # after each measure

@@ -282,3 +282,34 @@ def test_a_gpu_kit_run_is_read_as_replayed_passes_with_its_switch(tmp_path):
     path.write_text(json.dumps({**run, "switch_ms": 0.0, "draft_token_ms": 0.0}))
     kit = replay.kit_run(str(path))
     assert (kit.ratios, kit.draft_ratio, kit.one_graph) == ([1.0, 1.3333, 1.6667], None, None)
+
+
+@pytest.mark.parametrize(
+    "policy, drafted, accepted",
+    [
+        # draft-max 3 (the vendored llama.cpp's default): 3 kept + bonus; 3 with the 6th
+        # wrong (1 kept, the 6th recovered); 3 kept + bonus; then 1 token of room: plain
+        ("llama-server", (3, 9), 7),
+        # draft-max 8: 8 with the 6th wrong (5 kept); then room for 5 tokens: 4 + the stop
+        ("llama-server=8", (2, 12), 9),
+    ],
+)
+def test_llama_servers_draft_mode_drafts_draft_max_every_step_capped_by_the_room(
+    policy, drafted, accepted
+):
+    replay = load_module()
+    output = unrepeated(10)
+    draft = list(output)
+    draft[5] += 1  # the draft model is wrong at output position 5 only
+    row = replay.replay_case(drafted_case(output, draft), FLAT, SPEC, policy, draft_ratio=0.5)
+    assert (row["n_drafts"], row["n_draft_tokens"]) == drafted
+    assert row["n_accepted"] == accepted
+    assert row["model_steps"] == drafted[0]  # no prompt lookup beside the draft model
+
+
+def test_llama_server_policy_names_are_checked():
+    replay = load_module()
+    assert replay.LLAMA_SERVER_DRAFT == {"n_max": 3, "n_min": 0, "p_min": 0.0}
+    for bad in ("llama-server=0", "llama-server=x"):
+        with pytest.raises(SystemExit, match="llama-server=N"):
+            replay.llama_server_policy(bad)
