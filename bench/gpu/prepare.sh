@@ -75,6 +75,19 @@ ORT=$(ls "$DL"/onnxruntime_gpu-$ORT_VERSION-*.whl)
 split -b "${CHUNK_MIB}M" -d -a 2 "$ORT" "$TRIM/$(basename "$ORT").part"
 # llama-cpp-python built for a GPU architecture by prebuild_llama.sh, where one was: run.sh
 # unpacks it on a GPU of that architecture instead of building (its parts say which)
+# the project's prebuilt (../shared/gpu-kit: prebuild_llama.sh's package, SHA256SUMS beside it)
+# goes into the downloads once, checked
+SHARED=${GPU_KIT_SHARED:-../shared/gpu-kit}
+if [ -f "$SHARED/SHA256SUMS" ]; then
+  (cd "$SHARED" && sha256sum -c --quiet SHA256SUMS) >&2 \
+    || { echo "prepare.sh: $SHARED does not match its SHA256SUMS" >&2; exit 3; }
+  while read -r _ path; do
+    [ -f "$DL/$path" ] && continue
+    mkdir -p "$DL/$(dirname "$path")"
+    cp "$SHARED/$path" "$DL/$path"
+    echo "prebuilt llama-cpp-python from $SHARED/$path" >&2
+  done < "$SHARED/SHA256SUMS"
+fi
 : > "$OUT/LLAMA.sha256"
 for package in "$DL"/llama-cuda-sm*/llama_cpp_python-"$LLAMA_VERSION"-cuda.tar.xz; do
   [ -f "$package" ] || continue
