@@ -552,7 +552,7 @@ def test_the_kit_installs_the_prebuilt_llama_cpp_and_builds_where_it_fails(tmp_p
     )  # fmt: skip
     check = "-c import sys, llama_cpp; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 4)"
     build = (
-        "-m pip install --no-index --no-deps --no-build-isolation --no-compile --target "
+        "-m pip install --no-index --no-deps --no-build-isolation --no-compile --upgrade --target "
         f"{site} {kit}/up1/llama_cpp_python-0.3.36-trimmed.tar.gz"
     )
     unpacked = site / "llama_cpp" / "lib" / "libllama.so.0"

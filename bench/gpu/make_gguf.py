@@ -45,8 +45,10 @@ POOL_BYTES = (1 << 24) + 7  # random bytes made once, reused at shifted offsets:
 
 def use_more_bits(i_layer: int, n_layers: int) -> bool:
     """llama.cpp's choice of the Q4_K_M layers whose attn_v and ffn_down get Q6_K."""
-    return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (
-        (i_layer - n_layers // 8) % 3 == 2
+    return (
+        i_layer < n_layers // 8
+        or i_layer >= 7 * n_layers // 8
+        or ((i_layer - n_layers // 8) % 3 == 2)
     )
 
 
@@ -74,7 +76,8 @@ def tensor_plan(shape: Shape, n_vocab: int, quant: str) -> list[tuple[str, tuple
             vec(p + "attn_norm.weight", h, 0.0),
             mat(p + "attn_q.weight", q, h, 2.0), vec(p + "attn_q.bias", q, 0.1 / np.sqrt(q)),
             mat(p + "attn_k.weight", kv, h, 2.0), vec(p + "attn_k.bias", kv, 0.1 / np.sqrt(kv)),
-            mat(p + "attn_v.weight", kv, h, six=more), vec(p + "attn_v.bias", kv, 0.1 / np.sqrt(kv)),
+            mat(p + "attn_v.weight", kv, h, six=more),
+            vec(p + "attn_v.bias", kv, 0.1 / np.sqrt(kv)),
             mat(p + "attn_output.weight", h, q),
             vec(p + "ffn_norm.weight", h, 0.0),
             mat(p + "ffn_gate.weight", ff, h), mat(p + "ffn_up.weight", ff, h),
@@ -151,7 +154,7 @@ def write_gguf(shape_name: str, quant: str, out: Path, tokenizer: Path | None, s
     rng = np.random.default_rng(seed)
     pool = rng.integers(0, 256, POOL_BYTES, dtype=np.uint8)
     normal = rng.standard_normal(1 << 16).astype(np.float32)
-    for i, (name, dims, kind, std) in enumerate(plan):
+    for i, (_, dims, kind, std) in enumerate(plan):
         if kind == "F32":
             data = (np.ones(dims, np.float32) if std == 0.0
                     else np.resize(np.roll(normal, i), dims) * np.float32(std))  # fmt: skip
@@ -193,7 +196,9 @@ def main() -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES))
     ap.add_argument("--quant", choices=sorted(FILE_TYPES), default="q4_k_m")
     ap.add_argument("--pair", choices=sorted(PAIRS), help="a bundle of the pair's two models")
-    ap.add_argument("--tokenizer", type=Path, help="folder written by make_models.py --save-tokenizer")
+    ap.add_argument(
+        "--tokenizer", type=Path, help="folder written by make_models.py --save-tokenizer"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
