@@ -12,7 +12,7 @@ from edgespec.acceptance import ByPosition
 from edgespec.chat import chat_tokens
 from edgespec.controller import Learned
 from edgespec.loader import DRAFT_CONFIDENCE, SpecOptions
-from tests.bench_scripts import load_bench_script
+from tests.bench_scripts import REPO, load_bench_script
 
 FLAT = [1.0] * 17
 # ONNX Runtime's demo bundle on the 2-core AVX-512 Xeon: t(n) / t(1), n = 1..17
@@ -282,3 +282,17 @@ def test_a_gpu_kit_run_is_read_as_replayed_passes_with_its_switch(tmp_path):
     path.write_text(json.dumps({**run, "switch_ms": 0.0, "draft_token_ms": 0.0}))
     kit = replay.kit_run(str(path))
     assert (kit.ratios, kit.draft_ratio, kit.one_graph) == ([1.0, 1.3333, 1.6667], None, None)
+
+
+def test_the_grid_replay_reproduces_the_kit_and_auto_drafts_from_its_first_steps():
+    """bench/replay_grid.py on the H100 llama.cpp kit run (its curve and one-graph switch):
+    fixed k = 7 at acceptance 1.0 takes 16 steps for 128 tokens, as on the H100; a fresh
+    `auto` took 39 there (and here, before the cold-start fixes), now 18; with the real draft
+    price (0.68 of a target token, which cannot pay) it never drafts, so equals plain."""
+    grid = load_bench_script("replay_grid.py", "bench_replay_grid")
+    h100 = REPO / "docs/results/gpu-h100-2026-11-26"
+    kit = grid.replay.kit_run(str(h100 / "demo-llama-graphs-on.json"))
+    assert grid.run_one(kit, 1.0, 128, "7", False)["steps"] == 16
+    assert grid.run_one(kit, 1.0, 128, "auto", False)["steps"] == 18
+    real = grid.run_one(kit, 0.9, 128, "auto", True)
+    assert (real["speedup"], real["drafted"]) == (1.0, 0)
