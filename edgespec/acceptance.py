@@ -27,6 +27,14 @@ class Tally:
         return (self.hits + prior * weight) / (self.seen + weight)
 
 
+# What a drafter's prior is worth, in outcomes, in the first request that judges it: its
+# first outcomes move the estimates by 1/3, 1/4, ... down to the moving average's smoothing.
+# At the moving average's 0.1 from the start, the GPU kit's oracle drafter (kept 90% of the
+# time, no draft cost) was judged for 100 steps of a fresh 128-token request before its 0.6
+# prior rose far enough to draft (bench/replay_grid.py: 106 steps, the kit's H100 run too).
+COLD_WEIGHT = 2.0
+
+
 class ByPosition:
     """Per draft position, whatever the key: a draft model's acceptance, split by whether the
     draft model was sure of the token (ModelDrafter's confidence; without one, every token
@@ -45,11 +53,16 @@ class ByPosition:
     """
 
     def __init__(
-        self, prior: float = 0.6, smoothing: float = 0.1, prior_weight: float = 100.0
+        self,
+        prior: float = 0.6,
+        smoothing: float = 0.1,
+        prior_weight: float = 100.0,
+        cold_weight: float = COLD_WEIGHT,
     ) -> None:
         # per step and position: 0.3 let two rejections in a row (1 in 11 at 0.7 acceptance)
         # price a draft model below plain decoding for the rest of a request (replay.py)
         self.prior, self.smoothing, self.prior_weight = prior, smoothing, prior_weight
+        self.cold_weight = cold_weight
         self.sure_tally, self.unsure_tally, self.goes_on_tally = Tally(), Tally(), Tally()
         self.next_request()
 
@@ -59,6 +72,15 @@ class ByPosition:
         self.unsure = [self.unsure_tally.rate(self.prior, self.prior_weight)]  # of an unsure
         # how often it is sure of a token (1.0: no confidence), so drafts on past it
         self.goes_on = [self.goes_on_tally.rate(1.0, self.prior_weight)]
+        # what a request's start is worth in outcomes: the prior alone is worth cold_weight
+        # (a first request learns at 1 / (cold_weight + n) per outcome, down to smoothing)
+        self.start_weight = self.cold_weight + self.sure_tally.seen + self.unsure_tally.seen
+        self.judged = [0]  # outcomes per position this request
+
+    def gain(self, i: int) -> float:
+        """How far the next outcome at position i moves its estimates: the moving average's
+        smoothing, or more while the request's start holds fewer outcomes than its window."""
+        return max(self.smoothing, 1.0 / (self.start_weight + self.judged[i] + 1))
 
     def alphas(self, key: int, n: int) -> list[float]:
         """Acceptance of the token at each position, sure or not."""
@@ -74,16 +96,19 @@ class ByPosition:
     def observe(self, key: int, k: int, n_accepted: int, unsure_end: bool = False) -> None:
         for values in (self.sure, self.unsure, self.goes_on):
             values[:] = extended(values, k)
+        self.judged += [self.judged[-1]] * (k - len(self.judged))  # as the estimates extend
         for i in range(min(k, n_accepted + 1)):
             unsure = unsure_end and i == k - 1
             estimate = self.unsure if unsure else self.sure
             kept = i < n_accepted
-            estimate[i] += self.smoothing * (kept - estimate[i])
+            estimate[i] += self.gain(i) * (kept - estimate[i])
             (self.unsure_tally if unsure else self.sure_tally).add(kept)
         for i in range(k):
             went_on = not (unsure_end and i == k - 1)
-            self.goes_on[i] += self.smoothing * (went_on - self.goes_on[i])
+            self.goes_on[i] += self.gain(i) * (went_on - self.goes_on[i])
             self.goes_on_tally.add(went_on)
+        for i in range(k):
+            self.judged[i] += 1
 
 
 def extended(values: list[float], n: int) -> list[float]:

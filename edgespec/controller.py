@@ -364,6 +364,7 @@ class AdaptivePolicy:
 
     def new_estimate(self, drafter: Drafter) -> Estimate:
         known = self.learned.get(id(drafter))
+        new = known is None
         if known is None:
             known = Learned(drafter.token_s or 0.0, drafter.token_s != 0.0, drafter.acceptance())
         else:
@@ -371,6 +372,8 @@ class AdaptivePolicy:
         e = Estimate(drafter, known.token_s, known.learns_cost, known.acceptance)
         # A free drafter costs one wider verify pass to probe, so it is probed more often.
         e.base_interval = e.interval = max(1, self.probe_every // 4) if e.free else self.probe_every
+        if new:  # never judged: probed at once (where it could win), not after an interval
+            e.idle = e.interval
         return e
 
     def estimate(self, drafter: Drafter) -> Estimate:

@@ -408,7 +408,8 @@ def test_price_and_acceptance_outlive_a_request():
     policy.observe(oracle, 2, 0, t_draft=0.8, t_verify=1.0)
     learned = policy.estimate(oracle).token_s
     assert learned == 0.5 + curve.smoothing * (0.4 - 0.5)
-    assert policy.estimate(oracle).acceptance.alphas(0, 1) == [pytest.approx(0.54)]  # the EMA
+    # a first request: the prior is worth COLD_WEIGHT (2) outcomes, so the first moves 1/3
+    assert policy.estimate(oracle).acceptance.alphas(0, 1) == [pytest.approx(0.4)]
     policy.begin([oracle])
     assert policy.estimate(oracle).token_s == learned
     # the next request starts from the outcomes so far (1 rejected), the prior as 100 tokens
@@ -570,3 +571,36 @@ def test_on_a_one_graph_runtime_a_lone_guess_stays_plain_and_a_long_copy_drafts(
     assert best_choice(policy.curve, [guess], 4).k == 1
     assert best_choice(policy.curve, [guess], 4, switch_s=policy.switch_s()).k == 0
     assert best_choice(policy.curve, [copy], 4, switch_s=policy.switch_s()).k == 4
+
+
+def test_a_first_request_learns_fast_from_its_prior_and_a_later_one_at_the_moving_average():
+    """The prior is worth COLD_WEIGHT (2) outcomes in the first request that judges a drafter:
+    its outcomes move the estimate by 1/3, 1/4, ... down to the smoothing (0.1). At 0.1 from
+    the start, the kit's oracle drafter (kept 90%, free) was judged for 100 steps of a fresh
+    128-token request before its 0.6 prior let it draft (bench/replay_grid.py)."""
+    a = ByPosition()
+    a.observe(0, 1, 1)
+    assert a.alphas(0, 1) == [pytest.approx(0.6 + 0.4 / 3)]
+    a.observe(0, 1, 1)
+    first = 0.6 + 0.4 / 3
+    assert a.alphas(0, 1) == [pytest.approx(first + (1 - first) / 4)]
+    for _ in range(8):
+        a.observe(0, 1, 1)
+    a.next_request()  # ten outcomes known: the request starts from them, at the smoothing
+    start = a.alphas(0, 1)[0]
+    assert start == pytest.approx((10 + 60) / 110)
+    a.observe(0, 1, 0)
+    assert a.alphas(0, 1) == [pytest.approx(start - 0.1 * start)]
+
+
+def test_a_drafter_never_judged_is_probed_at_the_first_step():
+    """Not after probe_every steps: the kit's 128-token requests were an eighth over before
+    a fresh controller first tried its drafter."""
+    m = model(0.05)
+    curve = CostCurve([1.0, 1.8, 2.5, 3.1, 3.6])  # at its 0.6 prior it loses; at 0.9 it wins
+    policy = AdaptivePolicy(curve, k_max=4)
+    policy.begin([m])
+    assert policy.plan(list(range(10)), SamplingParams()) == (m, 2)
+    policy.observe(m, 2, 0, t_draft=0.1, t_verify=2.5)
+    policy.begin([m])  # known now: the next request waits for its interval
+    assert policy.plan(list(range(10)), SamplingParams()) == (None, 0)

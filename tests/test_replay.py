@@ -12,7 +12,7 @@ from edgespec.acceptance import ByPosition
 from edgespec.chat import chat_tokens
 from edgespec.controller import Learned
 from edgespec.loader import DRAFT_CONFIDENCE, SpecOptions
-from tests.bench_scripts import load_bench_script
+from tests.bench_scripts import REPO, load_bench_script
 
 FLAT = [1.0] * 17
 # ONNX Runtime's demo bundle on the 2-core AVX-512 Xeon: t(n) / t(1), n = 1..17
@@ -313,3 +313,17 @@ def test_llama_server_policy_names_are_checked():
     for bad in ("llama-server=0", "llama-server=x"):
         with pytest.raises(SystemExit, match="llama-server=N"):
             replay.llama_server_policy(bad)
+
+
+def test_the_grid_replay_reproduces_the_kit_and_auto_drafts_from_its_first_steps():
+    """bench/replay_grid.py on the H100 llama.cpp kit run (its curve and one-graph switch):
+    fixed k = 7 at acceptance 1.0 takes 16 steps for 128 tokens, as on the H100; a fresh
+    `auto` took 39 there (and here, before the cold-start fixes), now 18; with the real draft
+    price (0.68 of a target token, which cannot pay) it never drafts, so equals plain."""
+    grid = load_bench_script("replay_grid.py", "bench_replay_grid")
+    h100 = REPO / "docs/results/gpu-h100-2026-11-26"
+    kit = grid.replay.kit_run(str(h100 / "demo-llama-graphs-on.json"))
+    assert grid.run_one(kit, 1.0, 128, "7", False)["steps"] == 16
+    assert grid.run_one(kit, 1.0, 128, "auto", False)["steps"] == 18
+    real = grid.run_one(kit, 0.9, 128, "auto", True)
+    assert (real["speedup"], real["drafted"]) == (1.0, 0)

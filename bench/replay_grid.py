@@ -1,0 +1,117 @@
+"""The GPU kit's oracle grid (bench/gpu/measure.py) replayed on the CPU, on a virtual clock.
+
+The kit's oracle drafter (its tokens wrong i.i.d. with probability 1 - acceptance, at text
+positions fixed per rate) drafts over a target that answers with a fixed continuation; every
+pass is charged by a kit run's curve and, where its target keeps one CUDA graph, its width
+changes (bench/replay.py's ReplayTarget, Clock and OneGraph). Each run builds a fresh policy
+as the kit does: fixed k = 1..8, and `auto` (AdaptivePolicy on the kit's curve and switch,
+k_max 8). Zero draft cost is prompt lookup's price; real cost runs the recorded draft price
+as a ModelDrafter's passes. Speedups are against plain decoding on the same clock.
+
+    python bench/replay_grid.py --kit docs/results/gpu-h100-2026-11-26/demo-llama-graphs-on.json \
+        [--tokens 128,1024] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE / "gpu")]
+
+import measure  # noqa: E402  (bench/gpu/measure.py: the kit's oracle drafter)
+import replay  # noqa: E402  (bench/replay.py: the virtual clock and the replay target)
+
+from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy  # noqa: E402
+from edgespec.drafters import ModelDrafter  # noqa: E402
+from edgespec.engine import SpeculativeDecoder  # noqa: E402
+from edgespec.sampling import SamplingParams  # noqa: E402
+
+PROMPT_TOKENS = 200
+
+
+def run_one(
+    kit: replay.KitRun, acceptance: float, n_tokens: int, policy: str, real_cost: bool,
+    k_max: int = 8,
+) -> dict:  # fmt: skip
+    """One generation of n_tokens under `policy` (auto or a fixed k): its speedup over plain
+    decoding on the kit's clock, its steps and drafted tokens."""
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(1, 5000, PROMPT_TOKENS).tolist()
+    output = rng.integers(1, 5000, n_tokens).tolist()
+    target = replay.ReplayTarget(prompt, output, eog=0)
+    clock = replay.Clock(kit.ratios, kit.one_graph)
+    target.clock, target.keeps_one_graph = clock, kit.one_graph is not None
+    model = None
+    if real_cost:
+        assert kit.draft_ratio is not None
+        runtime = replay.ReplayDraft(target, clock, kit.draft_ratio)
+        runtime.keeps_one_graph = target.keeps_one_graph
+        model = ModelDrafter(runtime, token_s=kit.draft_ratio, clock=clock.perf_counter)
+    wrong = measure.wrong_positions(acceptance, n_tokens)
+    drafter = measure.OracleDrafter(target.prompt, target.output, wrong, target.n_vocab, model)
+    chosen: Policy
+    if policy == "auto":
+        switch_s = kit.one_graph[0] if kit.one_graph else 0.0
+        chosen = AdaptivePolicy(CostCurve(list(kit.ratios), switch_s=switch_s), k_max=k_max)
+    else:
+        chosen = FixedPolicy("model", int(policy))
+    timed = replay.Timed(chosen, clock, target)
+    decoder = SpeculativeDecoder(target, [drafter], timed, clock=clock.perf_counter)  # type: ignore[arg-type]
+    result = decoder.generate(target.prompt, max_tokens=n_tokens, sp=SamplingParams())
+    if result.tokens != target.output:
+        raise AssertionError(f"{policy} at {acceptance}: the replay departed from the reference")
+    plain = replay.plain_cost(kit.ratios, n_tokens, kit.one_graph)
+    s = result.stats
+    return {"speedup": round(plain / clock.now, 4), "steps": s.n_steps,
+            "drafted": s.n_draft_tokens, "accepted": s.n_accepted}  # fmt: skip
+
+
+def grid(
+    kit: replay.KitRun,
+    n_tokens: int,
+    acceptances: Sequence[float] = measure.ACCEPTANCE,
+    ks: Sequence[int] = measure.KS,
+) -> list[dict]:
+    rows = []
+    for real_cost in (False, True) if kit.draft_ratio else (False,):
+        for acceptance in acceptances:
+            runs = {str(k): run_one(kit, acceptance, n_tokens, str(k), real_cost) for k in ks}
+            best = max(runs, key=lambda k: runs[k]["speedup"])
+            auto = run_one(kit, acceptance, n_tokens, "auto", real_cost)
+            rows.append({"tokens": n_tokens, "draft_cost": "real" if real_cost else "zero",
+                         "acceptance": acceptance, "best_k": int(best),
+                         "best": runs[best]["speedup"], "auto": auto,
+                         "auto_of_best": round(auto["speedup"] / runs[best]["speedup"], 4),
+                         "fixed": {k: r["speedup"] for k, r in runs.items()}})  # fmt: skip
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kit", required=True, help="a GPU kit run's JSON (bench/gpu/measure.py)")
+    ap.add_argument("--tokens", default="128", help="comma-separated generation lengths")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    kit = replay.kit_run(args.kit)
+    rows = [r for n in args.tokens.split(",") for r in grid(kit, int(n))]
+    print(f"{kit.name}: draft {kit.draft_ratio and round(kit.draft_ratio, 3)} one-token passes, "
+          f"one graph {kit.one_graph}")  # fmt: skip
+    print("| tokens | draft cost | acceptance | best fixed k | auto | auto / best | auto steps |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['tokens']} | {r['draft_cost']} | {r['acceptance']} | k={r['best_k']} "
+              f"{r['best']:.3f}x | {r['auto']['speedup']:.3f}x | {r['auto_of_best']:.3f} | "
+              f"{r['auto']['steps']} |")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps({"kit": args.kit, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
