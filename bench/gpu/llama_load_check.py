@@ -46,7 +46,10 @@ VARIANTS = {
     # where numpy first crashes, these two split the suspects (issue 45): llama.cpp's CPU extra
     # buffer types (AMX, repack: set up at load), and OpenBLAS's threads, started at numpy's import
     "numpy first, no extra buffer types": (
-        EDGESPEC + LOAD.replace("n_gpu_layers=NGL", "n_gpu_layers=NGL, repack=False"),
+        EDGESPEC
+        + LOAD.replace(
+            "n_gpu_layers=NGL", "n_gpu_layers=NGL, options=L.LlamaOptions(repack=False)"
+        ),
         999,
     ),
     "numpy first, OPENBLAS_NUM_THREADS=1": (
