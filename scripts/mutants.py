@@ -377,7 +377,7 @@ MUTANTS = (
     Mutant(
         "one-graph-curves-share-a-key",
         "edgespec/pair.py",
-        '+ (" one-graph" if keeps_one_graph(self.target) else "")',
+        '+ (" one-graph" if self.target.keeps_one_graph else "")',
         '+ ""',
         ("tests/test_calibrate.py",),
     ),
@@ -622,8 +622,8 @@ MUTANTS = (
     Mutant(
         "top-id-takes-the-last-maximum",
         "export/onnx_export.py",
-        'g.op("ArgMax", logits, axis=-1, keepdims=0)',
-        'g.op("ArgMax", logits, axis=-1, keepdims=0, select_last_index=1)',
+        'column = g.op("ArgMax", held, axis=-1, keepdims=0)',
+        'column = g.op("ArgMax", held, axis=-1, keepdims=0, select_last_index=1)',
         ("tests/test_top_outputs.py",),
     ),
     Mutant(
@@ -830,14 +830,15 @@ def package_dirs() -> dict[str, str]:
 
 
 def make_scratch(scratch: Path) -> tuple[Path, Path]:
-    """Copy the package (as installed), the tests and the bench scripts some tests load
-    (tests/bench_scripts.py); return (import root, test root)."""
+    """Copy the package (as installed), the tests, the bench scripts some tests load
+    (tests/bench_scripts.py) and the docs (the recorded runs replay tests read); return
+    (import root, test root)."""
     site, repo = scratch / "site", scratch / "repo"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     # parents first, so edgespec/ exists before edgespec/runtimes/ is copied into it
     for name, folder in sorted(package_dirs().items(), key=lambda item: item[0].count(".")):
         shutil.copytree(ROOT / folder, site / name.replace(".", "/"), ignore=ignore)
-    for folder in ("tests", "bench"):
+    for folder in ("tests", "bench", "docs"):
         shutil.copytree(ROOT / folder, repo / folder, ignore=ignore)
     shutil.copy2(ROOT / "pyproject.toml", repo / "pyproject.toml")
     return site, repo
