@@ -161,6 +161,8 @@ class TokenDist:
         Exp(1) (exponential_noise): one uniform per token that can be drawn, and the token
         follows p exactly. A drafter that takes argmax(log q + g) with the same g proposes the
         target's own token whenever the two agree (the coupling verify_gumbel relies on)."""
+        if len(self.probs) < 64 * COLUMN_ROWS:  # a small support races whole
+            return self.token_at(int(np.argmin(self.races(seed, position))))
         j, races = self.race_front(seed, position)
         return self.token_at(int(j[np.argmin(races)]))
 
@@ -199,7 +201,7 @@ class TokenDist:
         n = len(self.probs)
         n_cols = n // COLUMN_ROWS
         if n_cols < 64:
-            return all_ids(n), self.races(seed, position)
+            return np.arange(n), self.races(seed, position)
         m = min(256, n_cols // 4)
         front, p_front = upper_set(self.probs, m, np.float32(1.0))
         ids = self.ids if self.ids is not None else all_ids(n)
@@ -207,7 +209,7 @@ class TokenDist:
         r2 = float(np.partition(races, 1)[1])
         reach = r2 * float(p_front.min()) * (1.0 + 2.0**-20) + 2.0**-50  # E below it can win
         if not math.isfinite(reach):
-            return all_ids(n), self.races(seed, position)
+            return np.arange(n), self.races(seed, position)
         u_low = math.exp(-reach)  # u_j = (h_j + 0.5) 2**-53 >= u_low, h_j the top 53 bits
         h_low = max(int(u_low * 2.0**53) - 2, 0)
         bits_low = ((h_low << 11) >> 33) << 33  # compared on the top 31 bits (noise_top_bits)
