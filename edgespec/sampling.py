@@ -161,7 +161,7 @@ class TokenDist:
         Exp(1) (exponential_noise): one uniform per token that can be drawn, and the token
         follows p exactly. A drafter that takes argmax(log q + g) with the same g proposes the
         target's own token whenever the two agree (the coupling verify_gumbel relies on)."""
-        if len(self.probs) < 64 * COLUMN_ROWS:  # a small support races whole
+        if len(self.probs) < RACE_FRONT_MIN:  # a small support races whole
             return self.token_at(int(np.argmin(self.races(seed, position))))
         j, races = self.race_front(seed, position)
         return self.token_at(int(j[np.argmin(races)]))
@@ -197,12 +197,12 @@ class TokenDist:
         second smallest overall. Another token j can reach r2 only if E_j <= r2 p_j < r2 p_b,
         that is u_j > exp(-r2 p_b) for its uniform u_j: a threshold on the counter's top bits,
         an integer compare per token (noise_top_bits) instead of a float64 log and divide.
-        The few that pass it race exactly; bounds are widened, so a token is never missed."""
+        The few that pass it race exactly; bounds are widened, so a token is never missed.
+        Below RACE_FRONT_MIN tokens the whole race costs less than the front's fixed work."""
         n = len(self.probs)
-        n_cols = n // COLUMN_ROWS
-        if n_cols < 64:
+        if n < RACE_FRONT_MIN:
             return np.arange(n), self.races(seed, position)
-        m = min(256, n_cols // 4)
+        m = min(256, n // COLUMN_ROWS // 4)
         front, p_front = upper_set(self.probs, m, np.float32(1.0))
         ids = self.ids if self.ids is not None else all_ids(n)
         races = divide_races(exponential_noise(seed, position, ids[front]), p_front)
@@ -446,6 +446,7 @@ def top_k(row: np.ndarray, k: int, temperature: np.float32) -> tuple[np.ndarray,
     return ids[keep], z[keep]
 
 
+RACE_FRONT_MIN = 16_384  # a Gumbel race over this many tokens or more runs its front first
 COLUMN_ROWS = 64  # tokens per column of the grid upper_set bounds the k-th value with
 
 

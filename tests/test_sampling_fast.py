@@ -8,6 +8,7 @@ import pytest
 
 from edgespec.sampling import (
     COLUMN_ROWS,
+    RACE_FRONT_MIN,
     SamplingParams,
     TokenDist,
     divide_races,
@@ -216,8 +217,8 @@ def gumbel_rows():
     tied = np.round(flat * 2) / 2  # a few dozen distinct values: ties everywhere
     yield "ties", token_dist(tied.astype(np.float32), SamplingParams(0.3))
     yield "top-p", token_dist(flat, SamplingParams(1.0, top_p=0.9))
-    yield "min-p", token_dist(flat * 2, SamplingParams(1.0, min_p=0.001))
-    yield "small", token_dist(flat[:4095], SamplingParams(1.0))  # below the grid: whole race
+    yield "min-p", token_dist(flat * 2.5, SamplingParams(1.0, min_p=0.0001))  # 17,758 left
+    yield "small", token_dist(flat[:16_383], SamplingParams(1.0))  # races whole
     # 200 tokens hold half the mass, 151,736 the other half: the winner is raced first about
     # half the time and its runner-up is then often in the tail (the margin's own bound)
     half = rng.uniform(1.0, 1.5, 151_936)  # distinct: the tail is not one tie with the front
@@ -236,7 +237,7 @@ def test_gumbel_max_is_the_whole_support_race_token_and_margin(name):
     (bit for bit, ties included: the first smallest wins)."""
     dist = GUMBEL_ROWS[name]
     assert name != "underflow" or np.count_nonzero(dist.probs == 0) > len(dist.probs) // 2
-    assert name == "small" or len(dist.probs) >= 64 * COLUMN_ROWS  # the fast race runs
+    assert (name == "small") == (len(dist.probs) < RACE_FRONT_MIN)  # else the front runs first
     for seed in (3, 2**70 + 5):
         for position in range(0, 400, 10):
             want = whole_race(dist, seed, position)
@@ -258,10 +259,10 @@ def test_the_threshold_finds_winners_outside_the_likeliest_tokens():
 
 
 def test_gumbel_max_on_a_large_support_follows_p():
-    """5 tokens hold 0.8 of the mass and 16,000 share 0.2 (the tail races by threshold):
+    """5 tokens hold 0.8 of the mass and 20,000 share 0.2 (the tail races by threshold):
     across 4,000 positions each cell, and the tail's total, within 5 standard errors."""
     head = np.array([0.3, 0.2, 0.15, 0.1, 0.05])
-    probs = np.concatenate([head, np.full(16_000, 0.2 / 16_000)]).astype(np.float32)
+    probs = np.concatenate([head, np.full(20_000, 0.2 / 20_000)]).astype(np.float32)
     dist = TokenDist(None, probs / probs.sum())
     n = 4_000
     tokens = np.array([dist.gumbel_max(21, i) for i in range(n)])
