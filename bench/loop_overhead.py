@@ -2,15 +2,25 @@
 
 A zero-cost runtime hands back preallocated [k+1, V] logits, so what is timed is everything
 edgespec does around the model: drafting bookkeeping, verification, rollback, detokenizing,
-stop checks, stats. Greedy, temperature 0.8 + top-k 40 + top-p 0.9, and temperature 0.8 alone,
-at k = 1, 4, 8, V = 151,936; every draft is accepted, so each step reaches all k+1 rows. Each
-figure is the median of several runs (the machine's load average is printed with them).
-With --target, the same k+1-token verify pass is timed on the real model for the share.
+stop checks, stats. Greedy, temperature 0.8 alone, with top-k 40 + top-p 0.9, with top-p 0.9
+and with min-p 0.05, at k = 1, 4, 8, V = 151,936; every draft is accepted, so each step
+reaches all k+1 rows. Each figure is the median of several runs (the machine's load average
+is printed with them). With --target, the same k+1-token verify pass is timed on the real
+model for the share; with --verify-ms, a given one (3.5: the H100's k = 4 pass on
+llama.cpp); the share is the loop's time over the verify pass's, as the GPU kit reports it.
+
+The rows: with --logits, a real model's (bench/record_logits.py records them: float16 rows
+of decode steps on suite prompts), replayed by position; with --rows random, rows of
+standard normal logits (what a random-weight model gives: flat, the GPU kit's case); by
+default the spiked rows of FreeRuntime (one token at logit 30: a point mass). With replayed
+rows the drafter is an oracle (plain decoding's own tokens, found first with the same seed),
+so every Gumbel draft is accepted and each step reaches its k+1 rows.
 Last, the adaptive controller's own cost per step where it plans plain steps (random text,
 the H200's INT4 ONNX curve), against plain decoding: on that GPU it cost 2-3% of a 1.95 ms
 step (measure.py's loop, docs/benchmarks.md).
 
-    python bench/loop_overhead.py [--target model.gguf] [--json out.json]
+    python bench/loop_overhead.py [--target model.gguf | --verify-ms 3.5] [--json out.json]
+        [--logits /tmp/edgespec-logits | --rows random] [--k 4] [--modes T0.8,T0.8-top-p0.9]
 """
 
 from __future__ import annotations
@@ -32,6 +42,13 @@ from edgespec.runtime import Runtime, VocabInfo
 from edgespec.sampling import SamplingParams
 
 V = 151_936
+MODES = {
+    "greedy": SamplingParams(),
+    "T0.8": SamplingParams(0.8, seed=0),
+    "T0.8 top-k40 top-p0.9": SamplingParams(0.8, top_k=40, top_p=0.9, seed=0),
+    "T0.8 top-p0.9": SamplingParams(0.8, top_p=0.9, seed=0),
+    "T0.8 min-p0.05": SamplingParams(0.8, min_p=0.05, seed=0),
+}
 
 
 class FreeRuntime(Runtime):
@@ -76,14 +93,75 @@ class ConstantDrafter:
         pass
 
 
-def loop_cost_us(k: int, sp: SamplingParams, steps: int = 60, runs: int = 9) -> float:
+class ReplayRuntime(FreeRuntime):
+    """Rows replayed by position: the token forwarded at cache position c gets rows[c % n]
+    (a real model's recorded rows, or random ones), whatever the token is."""
+
+    def __init__(self, rows: np.ndarray, n_ctx: int = 1 << 20) -> None:
+        self.rows = rows  # [n, V] float16 or float32
+        self.n_vocab, self.n_ctx, self.n_past = rows.shape[1], n_ctx, 0
+
+    def forward(self, tokens, *, last_only=False):
+        at = np.arange(self.n_past, self.n_past + len(tokens)) % len(self.rows)
+        self.n_past += len(tokens)
+        return self.rows[at[-1:] if last_only else at].astype(np.float32)  # a back-end copies
+
+    def vocab_info(self):  # no stop token the rows can draw
+        return VocabInfo(self.n_vocab, "bpe", None, 0, frozenset({self.n_vocab - 1}), "-")
+
+
+class OracleDrafter:
+    """Proposes the tokens plain decoding emits (a Gumbel draft: accepted while equal)."""
+
+    name = "oracle"
+
+    def __init__(self, text: list[int]) -> None:
+        self.text = text
+
+    def propose(self, context, k, sp):
+        ahead = self.text[len(context) : len(context) + k]
+        return Draft(np.array(ahead, dtype=np.int32), None, gumbel=True)
+
+    def sync(self, context):
+        pass
+
+    def reset(self, rng):
+        pass
+
+
+PROMPT = [1, 2, 3]
+
+
+def decoder_for(rows: np.ndarray | None, k: int, sp: SamplingParams, n: int) -> SpeculativeDecoder:
+    """A k-token speculative decoder whose drafts are all accepted: constant 7s on the spiked
+    rows (greedy, or rows with replayed ones), else the oracle over plain decoding's n tokens."""
+    if rows is None or sp.greedy:
+        rt = FreeRuntime() if rows is None else ConstantArgmaxRuntime(rows)
+        return SpeculativeDecoder(rt, [ConstantDrafter()], FixedPolicy("const", k))
+    plain = SpeculativeDecoder(ReplayRuntime(rows), [], FixedPolicy(None, 0))
+    text = PROMPT + plain.generate(PROMPT, max_tokens=n, sp=sp).tokens
+    return SpeculativeDecoder(ReplayRuntime(rows), [OracleDrafter(text)], FixedPolicy("oracle", k))
+
+
+class ConstantArgmaxRuntime(ReplayRuntime):
+    """Replayed rows with token 7 lifted above each row's maximum: greedy accepts every 7."""
+
+    def __init__(self, rows: np.ndarray) -> None:
+        rows = rows.astype(np.float32)
+        rows[:, 7] = rows.max(axis=1) + 1.0
+        super().__init__(rows)
+
+
+def loop_cost_us(
+    k: int, sp: SamplingParams, steps: int = 60, runs: int = 9, rows: np.ndarray | None = None
+) -> float:
     """Median over runs of the mean cost per step of a run."""
-    rt = FreeRuntime()
-    dec = SpeculativeDecoder(rt, [ConstantDrafter()], FixedPolicy("const", k))
-    dec.generate([1, 2, 3], max_tokens=5 * (k + 1), sp=sp)  # warm-up
+    dec = decoder_for(rows, k, sp, steps * (k + 1))
+    dec.generate(PROMPT, max_tokens=5 * (k + 1), sp=sp)  # warm-up
     costs = []
     for _ in range(runs):
-        s = dec.generate([1, 2, 3], max_tokens=steps * (k + 1), sp=sp).stats
+        s = dec.generate(PROMPT, max_tokens=steps * (k + 1), sp=sp).stats
+        assert s.n_steps == steps, f"drafts were rejected: {s.n_steps} steps, not {steps}"
         costs.append((s.t_decode - s.t_verify) / s.n_steps * 1e6)  # all but the model's pass
     return statistics.median(costs)
 
@@ -146,32 +224,47 @@ def verify_pass_us(target: str, k: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", help="a .gguf target to time the real verify pass")
+    ap.add_argument("--verify-ms", type=float, help="a verify pass's time, for the share")
+    ap.add_argument("--logits", help="a folder of recorded rows (bench/record_logits.py)")
+    ap.add_argument("--rows", choices=("spiked", "random"), default="spiked")
+    ap.add_argument("--k", default="1,4,8", help="draft lengths, comma-separated")
+    ap.add_argument("--modes", help=f"comma-separated, of {', '.join(MODES)} (default all)")
+    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--no-controller", action="store_true", help="skip the controller's cost")
     ap.add_argument("--json", help="write the table here")
     args = ap.parse_args()
-    modes = {
-        "greedy": SamplingParams(),
-        "T0.8 top-k40 top-p0.9": SamplingParams(0.8, top_k=40, top_p=0.9, seed=0),
-        "T0.8": SamplingParams(0.8, seed=0),
-    }
+    modes = {m: MODES[m] for m in args.modes.split(",")} if args.modes else MODES
+    replayed = None
+    if args.logits:
+        replayed = np.load(Path(args.logits) / "logits.npy")
+    elif args.rows == "random":
+        replayed = np.random.default_rng(3).standard_normal((256, V)).astype(np.float32)
+    source = args.logits or args.rows
     rows = []
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"rows: {source}")
     print(f"{'k':>3} {'mode':>22} {'loop us/step':>13} {'verify us':>10} {'share':>7}")
-    for k in (1, 4, 8):
+    for k in map(int, args.k.split(",")):
         verify = verify_pass_us(args.target, k) if args.target else None
+        if args.verify_ms:
+            verify = args.verify_ms * 1e3
         for mode, sp in modes.items():
-            loop = loop_cost_us(k, sp)
-            share = loop / (loop + verify) if verify else None
+            loop = loop_cost_us(k, sp, runs=args.runs, rows=replayed)
+            share = loop / verify if verify else None
             rows.append(
-                {"k": k, "mode": mode, "loop_us": loop, "verify_us": verify, "share": share}
-            )
+                {"k": k, "mode": mode, "rows": source, "loop_us": loop, "verify_us": verify,
+                 "share": share}
+            )  # fmt: skip
             shown = f"{verify:>10.0f} {share:>7.2%}" if verify else f"{'-':>10} {'-':>7}"
             print(f"{k:>3} {mode:>22} {loop:>13.0f} {shown}")
-    plain_us, adaptive_us = controller_cost_us()
-    extra = adaptive_us - plain_us
-    print(f"random text, plain steps: {plain_us:.0f} us/step plain decoding, "
-          f"{adaptive_us:.0f} with the adaptive controller (+{extra:.0f})")  # fmt: skip
-    controller = {"plain_us": plain_us, "adaptive_us": adaptive_us}
+    controller = None
+    if not args.no_controller:
+        plain_us, adaptive_us = controller_cost_us()
+        extra = adaptive_us - plain_us
+        print(f"random text, plain steps: {plain_us:.0f} us/step plain decoding, "
+              f"{adaptive_us:.0f} with the adaptive controller (+{extra:.0f})")  # fmt: skip
+        controller = {"plain_us": plain_us, "adaptive_us": adaptive_us}
     if args.json:
         with open(args.json, "w") as f:
             record = {"vocab": V, "time": time.time(), "loadavg": load, "rows": rows,

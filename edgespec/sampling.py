@@ -161,27 +161,75 @@ class TokenDist:
         Exp(1) (exponential_noise): one uniform per token that can be drawn, and the token
         follows p exactly. A drafter that takes argmax(log q + g) with the same g proposes the
         target's own token whenever the two agree (the coupling verify_gumbel relies on)."""
-        j = int(np.argmin(self.races(seed, position)))
-        return j if self.ids is None else int(self.ids[j])
+        if len(self.probs) < RACE_FRONT_MIN:  # a small support races whole
+            return self.token_at(int(np.argmin(self.races(seed, position))))
+        j, races = self.race_front(seed, position)
+        return self.token_at(int(j[np.argmin(races)]))
 
     def gumbel_max_margin(self, seed: int, position: int) -> tuple[int, float]:
         """gumbel_max's token and how far it won: the gap between the largest and the second
         largest log p + g, log(r2 / r1) of the two smallest E / p (inf where one token can be
         drawn). A Gumbel draft's confidence: the target's p, close to q, keeps the draft's
         token where its own perturbed scores keep that order, likelier the wider the gap."""
-        races = self.races(seed, position)
-        j = int(np.argmin(races))
-        token = j if self.ids is None else int(self.ids[j])
+        j, races = self.race_front(seed, position)
+        token = self.token_at(int(j[np.argmin(races)]))
         if len(races) < 2:
             return token, math.inf
         first, second = np.partition(races, 1)[:2]
         return token, float(np.log(second / first))
 
+    def token_at(self, j: int) -> int:
+        return j if self.ids is None else int(self.ids[j])
+
     def races(self, seed: int, position: int) -> np.ndarray:
-        """E / p per token of the support, E the position's Exp(1) noise: the smallest wins."""
+        """E / p per token of the support, E the position's Exp(1) noise: the smallest wins.
+        A token of probability 0 (an exp underflow) gets inf, even where its E is 0."""
         ids = self.ids if self.ids is not None else all_ids(len(self.probs))
-        with np.errstate(divide="ignore"):  # p = 0 (an exp underflow): E / 0 = inf, never drawn
-            return exponential_noise(seed, position, ids) / self.probs
+        return divide_races(exponential_noise(seed, position, ids), self.probs)
+
+    def race_front(self, seed: int, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """(j ascending, races[j]): entries of the support, as indices into probs, holding
+        every entry whose race is at most the second smallest, so that their first argmin and
+        their two smallest races are the whole support's. A small support races whole.
+
+        A large one races its likeliest m tokens first (upper_set: every other token has p
+        below their smallest, p_b); r2, the second smallest of their races, bounds the
+        second smallest overall. Another token j can reach r2 only if E_j <= r2 p_j < r2 p_b,
+        that is u_j > exp(-r2 p_b) for its uniform u_j: a threshold on the counter's top bits,
+        an integer compare per token (noise_top_bits) instead of a float64 log and divide.
+        The few that pass it race exactly; bounds are widened, so a token is never missed.
+        Below RACE_FRONT_MIN tokens the whole race costs less than the front's fixed work."""
+        n = len(self.probs)
+        if n < RACE_FRONT_MIN:
+            return np.arange(n), self.races(seed, position)
+        m = min(256, n // COLUMN_ROWS // 4)
+        front, p_front = upper_set(self.probs, m, np.float32(1.0))
+        ids = self.ids if self.ids is not None else all_ids(n)
+        races = divide_races(exponential_noise(seed, position, ids[front]), p_front)
+        r2 = float(np.partition(races, 1)[1])
+        reach = r2 * float(p_front.min()) * (1.0 + 2.0**-20) + 2.0**-50  # E below it can win
+        if not math.isfinite(reach):
+            return np.arange(n), self.races(seed, position)
+        u_low = math.exp(-reach)  # u_j = (h_j + 0.5) 2**-53 >= u_low, h_j the top 53 bits
+        h_low = max(int(u_low * 2.0**53) - 2, 0)
+        bits_low = ((h_low << 11) >> 33) << 33  # compared on the top 31 bits (noise_top_bits)
+        passed = noise_top_bits(seed, position, ids) >= np.uint64(bits_low)
+        passed[front] = False  # raced already
+        more = np.flatnonzero(passed)
+        if not len(more):
+            return front, races
+        j = np.concatenate([front, more])
+        races = np.concatenate(
+            [races, divide_races(exponential_noise(seed, position, ids[more]), self.probs[more])]
+        )
+        order = np.argsort(j)
+        return j[order], races[order]
+
+
+def divide_races(noise: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """E / p in float64, inf where p is 0: [m] each."""
+    out = np.full(len(noise), np.inf)
+    return np.divide(noise, probs, out=out, where=probs > 0)
 
 
 # --- position-keyed randomness: the token at position i depends on (seed, i) alone ----------
@@ -218,18 +266,58 @@ def all_ids(n: int) -> np.ndarray:
     return ids
 
 
+@lru_cache(maxsize=4)
+def counter_base(n: int) -> np.ndarray:
+    """[n] uint64 (id + 1) * GOLDEN for ids 0..n-1: the dense support's counters before the
+    position's key is added, made once per vocabulary size."""
+    x = all_ids(n).astype(np.uint64)
+    x += np.uint64(1)
+    x *= np.uint64(GOLDEN)
+    x.flags.writeable = False
+    return x
+
+
+def is_all_ids(ids: np.ndarray) -> bool:
+    """Whether ids is all_ids(len(ids)) itself (looked up only for arrays that could be)."""
+    n = len(ids)
+    return bool(n and not ids.flags.writeable and ids[0] == 0 and ids[-1] == n - 1) and (
+        ids is all_ids(n)
+    )
+
+
+def counters(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
+    """[m] uint64 splitmix64 states of tokens `ids` at `position`, mixed up to (not including)
+    the last xor-shift: (id + 1) * GOLDEN + key, then x ^= x >> 30, x *= MIX1, x ^= x >> 27,
+    x *= MIX2 (wrapping mod 2**64). A fresh array, in place after the first step."""
+    key = np.uint64(position_key(seed, position))
+    if is_all_ids(ids):  # the dense support: its counters are made once
+        x = np.add(counter_base(len(ids)), key)
+    else:
+        x = ids.astype(np.uint64)
+        x += np.uint64(1)
+        x *= np.uint64(GOLDEN)
+        x += key
+    t = np.empty_like(x)
+    np.right_shift(x, np.uint64(30), out=t)
+    x ^= t
+    x *= MIX1
+    np.right_shift(x, np.uint64(27), out=t)
+    x ^= t
+    x *= MIX2
+    return x
+
+
+def noise_top_bits(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
+    """[m] uint64 whose top 31 bits are those of the tokens' splitmix64 outputs (the last
+    xor-shift, x ^= x >> 31, leaves them as they are): an integer bound on their uniforms."""
+    return counters(seed, position, ids)
+
+
 def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
     """[m] float64 Exp(1) noise for tokens `ids` at `position`: splitmix64 counters keyed by
     (seed, position, token), so the same token at the same position always gets the same
     number, whichever step, drafter or support asks; 53-bit uniforms in (0, 1)."""
-    x = ids.astype(np.uint64)
-    x += np.uint64(1)
-    x *= np.uint64(GOLDEN)  # wraps mod 2**64, as splitmix64's state does
-    x += np.uint64(position_key(seed, position))
-    x ^= x >> np.uint64(30)
-    x *= MIX1
-    x ^= x >> np.uint64(27)
-    x *= MIX2
+    x = counters(seed, position, ids)
     x ^= x >> np.uint64(31)
     u = (x >> np.uint64(11)).astype(np.float64)
     u += 0.5
@@ -358,6 +446,7 @@ def top_k(row: np.ndarray, k: int, temperature: np.float32) -> tuple[np.ndarray,
     return ids[keep], z[keep]
 
 
+RACE_FRONT_MIN = 16_384  # a Gumbel race over this many tokens or more runs its front first
 COLUMN_ROWS = 64  # tokens per column of the grid upper_set bounds the k-th value with
 
 
@@ -403,7 +492,7 @@ def top_p_candidates(probs: np.ndarray, top_p: float) -> np.ndarray:
     """
     m = 64
     one = np.float32(1.0)
-    while m < len(probs):
+    while 4 * m <= len(probs) // COLUMN_ROWS:  # past that, upper_set bounds the whole row
         ids, p = upper_set(probs, m, one)
         if np.cumsum(np.sort(p)[::-1])[-1] >= top_p + 2.0**-20:  # cut_top_p's own sum
             return ids

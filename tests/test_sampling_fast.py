@@ -6,8 +6,19 @@ their dense counterparts, seed for seed."""
 import numpy as np
 import pytest
 
-from edgespec.sampling import COLUMN_ROWS, SamplingParams, TokenDist, row_dists, sample, token_dist
-from edgespec.verify import residual, residual_dist, verify_stochastic
+from edgespec.sampling import (
+    COLUMN_ROWS,
+    RACE_FRONT_MIN,
+    SamplingParams,
+    TokenDist,
+    divide_races,
+    exponential_noise,
+    row_dists,
+    sample,
+    token_dist,
+    upper_set,
+)
+from edgespec.verify import residual, residual_dist, verify_gumbel, verify_stochastic
 from tests import sampling_reference as reference
 
 CONFIGS = {
@@ -176,3 +187,108 @@ def test_lazy_verify_stops_computing_rows_at_the_first_rejection():
 
     v = verify_stochastic(np.array([1, 2, 1, 1], np.int32), None, p_at, np.random.default_rng(0))
     assert (v.n_accepted, v.tokens.tolist(), asked) == (1, [1, 1], [0, 1])
+
+
+# --- Gumbel-max on a large support: the likeliest tokens raced first, the rest by threshold --
+
+
+def whole_race(dist: TokenDist, seed: int, position: int) -> tuple[int, float]:
+    """The definition: every token of the support races, E / p in float64 (inf where p = 0),
+    the first smallest wins, the margin is log(r2 / r1) of the two smallest."""
+    ids = np.arange(len(dist.probs)) if dist.ids is None else dist.ids
+    noise = exponential_noise(seed, position, ids)
+    races = np.full(len(ids), np.inf)
+    np.divide(noise, dist.probs, out=races, where=dist.probs > 0)
+    j = int(np.argmin(races))
+    first, second = np.partition(races, 1)[:2]
+    return int(ids[j]), float(np.log(second / first))
+
+
+def gumbel_rows():
+    """Large supports of every shape the fast race meets: flat and peaked rows (dense, as
+    temperature alone gives them), a ragged vocabulary, exp underflows (p = 0 inside a dense
+    row), ties, and sparse supports (top-p and min-p over a flat row)."""
+    rng = np.random.default_rng(11)
+    flat = rng.standard_normal(151_936).astype(np.float32)
+    yield "flat", token_dist(flat, SamplingParams(1.0))
+    yield "peaked", token_dist(flat * 6, SamplingParams(0.8))
+    yield "ragged", token_dist(rng.standard_normal(151_973).astype(np.float32), SamplingParams(1.0))
+    yield "underflow", token_dist(flat * 40, SamplingParams(0.5))  # most p are exactly 0
+    tied = np.round(flat * 2) / 2  # a few dozen distinct values: ties everywhere
+    yield "ties", token_dist(tied.astype(np.float32), SamplingParams(0.3))
+    yield "top-p", token_dist(flat, SamplingParams(1.0, top_p=0.9))
+    yield "min-p", token_dist(flat * 2.5, SamplingParams(1.0, min_p=0.0001))  # 17,758 left
+    yield "small", token_dist(flat[:16_383], SamplingParams(1.0))  # races whole
+    # 200 tokens hold half the mass, 151,736 the other half: the winner is raced first about
+    # half the time and its runner-up is then often in the tail (the margin's own bound)
+    half = rng.uniform(1.0, 1.5, 151_936)  # distinct: the tail is not one tie with the front
+    heavy = rng.choice(151_936, 200, replace=False)
+    half *= 0.5 / (half.sum() - half[heavy].sum())
+    half[heavy] = 0.5 / 200
+    yield "half-tail", TokenDist(None, half.astype(np.float32))
+
+
+GUMBEL_ROWS = dict(gumbel_rows())
+
+
+@pytest.mark.parametrize("name", GUMBEL_ROWS)
+def test_gumbel_max_is_the_whole_support_race_token_and_margin(name):
+    """At 40 positions of two seeds the token and the margin are exactly the whole race's
+    (bit for bit, ties included: the first smallest wins)."""
+    dist = GUMBEL_ROWS[name]
+    assert name != "underflow" or np.count_nonzero(dist.probs == 0) > len(dist.probs) // 2
+    assert (name == "small") == (len(dist.probs) < RACE_FRONT_MIN)  # else the front runs first
+    for seed in (3, 2**70 + 5):
+        for position in range(0, 400, 10):
+            want = whole_race(dist, seed, position)
+            assert dist.gumbel_max_margin(seed, position) == want
+            assert dist.gumbel_max(seed, position) == want[0]
+
+
+def test_the_threshold_finds_winners_outside_the_likeliest_tokens():
+    """On a flat row the winner is mostly not among the 256 likeliest tokens raced first:
+    the integer threshold is what finds it, and finds the whole race's token every time."""
+    dist = GUMBEL_ROWS["flat"]
+    front, _ = upper_set(dist.probs, 256, np.float32(1.0))
+    outside = 0
+    for position in range(60):
+        token = dist.gumbel_max(7, position)
+        assert token == whole_race(dist, 7, position)[0]
+        outside += token not in set(front.tolist())
+    assert outside >= 40
+
+
+def test_gumbel_max_on_a_large_support_follows_p():
+    """5 tokens hold 0.8 of the mass and 20,000 share 0.2 (the tail races by threshold):
+    across 4,000 positions each cell, and the tail's total, within 5 standard errors."""
+    head = np.array([0.3, 0.2, 0.15, 0.1, 0.05])
+    probs = np.concatenate([head, np.full(20_000, 0.2 / 20_000)]).astype(np.float32)
+    dist = TokenDist(None, probs / probs.sum())
+    n = 4_000
+    tokens = np.array([dist.gumbel_max(21, i) for i in range(n)])
+    cells = np.append(np.bincount(tokens, minlength=5)[:5], np.count_nonzero(tokens >= 5)) / n
+    want = np.append(head, 0.2)
+    assert np.all(np.abs(cells - want) <= 5 * np.sqrt(want * (1 - want) / n))
+
+
+def test_gumbel_verify_on_vocabulary_rows_emits_the_whole_race_at_every_position():
+    """A k = 4 pass of temperature-alone rows (V = 151,936): the draft is the target's own
+    tokens with one changed at position j; every emitted token is the whole race's, and the
+    draft is kept exactly up to j."""
+    logits = verify_logits(151_936, 2.0, 5)
+    rows = row_dists(logits, SamplingParams(0.9))
+    target = [whole_race(rows(i), 9, 50 + i)[0] for i in range(5)]
+    for j in range(5):
+        draft = np.array(target[:4], np.int32)
+        if j < 4:
+            draft[j] = (draft[j] + 1) % 151_936
+        verdict = verify_gumbel(draft, rows, 9, 50)
+        assert verdict.n_accepted == j
+        assert verdict.tokens.tolist() == target[: j + 1]
+
+
+def test_a_token_of_probability_zero_never_races_even_with_zero_noise():
+    """E = 0 (a counter whose 53 top bits are all ones rounds u to 1) over p = 0 is inf,
+    not NaN, which argmin would have taken."""
+    races = divide_races(np.array([0.0, 0.0, 1.0]), np.array([0.0, 0.5, 0.25], np.float32))
+    assert races.tolist() == [np.inf, 0.0, 4.0]

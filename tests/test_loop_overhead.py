@@ -1,0 +1,51 @@
+"""bench/loop_overhead.py's replayed rows: every draft is accepted (each step reaches its
+k + 1 rows) in every sampling mode, on recorded-like rows; record_logits takes its prompts
+from the suites in turn. No timing is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def bench_module(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+loop_overhead = bench_module("loop_overhead")
+
+
+@pytest.mark.parametrize("mode", list(loop_overhead.MODES))
+def test_replayed_rows_accept_every_draft(mode):
+    rows = (np.random.default_rng(0).standard_normal((16, 5_000)) * 3).astype(np.float16)
+    # loop_cost_us asserts that every step was a full k = 4 step
+    assert loop_overhead.loop_cost_us(4, loop_overhead.MODES[mode], steps=6, runs=1, rows=rows) > 0
+
+
+def test_replay_runtime_answers_by_position():
+    rows = np.arange(6 * 3, dtype=np.float16).reshape(6, 3)
+    rt = loop_overhead.ReplayRuntime(rows)
+    assert rt.forward([9, 9, 9], last_only=True).tolist() == [rows[2].tolist()]
+    rt.rollback(1)
+    assert rt.forward([9, 9]).tolist() == rows[1:3].tolist()
+    rt.rollback(5)
+    assert rt.forward([9, 9]).tolist() == [rows[5].tolist(), rows[0].tolist()]  # wraps
+
+
+def test_record_logits_takes_prompts_from_the_suites_in_turn():
+    record_logits = bench_module("record_logits")
+    cases = record_logits.suite_prompts(6)
+    assert [case_id.split("-")[0] for case_id, _ in cases][:3] != ["chat"] * 3
+    assert len({case_id for case_id, _ in cases}) == 6
+    assert all(messages and messages[0]["role"] == "user" for _, messages in cases)
