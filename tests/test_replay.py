@@ -327,3 +327,15 @@ def test_the_grid_replay_reproduces_the_kit_and_auto_drafts_from_its_first_steps
     assert grid.run_one(kit, 1.0, 128, "auto", False)["steps"] == 18
     real = grid.run_one(kit, 0.9, 128, "auto", True)
     assert (real["speedup"], real["drafted"]) == (1.0, 0)
+
+
+def test_in_the_grid_replay_auto_moves_to_the_width_that_repays_its_switch():
+    """At acceptance 0.9 over 1024 tokens on the H100 llama.cpp kit, k = 7 pays 2.46x, k = 4
+    2.28x; each step charged its whole switch, `auto` stayed at k = 4 (279 steps); rent-or-buy
+    takes k = 7 once staying has cost a switch (207 steps, fixed k = 7 takes 185)."""
+    grid = load_bench_script("replay_grid.py", "bench_replay_grid")
+    kit = grid.replay.kit_run(
+        str(REPO / "docs/results/gpu-h100-2026-11-26/demo-llama-graphs-on.json")
+    )
+    assert grid.run_one(kit, 0.9, 1024, "7", False)["steps"] == 185
+    assert grid.run_one(kit, 0.9, 1024, "auto", False)["steps"] == 207
