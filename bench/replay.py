@@ -22,6 +22,7 @@ are at commit f7269df.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 from collections.abc import Sequence
@@ -215,6 +216,10 @@ class OneGraph:
         self.shape: tuple[int, int] | None = None
         self.captured = False
 
+    def would_charge(self, shape: tuple[int, int]) -> float:
+        """What a pass of this shape would add now (surcharge, without taking the pass)."""
+        return self.extra if shape != self.shape or not self.captured else 0.0
+
     def surcharge(self, shape: tuple[int, int]) -> float:
         if shape != self.shape:
             self.shape, self.captured = shape, False
@@ -257,12 +262,36 @@ class ReplayDraft(ReplayTarget):
 class OraclePolicy:
     """Each step drafts with the drafter and k that get the most tokens per unit of cost
     from what it knows will be accepted (the step's best, not the request's: it does not
-    weigh what leaving the draft model behind costs later). The reference a controller's
-    choices are measured against."""
+    weigh what leaving the draft model behind costs later, nor the switches a width change
+    brings the steps after). The reference a controller's choices are measured against.
+
+    Where the target keeps one CUDA graph, each step's pass is charged what the clock will
+    charge it (its OneGraph: a new width uncaptured, its second pass capturing), plain steps
+    too. Unpriced, the oracle drafted wherever a token would be kept and paid switches the
+    controller prices, so "of foresight" on one-graph curves compared the controller with a
+    reference that lost to it (0.99 of foresight on chat at 0.997x against the oracle's
+    0.994x on the H100 llama.cpp curve). The draft model's own graph is not priced (on a
+    one-graph runtime it forwards one token a pass: one shape)."""
 
     def __init__(self, target: ReplayTarget, ratios: Sequence[float], k_max: int) -> None:
         self.target, self.ratios, self.k_max = target, ratios, k_max
         self.drafters: Sequence[Drafter] = ()
+        clock = target.clock
+        graphs = clock.graphs if clock is not None else {}
+        self.graph, self.draft_graph = graphs.get("target"), graphs.get("draft")
+
+    def switch(self, width: int) -> float:
+        """What the target's one graph adds to a pass of width tokens now (0: none), as the
+        controller prices it (AdaptivePolicy.switch_s): plain is never charged, leaving it
+        is charged its own pass and the two plain passes back. Charged each step as the
+        clock charges it, a plain pass after a verify pass cost a switch and the oracle
+        took a 16-token draft model step at 0.83 tokens a pass over it (the two plain
+        passes' switches buy every plain step after them, which one step cannot see)."""
+        if self.graph is None or width == 1:
+            return 0.0
+        if self.graph.shape in (None, (1, 1)):
+            return self.graph.would_charge((width, width)) + 2 * self.graph.extra
+        return self.graph.would_charge((width, width))
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
         self.drafters = drafters
@@ -280,11 +309,11 @@ class OraclePolicy:
             k_max = min(drafter.offer(context).available, self.k_max)
             if not k_max:
                 continue
-            draft, first, each = self.foresee(drafter, context, k_max, sp)
+            draft, draft_s = self.foresee(drafter, context, k_max, sp)
             coming = self.target.sequence[len(context) : len(context) + k_max]
             right = next((i for i, (a, b) in enumerate(zip(draft, coming)) if a != b), len(coming))
             for k in range(1, k_max + 1):
-                cost = first + (k - 1) * each + price(self.ratios, k + 1)
+                cost = draft_s[k - 1] + price(self.ratios, k + 1) + self.switch(k + 1)
                 rate = (min(k, right) + 1) / cost
                 if rate > best[0]:
                     best = (rate, drafter, k)
@@ -292,17 +321,33 @@ class OraclePolicy:
 
     def foresee(
         self, drafter: Drafter, context: Sequence[int], k: int, sp: SamplingParams
-    ) -> tuple[list[int], float, float]:
-        """The k tokens drafter would propose, what its first and each further token cost:
-        prompt lookup's are free; the draft model's are recorded, its first forwards what it
-        is behind on."""
+    ) -> tuple[list[int], list[float]]:
+        """The k tokens drafter would propose and what proposing 1..k of them costs: prompt
+        lookup's are free; the draft model's are recorded, and cost its passes (draft_s)."""
         if isinstance(drafter, ModelDrafter):
             assert isinstance(drafter.runtime, ReplayDraft)
             at = len(context) - drafter.runtime.n_prompt
-            ratio = drafter.runtime.ratio
-            first = ratio * price(self.ratios, max(1, drafter.behind(context)))
-            return self.target.draft[at : at + k], first, ratio
-        return drafter.propose(context, k, sp).tokens.tolist(), 0.0, 0.0
+            return self.target.draft[at : at + k], self.draft_s(drafter, context, k)
+        return drafter.propose(context, k, sp).tokens.tolist(), [0.0] * k
+
+    def draft_s(self, drafter: ModelDrafter, context: Sequence[int], k: int) -> list[float]:
+        """What proposing 1..k tokens costs the draft model, its passes as ModelDrafter makes
+        them (what it is behind on first: on a one-graph runtime in a pass of its own, then a
+        token a pass) charged as the clock will charge them (at its ratio, and its OneGraph's
+        surcharge, read off a copy). Without its graph priced, a draft model far behind
+        after a run of prompt lookup looked 3 switches cheaper than it was."""
+        assert isinstance(drafter.runtime, ReplayDraft)
+        ratio, behind = drafter.runtime.ratio, max(1, drafter.behind(context))
+        graph = copy.copy(self.draft_graph) if self.draft_graph is not None else None
+        apart = drafter.one_token_passes and behind > 1
+        shapes = [(behind - 1, 1), (1, 1)] if apart else [(behind, 1)]
+        costs, spent = [], 0.0
+        for i in range(k):
+            for width, rows in shapes if i == 0 else [(1, 1)]:
+                spent += ratio * price(self.ratios, width)
+                spent += graph.surcharge((width, rows)) if graph is not None else 0.0
+            costs.append(spent)
+        return costs
 
     def observe(self, *args) -> None:
         pass

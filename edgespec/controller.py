@@ -348,6 +348,9 @@ class AdaptivePolicy:
         # the target's last pass: its width (1: plain) and how many passes of it in a row;
         # what a change of width costs where the runtime keeps one graph (switch_s)
         self.width, self.in_row = 1, 2
+        # seconds lost so far to keeping a width another (regret_width) beats without its
+        # switches (rent_or_buy)
+        self.regret, self.regret_width = 0.0, 0
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
         self.learned.update(self.lessons())
@@ -356,6 +359,7 @@ class AdaptivePolicy:
         self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
         self.prefill = True  # the next to_sync is the request's first: the prompt
         self.width, self.in_row = 1, 2  # priced as steady plain decoding
+        self.regret, self.regret_width = 0.0, 0  # rent_or_buy's
 
     def lessons(self) -> dict[int, Learned]:
         """What this request has taught of each drafter, by id(drafter)."""
@@ -387,9 +391,12 @@ class AdaptivePolicy:
                   if e.offer.available > 0]  # fmt: skip
         live = [e for e, option in priced if self.in_use(e, option)]
         options = [self.leaving(option, [x for x in live if x is not e]) for e, option in priced]
-        choice = best_choice(
-            self.curve, options, self.k_max, self.left_behind_s(live), self.switch_s()
-        )
+        leaves_s, switch_s = self.left_behind_s(live), self.switch_s()
+        choice = best_choice(self.curve, options, self.k_max, leaves_s, switch_s)
+        if switch_s:  # the same choice without the one graph's switches: what pays in a row
+            choice = self.rent_or_buy(
+                choice, best_choice(self.curve, options, self.k_max, leaves_s), switch_s
+            )
         self.chosen_rate = choice.tokens_per_second
         self.probing = None
         if choice.k == 0:
@@ -410,6 +417,37 @@ class AdaptivePolicy:
         return [0.0] + [
             3 * s if self.width == 1 else self.pass_switch_s(n) for n in range(2, self.k_max + 2)
         ]
+
+    def rent_or_buy(self, myopic: Choice, steady: Choice, switch_s: Sequence[float]) -> Choice:
+        """The step to take where a change of width costs switches (switch_s): myopic, the
+        best step with them charged, or steady, the best without, once staying has cost as
+        much as changing would.
+
+        Charging a step the whole switch it causes keeps a width that pays less, step after
+        step, than one that would repay its switch in a few steps (fixed k = 7 at 2.5x where
+        `auto` stayed at k = 4 at 2.2x, or plain where drafting pays 1.3x: the kit's grid,
+        bench/replay_grid.py); charging a guessed share of it to each step drafted where
+        drafting runs are short (real text on one-graph curves lost 1-4%). This is
+        rent-or-buy: each step that keeps the myopic width adds what it loses against the
+        steady one (its seconds times 1 - its rate / steady's rate), and the steady one is
+        taken once that adds up to the extra switch it is charged now. At most twice the
+        best in hindsight whatever comes; a steady choice that changes width starts over,
+        so one step's passing chance (a one-off match) never adds up."""
+        width = steady.k + 1
+        buy_s = switch_s[width - 1] - switch_s[myopic.k]  # 0: myopic weighed it as charged
+        if buy_s <= 0.0 or steady.tokens_per_second <= myopic.tokens_per_second:
+            self.regret, self.regret_width = 0.0, 0
+            return myopic
+        if width != self.regret_width:
+            self.regret, self.regret_width = 0.0, width
+        if self.regret >= buy_s:
+            self.regret, self.regret_width = 0.0, 0
+            return Choice(steady.drafter, steady.k, myopic.tokens_per_second)
+        step_s = self.curve.target(myopic.k + 1)
+        if myopic.drafter is not None:
+            step_s += myopic.k * self.estimate(myopic.drafter).token_s
+        self.regret += step_s * (1.0 - myopic.tokens_per_second / steady.tokens_per_second)
+        return myopic
 
     def pass_switch_s(self, width: int) -> float:
         """What the runtime's one graph adds to a pass of `width` tokens after the last."""
@@ -562,5 +600,11 @@ class AdaptivePolicy:
             e.token_s = followed(e.token_s, t_draft / k, self.curve.smoothing)
         e.acceptance.observe(e.offer.key, k, n_accepted, unsure_end)
         if self.probing is drafter:  # back off when probes keep failing to pay
-            paid = n_accepted == k
+            # paid: every token kept (a longer draft may pay more), or the step emitted
+            # faster than plain decoding at the prices the policy holds (its curve and the
+            # drafter's price: one pass's noise does not decide). Counting only the first,
+            # a probe that kept 1 of 2 failed: at 90% acceptance 1 probe in 5 doubled the
+            # interval of a drafter worth 2.5x (the kit's grid on the H100 llama.cpp curve)
+            step_s = k * e.token_s + self.curve.target(k + 1)
+            paid = n_accepted == k or (n_accepted + 1) * self.curve.target(1) > step_s
             e.interval = e.base_interval if paid else min(2 * e.interval, self.max_probe_every)

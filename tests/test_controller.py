@@ -6,6 +6,7 @@ import pytest
 from edgespec.acceptance import ByMatchLength, ByPosition
 from edgespec.controller import (
     AdaptivePolicy,
+    Choice,
     CostCurve,
     FixedPolicy,
     Option,
@@ -604,3 +605,54 @@ def test_a_drafter_never_judged_is_probed_at_the_first_step():
     policy.observe(m, 2, 0, t_draft=0.1, t_verify=2.5)
     policy.begin([m])  # known now: the next request waits for its interval
     assert policy.plan(list(range(10)), SamplingParams()) == (None, 0)
+
+
+def test_a_width_that_repays_its_switch_is_taken_once_staying_has_cost_as_much():
+    """Rent-or-buy: each step kept at the myopic width (switches charged) adds what it loses
+    against the steady best (switches left out); the steady one is taken once that adds up
+    to the extra switch it is charged. A steady best that changes width starts over, and a
+    width both are charged alike for accrues nothing (the myopic choice weighed it)."""
+    policy = one_graph_policy(switch_s=0.5)
+    d = policy.estimates[0].drafter
+    policy.observe(d, 2, 2, 0.0, 1.4 + 0.5)
+    policy.observe(d, 2, 2, 0.0, 1.4 + 0.5)  # a run at width 3, captured
+    switch = policy.switch_s()
+    assert switch == [0.0, 0.5, 0.0, 0.5, 0.5]
+    myopic, steady = Choice(d, 2, 2.0), Choice(d, 4, 2.5)
+    # each step at k = 2 loses t(3) * (1 - 2.0 / 2.5) = 0.28 against k = 4, which pays 0.5
+    assert policy.rent_or_buy(myopic, steady, switch).k == 2
+    assert policy.regret == pytest.approx(0.28)
+    assert policy.rent_or_buy(myopic, steady, switch).k == 2
+    assert policy.rent_or_buy(myopic, steady, switch).k == 4  # 0.56 >= 0.5: bought
+    assert policy.regret == 0.0
+    policy.rent_or_buy(myopic, steady, switch)
+    policy.rent_or_buy(myopic, Choice(d, 3, 2.5), switch)  # another width: starts over
+    assert policy.regret == pytest.approx(0.28)
+    assert policy.rent_or_buy(myopic, Choice(d, 3, 2.5), switch).k == 2
+    assert policy.rent_or_buy(myopic, myopic, switch).k == 2  # no better: nothing accrues
+    assert policy.regret == 0.0
+    fresh = one_graph_policy(switch_s=0.5)  # after plain, every width pays the same 1.5
+    fresh.observe(None, 0, 0, 0.0, 1.0)
+    alike, d = fresh.switch_s(), fresh.estimates[0].drafter
+    assert fresh.rent_or_buy(Choice(d, 4, 2.0), Choice(d, 2, 2.5), alike).k == 4
+    assert fresh.regret == 0.0
+
+
+def test_a_probe_that_beats_plain_decoding_pays_though_a_token_was_rejected():
+    """A 2-token probe keeping 1: 2 tokens for a 3-token pass and 2 draft tokens. Where
+    that costs 1.99 plain passes it beat plain, so the probe interval stays; where it costs
+    2.52 it did not, and doubles. Keeping every token pays on any curve (a longer draft may).
+    """
+    for t3, interval in ((1.97, 16), (2.5, 32)):
+        m = model(0.01)
+        policy = AdaptivePolicy(CostCurve([1.0, 1.7, t3, t3 + 0.6, t3 + 1.2]), k_max=4)
+        policy.begin([m])
+        assert policy.plan(list(range(10)), SP) == (m, 2)  # never judged: probed at once
+        policy.observe(m, 2, 1, t_draft=0.02, t_verify=t3)
+        assert policy.estimate(m).interval == interval
+    m = model(0.01)
+    policy = AdaptivePolicy(CostCurve([1.0, 1.7, 2.5, 3.1, 3.7]), k_max=4)
+    policy.begin([m])
+    policy.plan(list(range(10)), SP)
+    policy.observe(m, 2, 2, t_draft=0.02, t_verify=2.5)
+    assert policy.estimate(m).interval == 16

@@ -327,3 +327,44 @@ def test_the_grid_replay_reproduces_the_kit_and_auto_drafts_from_its_first_steps
     assert grid.run_one(kit, 1.0, 128, "auto", False)["steps"] == 18
     real = grid.run_one(kit, 0.9, 128, "auto", True)
     assert (real["speedup"], real["drafted"]) == (1.0, 0)
+
+
+def test_in_the_grid_replay_auto_moves_to_the_width_that_repays_its_switch():
+    """At acceptance 0.9 over 1024 tokens on the H100 llama.cpp kit, k = 7 pays 2.46x, k = 4
+    2.28x; each step charged its whole switch, `auto` stayed at k = 4 (279 steps); rent-or-buy
+    takes k = 7 once staying has cost a switch (207 steps, fixed k = 7 takes 185)."""
+    grid = load_bench_script("replay_grid.py", "bench_replay_grid")
+    kit = grid.replay.kit_run(
+        str(REPO / "docs/results/gpu-h100-2026-11-26/demo-llama-graphs-on.json")
+    )
+    assert grid.run_one(kit, 0.9, 1024, "7", False)["steps"] == 185
+    assert grid.run_one(kit, 0.9, 1024, "auto", False)["steps"] == 207
+
+
+def test_foresight_prices_the_one_graph_as_the_controller_does_and_the_draft_as_charged():
+    """The oracle's verify passes carry the target graph's switch (leaving plain: its own and
+    the two plain passes back; plain never), and a draft model's proposal costs what the
+    clock charges its passes, its catch-up pass's switches included."""
+    replay = load_module()
+    output = unrepeated(30)
+    target = replay.ReplayTarget([7, 8, 9], output + [999], eog=999, draft=output + [999])
+    clock = replay.Clock([1.0, 1.2, 1.4, 1.6, 1.8], one_graph=(0.5, 0.25))
+    target.clock, target.keeps_one_graph = clock, True
+    [model, _] = replay.replay_drafters(target, SPEC, 0.5, 0.0)
+    oracle = replay.OraclePolicy(target, clock.ratios, 4)
+    graph = clock.graphs["target"]
+    graph.surcharge((1, 1)), graph.surcharge((1, 1))  # plain, captured
+    assert [oracle.switch(w) for w in (1, 2, 3)] == [0.0, 1.5, 1.5]
+    graph.surcharge((3, 3))
+    assert graph.would_charge((3, 3)) == 0.5 and graph.shape == (3, 3)  # read, not taken
+    assert [oracle.switch(w) for w in (1, 2, 3)] == [0.0, 0.5, 0.5]
+    graph.surcharge((3, 3))
+    assert [oracle.switch(w) for w in (1, 2, 3)] == [0.0, 0.5, 0.0]
+    context = target.prompt + target.output[:5]  # the draft model's cache empty: 8 behind
+    predicted = oracle.draft_s(model, context, 3)
+    clock.running = True
+    model.propose(context, 3, replay.SamplingParams())
+    # 7 tokens caught up in a pass of their own (t(7) = 2.2 past the curve), then a token a
+    # pass, at half the target's price; each shape change and the capture after it 0.25
+    assert predicted[-1] == pytest.approx(clock.now)
+    assert predicted == pytest.approx([1.1 + 0.25 + 0.5 + 0.25, 2.1 + 0.5 + 0.25, 2.85 + 0.5])
