@@ -229,8 +229,8 @@ class EagleHead:
         features = np.ascontiguousarray(features, dtype=np.float32)
         b = self.enc_batch
         ctypes.memmove(b.embd, features.ctypes.data, features.nbytes)
-        for i in range(n):
-            b.pos[i] = i
+        for i in range(n):  # llama.cpp checks positions against the head's cache
+            b.pos[i] = self.n_past + i
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = 0
             b.logits[i] = True
@@ -253,7 +253,9 @@ class EagleHead:
             b.pos[i] = self.n_past + i
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = 0
-            b.logits[i] = i == n - 1
+            # every row an output: with the last alone, this llama.cpp's eagle3 graph gives a
+            # multi-row pass's last row wrong logits (tests/test_eagle.py, the numpy reference)
+            b.logits[i] = True
         b.n_tokens = n
         status = self.llama.llama_decode(self.ctx, b)
         if status != 0:
