@@ -36,7 +36,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -137,11 +137,17 @@ class EagleHead:
     """An EAGLE-3 head's model and context beside a LlamaCppRuntime target (`target`), with
     its own KV cache of one sequence. It never touches the target's cache."""
 
-    def __init__(self, path: str | os.PathLike[str], target, *, n_threads: int = 1) -> None:
-        from edgespec.runtimes.llamacpp import check_gguf_file, last_llama_error
-
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        target,
+        *,
+        n_threads: int = 1,
+        last_error: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        """target: the LlamaCppRuntime (which checked path is a GGUF file); last_error: the
+        first error llama.cpp logged (llamacpp.last_llama_error)."""
         self.path = Path(path)
-        check_gguf_file(self.path)
         self.llama = target.llama
         self.ext = ext(self.llama)
         self.target = target
@@ -153,7 +159,7 @@ class EagleHead:
         if not self.model:
             raise ModelFileError(
                 f"cannot load the draft head {self.path}: "
-                f"{last_llama_error() or 'llama.cpp could not read it'}"
+                f"{last_error() or 'llama.cpp could not read it'}"
             )
         self.layers = self.ext.layer_ids(self.model)
         self.n_embd = int(lib.llama_model_n_embd(self.model))

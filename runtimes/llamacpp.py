@@ -301,7 +301,8 @@ class LlamaCppRuntime(Runtime):
         """An EAGLE-3 head (runtimes/llama_heads.py); this context keeps its layers' inputs."""
         from edgespec.runtimes.llama_heads import EagleHead, ext
 
-        head = EagleHead(path, self, n_threads=self.n_threads)
+        check_gguf_file(Path(path))
+        head = EagleHead(path, self, n_threads=self.n_threads, last_error=last_llama_error)
         for lid in head.layers:
             ext(self.llama).set_embeddings_layer_inp(self.ctx, lid, True)  # type: ignore[attr-defined]
         self.extracted = head.layers

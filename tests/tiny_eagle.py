@@ -117,7 +117,10 @@ def reference_logits(
     def proj(name: str, heads: int) -> np.ndarray:
         return (cat @ w[f"blk.0.attn_{name}.weight"].T).reshape(n, heads, -1).transpose(1, 0, 2)
 
-    q, k = rope_adjacent(proj("q", n_head), cfg.rope_theta), rope_adjacent(proj("k", n_kv), cfg.rope_theta)
+    q, k = (
+        rope_adjacent(proj("q", n_head), cfg.rope_theta),
+        rope_adjacent(proj("k", n_kv), cfg.rope_theta),
+    )
     k, v = np.repeat(k, n_head // n_kv, 0), np.repeat(proj("v", n_kv), n_head // n_kv, 0)
     scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1]) + np.triu(np.full((n, n), -np.inf), 1)
     att = np.exp(scores - scores.max(-1, keepdims=True))
