@@ -18,6 +18,8 @@ encodes the argument types, so a changed signature in a later build is a missing
     llama_get_embeddings_nextn(llama_context *) -> float *
     llama_get_embeddings_nextn_ith(llama_context *, int32_t i) -> float *  (i: batch row, -1
         the last output)
+    llama_get_ctx_other(llama_context *) -> llama_context *  (what the head's context took
+        from llama_context_params.ctx_other: tests check llama-cpp-python's struct layout)
 
 An EAGLE-3 GGUF (general.architecture "eagle3", src/models/eagle3.cpp) holds `fc.weight`
 [3 * target n_embd -> n_embd], one decoder layer (blk.0.attn_norm, blk.0.attn_norm_2 on the
@@ -82,6 +84,11 @@ EXT_FUNCTIONS = {
         "_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
         [ctypes.c_void_p, ctypes.c_int32],
         _c_float_p,
+    ),
+    "get_ctx_other": (
+        "_Z19llama_get_ctx_otherP13llama_context",
+        [ctypes.c_void_p],
+        ctypes.c_void_p,
     ),
 }
 

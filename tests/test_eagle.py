@@ -13,7 +13,7 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters.eagle import EagleDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.runtime import Runtime
-from edgespec.runtimes.llama_heads import HeadMismatchError
+from edgespec.runtimes.llama_heads import HeadMismatchError, ext
 from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
 from edgespec.sampling import SamplingParams
 from tests.tiny_eagle import head_weights, reference_logits, write_head
@@ -175,6 +175,18 @@ def test_a_head_that_does_not_fit_is_refused(files, tmp_path, kwargs, message):
     bad = write_head(tmp_path / "head.gguf", CFG, **kwargs)
     with pytest.raises(HeadMismatchError, match=message):
         target.open_head(str(bad))
+
+
+def test_the_head_context_took_the_target_as_ctx_other(pair):
+    """llama-cpp-python's llama_context_params layout agrees with the library's: the field
+    set last (ctx_other) is what llama.cpp reads back, and the defaults read sanely."""
+    target, head = pair
+    lib = target.llama
+    assert ext(lib).get_ctx_other(head.ctx) == target.ctx  # type: ignore[attr-defined]
+    assert ext(lib).get_ctx_other(target.ctx) is None  # type: ignore[attr-defined]
+    defaults = lib.llama_context_default_params()
+    assert (defaults.n_ctx, defaults.n_ubatch, defaults.n_seq_max) == (512, 512, 1)
+    assert not defaults.ctx_other and not defaults.embeddings
 
 
 def test_a_target_model_is_not_a_head(files):
