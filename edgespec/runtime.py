@@ -60,6 +60,9 @@ class Runtime(Protocol):
     # runs uncaptured and the next of that shape captures again; the calibration prices a
     # change (CostCurve.switch_s) and a draft model forwards one token a pass
     keeps_one_graph: bool = False
+    # open_head: a trained draft head (EAGLE-3) that reads this runtime's hidden states at its
+    # extract layers, kept for every position the cache holds (llama.cpp)
+    hidden_states: bool = False
 
     @property
     def dists_on_device(self) -> bool:
@@ -111,6 +114,39 @@ class Runtime(Protocol):
         use (ONNX Runtime and TensorRT on CUDA), run each shape once now, so that no request
         pays a capture; the cache is left as it was. Returns how many were captured."""
         return 0
+
+    def open_head(self, path: str) -> DraftHead:
+        """A trained draft head for this target, fitted to it (hidden size, extract layers,
+        vocabulary) or refused; from now on every pass keeps the head's extract layers' hidden
+        states (features). Only where hidden_states."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run a trained draft head")
+
+    def features(self, start: int, end: int) -> np.ndarray:
+        """The open head's extract layers' hidden states at cache positions start..end-1:
+        [end - start, n_layers * n_embd] float32, the layers side by side. Only where
+        hidden_states, after open_head."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no hidden states")
+
+
+class DraftHead(Protocol):
+    """A trained head (EAGLE-3) with its own KV cache of one sequence: at head position P it
+    reads the pair (token P + 1, g P), g being the target's features through the head's fc
+    layer (encode) or, while drafting, the head's own pre-norm state at P - 1."""
+
+    n_vocab: int
+    n_ctx: int
+    n_batch: int  # the most rows one encode or decode takes
+    n_past: int
+
+    def encode(self, features: np.ndarray) -> np.ndarray: ...  # [n, F] -> g [n, D] float32
+
+    def decode(self, tokens: Sequence[int], g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Append the pairs at n_past: the last row's logits [n_vocab] and pre-norm state [D]."""
+        ...
+
+    def rollback(self, n_past: int) -> None: ...
+
+    def reset(self) -> None: ...
 
 
 def forward_top(

@@ -168,6 +168,9 @@ class LlamaCppRuntime(Runtime):
         self._vocab_info: VocabInfo | None = None
         self._pieces: dict[int, bytes] = {}
         self.threads_now = self.n_threads  # what the context runs with
+        self.hidden_states = not vocab_only  # the Runtime capability (open_head)
+        self.extracted: list[int] = []  # layers whose input every pass keeps (open_head)
+        self.kept_states = np.zeros((0, 0), dtype=np.float32)  # [n_ctx + pad, F] by position
         if not vocab_only:
             self.ctx = self.new_context()
             self.memory = self.llama.llama_get_memory(self.ctx)
@@ -290,7 +293,39 @@ class LlamaCppRuntime(Runtime):
             status = self.llama.llama_decode(self.ctx, b)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} at n_past={self.n_past}")
+        if self.extracted:
+            self.keep_states(n)
         self.n_past += n
+
+    def open_head(self, path: str):
+        """An EAGLE-3 head (runtimes/llama_heads.py); this context keeps its layers' inputs."""
+        from edgespec.runtimes.llama_heads import EagleHead, ext
+
+        check_gguf_file(Path(path))
+        head = EagleHead(path, self, n_threads=self.n_threads, last_error=last_llama_error)
+        for lid in head.layers:
+            ext(self.llama).set_embeddings_layer_inp(self.ctx, lid, True)  # type: ignore[attr-defined]
+        self.extracted = head.layers
+        n_embd = int(self.llama.llama_model_n_embd(self.model))
+        self.kept_states = np.zeros(
+            (self.n_ctx + self.min_width, len(head.layers) * n_embd), dtype=np.float32
+        )
+        return head
+
+    def keep_states(self, n: int) -> None:
+        """The extracted layers' inputs of the pass just run, at positions n_past..+n."""
+        from edgespec.runtimes.llama_heads import ext, rows
+
+        width = self.kept_states.shape[1] // len(self.extracted)
+        for i, lid in enumerate(self.extracted):
+            ptr = ext(self.llama).get_embeddings_layer_inp(self.ctx, lid)  # type: ignore[attr-defined]
+            block = self.kept_states[self.n_past : self.n_past + n, i * width : (i + 1) * width]
+            block[:] = rows(ptr, n, width)
+
+    def features(self, start: int, end: int) -> np.ndarray:
+        if not 0 <= start <= end <= self.n_past or not self.extracted:
+            raise ValueError(f"no hidden states kept for positions {start}..{end - 1}")
+        return self.kept_states[start:end].copy()
 
     def choose_threads(self) -> None:
         """Threads for this pass (--exact: the same logits at any count; docs/exactness.md)."""

@@ -1,0 +1,305 @@
+"""Trained draft heads on llama.cpp: an EAGLE-3 head beside a LlamaCppRuntime target.
+
+What llama-cpp-python 0.3.36's Python bindings lack is bound here with ctypes, on the very
+library handle llama_cpp loaded (llama_cpp.llama_cpp._lib). The vendored llama.cpp declares
+these in src/llama-ext.h, a C++ staging header, not in include/llama.h: they are exported with
+C++ (Itanium) mangled names. Each takes and returns only pointers, bools and 32-bit integers,
+so the C calling convention ctypes uses is the one they were compiled with; the mangled name
+encodes the argument types, so a changed signature in a later build is a missing symbol
+(refused with HeadUnsupportedError), never a silent misuse.
+
+    llama_model_target_layer_ids(const llama_model *)   -> const int32_t *  (the head's
+    llama_model_target_layer_ids_n(const llama_model *) -> uint32_t           extract layers)
+    llama_set_embeddings_layer_inp(llama_context *, uint32_t lid, bool)  the target context
+        keeps the input of layer lid ([n_tokens, n_embd] float32, every row of each batch)
+    llama_get_embeddings_layer_inp(llama_context *, uint32_t lid) -> float *
+    llama_set_embeddings_nextn(llama_context *, bool value, bool masked)  the head context
+        keeps its pre-norm hidden state (masked: output rows only)
+    llama_get_embeddings_nextn(llama_context *) -> float *
+    llama_get_embeddings_nextn_ith(llama_context *, int32_t i) -> float *  (i: batch row, -1
+        the last output)
+    llama_get_ctx_other(llama_context *) -> llama_context *  (what the head's context took
+        from llama_context_params.ctx_other: tests check llama-cpp-python's struct layout)
+
+An EAGLE-3 GGUF (general.architecture "eagle3", src/models/eagle3.cpp) holds `fc.weight`
+[3 * target n_embd -> n_embd], one decoder layer (blk.0.attn_norm, blk.0.attn_norm_2 on the
+fused features, attn_q/k/v over the concatenation [2 * n_embd], attn_output, ffn_*),
+output_norm, and optionally output.weight, token_embd.weight and `d2t` (int64 [draft vocab]:
+the target id of each draft logits column); metadata eagle3.target_layers (3 ids) and
+eagle3.target_hidden_size. Its context needs llama_context_params.ctx_other = the target's
+context (it borrows the target's token embeddings, and output layer where it has none).
+llama_encode on the head runs the encoder graph (fc) over [n, 3 * n_embd_tgt] features and
+leaves g [n, n_embd] in the nextn embeddings; llama_decode with a batch carrying both token
+ids and embd rows runs the decoder: at head position P the pair (token[P + 1], g[P]).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.errors import ModelFileError
+
+log = logging.getLogger(__name__)
+
+_c_float_p = ctypes.POINTER(ctypes.c_float)
+# name -> (mangled symbol, argtypes, restype)
+EXT_FUNCTIONS = {
+    "target_layer_ids": (
+        "_Z28llama_model_target_layer_idsPK11llama_model",
+        [ctypes.c_void_p],
+        ctypes.POINTER(ctypes.c_int32),
+    ),
+    "target_layer_ids_n": (
+        "_Z30llama_model_target_layer_ids_nPK11llama_model",
+        [ctypes.c_void_p],
+        ctypes.c_uint32,
+    ),
+    "set_embeddings_layer_inp": (
+        "_Z30llama_set_embeddings_layer_inpP13llama_contextjb",
+        [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_bool],
+        None,
+    ),
+    "get_embeddings_layer_inp": (
+        "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
+        [ctypes.c_void_p, ctypes.c_uint32],
+        _c_float_p,
+    ),
+    "set_embeddings_nextn": (
+        "_Z26llama_set_embeddings_nextnP13llama_contextbb",
+        [ctypes.c_void_p, ctypes.c_bool, ctypes.c_bool],
+        None,
+    ),
+    "get_embeddings_nextn": (
+        "_Z26llama_get_embeddings_nextnP13llama_context",
+        [ctypes.c_void_p],
+        _c_float_p,
+    ),
+    "get_embeddings_nextn_ith": (
+        "_Z30llama_get_embeddings_nextn_ithP13llama_contexti",
+        [ctypes.c_void_p, ctypes.c_int32],
+        _c_float_p,
+    ),
+    "get_ctx_other": (
+        "_Z19llama_get_ctx_otherP13llama_context",
+        [ctypes.c_void_p],
+        ctypes.c_void_p,
+    ),
+}
+
+
+class HeadUnsupportedError(ModelFileError):
+    """This llama.cpp build cannot run trained draft heads (a symbol is missing)."""
+
+
+class HeadMismatchError(ModelFileError):
+    """A draft head that does not fit its target (hidden size, layers, vocabulary)."""
+
+
+class Ext:
+    """The llama-ext.h functions, bound on llama_cpp's own library handle."""
+
+    def __init__(self, llama_cpp) -> None:
+        lib = llama_cpp.llama_cpp._lib
+        for name, (symbol, argtypes, restype) in EXT_FUNCTIONS.items():
+            try:
+                f = getattr(lib, symbol)
+            except AttributeError:
+                raise HeadUnsupportedError(
+                    f"this llama-cpp-python's libllama lacks {symbol} ({name}); trained draft "
+                    "heads need llama-cpp-python 0.3.36 (its vendored llama.cpp's llama-ext.h)"
+                ) from None
+            f.argtypes, f.restype = argtypes, restype
+            setattr(self, name, f)
+
+    def layer_ids(self, model) -> list[int]:
+        n = int(self.target_layer_ids_n(model))  # type: ignore[attr-defined]
+        ids = self.target_layer_ids(model)  # type: ignore[attr-defined]
+        return [int(ids[i]) for i in range(n)] if n and ids else []
+
+
+_ext: Ext | None = None
+
+
+def ext(llama_cpp) -> Ext:
+    global _ext
+    if _ext is None:
+        _ext = Ext(llama_cpp)
+    return _ext
+
+
+def rows(ptr, n: int, width: int) -> np.ndarray:
+    """[n, width] float32 copied out of a llama.cpp buffer."""
+    if not ptr:
+        raise RuntimeError("llama.cpp returned no embeddings where they were asked for")
+    return np.ctypeslib.as_array(ptr, shape=(n, width)).copy()
+
+
+class EagleHead:
+    """An EAGLE-3 head's model and context beside a LlamaCppRuntime target (`target`), with
+    its own KV cache of one sequence. It never touches the target's cache."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        target,
+        *,
+        n_threads: int = 1,
+        last_error: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        """target: the LlamaCppRuntime (which checked path is a GGUF file); last_error: the
+        first error llama.cpp logged (llamacpp.last_llama_error)."""
+        self.path = Path(path)
+        self.llama = target.llama
+        self.ext = ext(self.llama)
+        self.target = target
+        lib = self.llama
+        params = lib.llama_model_default_params()
+        params.use_extra_bufts = target.repack
+        self.model = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        self.ctx = None
+        if not self.model:
+            raise ModelFileError(
+                f"cannot load the draft head {self.path}: "
+                f"{last_error() or 'llama.cpp could not read it'}"
+            )
+        self.layers = self.ext.layer_ids(self.model)
+        self.n_embd = int(lib.llama_model_n_embd(self.model))
+        self.n_embd_tgt = int(lib.llama_model_n_embd(target.model))
+        self.n_vocab = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model)))
+        self.check_fit()
+        self.n_ctx = target.n_ctx
+        self.n_batch = target.n_batch
+        self.ctx = self.new_context(n_threads)
+        self.memory = lib.llama_get_memory(self.ctx)
+        self.ext.set_embeddings_nextn(self.ctx, True, True)  # type: ignore[attr-defined]
+        self.enc_batch = lib.llama_batch_init(self.n_batch, len(self.layers) * self.n_embd_tgt, 1)
+        self.dec_batch = lib.llama_batch_init(self.n_batch, self.n_embd, 1)
+        # llama_batch_init allocates embd or token, not both; the decoder reads both
+        self.dec_tokens = (lib.llama_token * self.n_batch)()
+        self.dec_batch.token = self.dec_tokens
+        self.n_past = 0
+
+    def check_fit(self) -> None:
+        """Refuse a head that cannot read this target's hidden states or vocabulary."""
+        arch = self.metadata("general.architecture")
+        n_layer_tgt = int(self.llama.llama_model_n_layer(self.target.model))
+        name = self.path.name
+        if arch != "eagle3":
+            raise HeadMismatchError(
+                f"{name} is a {arch!r} model, not an EAGLE-3 head (general.architecture "
+                "'eagle3'); give the head's GGUF"
+            )
+        hidden = self.metadata("eagle3.target_hidden_size")
+        if hidden is None or int(hidden) != self.n_embd_tgt:
+            raise HeadMismatchError(
+                f"{name} reads hidden states of size {hidden} but {self.target.path.name} has "
+                f"{self.n_embd_tgt}; use the head trained for this target"
+            )
+        if len(self.layers) != 3 or not all(0 <= i < n_layer_tgt for i in self.layers):
+            raise HeadMismatchError(
+                f"{name} extracts layers {self.layers} but {self.target.path.name} has layers "
+                f"0..{n_layer_tgt - 1}; use the head trained for this target"
+            )
+        if self.n_vocab != self.target.n_vocab:
+            raise HeadMismatchError(
+                f"{name} has a vocabulary of {self.n_vocab} tokens but "
+                f"{self.target.path.name} has {self.target.n_vocab}; use the head trained for "
+                "this target"
+            )
+
+    def metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = self.llama.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def new_context(self, n_threads: int):
+        lib = self.llama
+        params = lib.llama_context_default_params()
+        params.n_ctx = self.n_ctx
+        params.n_batch = params.n_ubatch = self.n_batch
+        params.n_seq_max = 1
+        params.n_threads = params.n_threads_batch = n_threads
+        params.no_perf = True
+        params.ctx_other = self.target.ctx  # the head borrows the target's token embeddings
+        if self.target.flash_attn is not None:
+            on, off = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED, lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            params.flash_attn_type = on if self.target.flash_attn else off
+        ctx = lib.llama_init_from_model(self.model, params)
+        if not ctx:
+            raise ModelFileError(f"cannot create a llama.cpp context for the head {self.path}")
+        return ctx
+
+    def encode(self, features: np.ndarray) -> np.ndarray:
+        """features [n, 3 * n_embd_tgt] float32 -> g [n, n_embd] float32 (the fc layer)."""
+        n, width = features.shape
+        assert width == len(self.layers) * self.n_embd_tgt and 0 < n <= self.n_batch
+        features = np.ascontiguousarray(features, dtype=np.float32)
+        b = self.enc_batch
+        ctypes.memmove(b.embd, features.ctypes.data, features.nbytes)
+        for i in range(n):  # llama.cpp checks positions against the head's cache
+            b.pos[i] = self.n_past + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = True
+        b.n_tokens = n
+        status = self.llama.llama_encode(self.ctx, b)
+        if status != 0:
+            raise RuntimeError(f"llama_encode of the head failed with status {status}")
+        return rows(self.ext.get_embeddings_nextn(self.ctx), n, self.n_embd)  # type: ignore[attr-defined]
+
+    def decode(self, tokens: Sequence[int], g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Append (tokens[i], g[i]) at n_past + i; the last row's logits [n_vocab] and pre-norm
+        hidden state [n_embd] (the next position's g when it drafts on)."""
+        n = len(tokens)
+        assert g.shape == (n, self.n_embd) and 0 < n <= self.n_batch
+        g = np.ascontiguousarray(g, dtype=np.float32)
+        b = self.dec_batch
+        ctypes.memmove(b.embd, g.ctypes.data, g.nbytes)
+        for i, token in enumerate(tokens):
+            b.token[i] = int(token)
+            b.pos[i] = self.n_past + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            # every row an output: with the last alone, this llama.cpp's eagle3 graph gives a
+            # multi-row pass's last row wrong logits (tests/test_eagle.py, the numpy reference)
+            b.logits[i] = True
+        b.n_tokens = n
+        status = self.llama.llama_decode(self.ctx, b)
+        if status != 0:
+            raise RuntimeError(f"llama_decode of the head failed with status {status}")
+        self.n_past += n
+        logits = rows(self.llama.llama_get_logits_ith(self.ctx, -1), 1, self.n_vocab)[0]
+        prenorm = rows(self.ext.get_embeddings_nextn_ith(self.ctx, -1), 1, self.n_embd)[0]  # type: ignore[attr-defined]
+        return logits, prenorm
+
+    def rollback(self, n_past: int) -> None:
+        if n_past < self.n_past:
+            self.llama.llama_memory_seq_rm(self.memory, 0, n_past, -1)
+            self.n_past = n_past
+
+    def reset(self) -> None:
+        self.llama.llama_memory_clear(self.memory, True)
+        self.n_past = 0
+
+    def close(self) -> None:
+        if self.ctx:
+            self.dec_batch.token = None  # ours, not llama_batch_init's: not freed by it
+            self.llama.llama_batch_free(self.dec_batch)
+            self.llama.llama_batch_free(self.enc_batch)
+            self.llama.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            self.llama.llama_model_free(self.model)
+            self.model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
