@@ -40,6 +40,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -241,17 +242,26 @@ class EagleHead:
         assert width == len(self.layers) * self.n_embd_tgt and 0 < n <= self.n_batch
         features = np.ascontiguousarray(features, dtype=np.float32)
         b = self.enc_batch
-        ctypes.memmove(b.embd, features.ctypes.data, features.nbytes)
-        for i in range(n):  # llama.cpp checks positions against the head's cache
-            b.pos[i] = self.n_past + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = True
-        b.n_tokens = n
+        self.fill(b, features, None)
         status = self.llama.llama_encode(self.ctx, b)
         if status != 0:
             raise RuntimeError(f"llama_encode of the head failed with status {status}")
         return rows(self.ext.get_embeddings_nextn(self.ctx), n, self.n_embd)  # type: ignore[attr-defined]
+
+    def fill(self, b: Any, embd: np.ndarray, tokens: Sequence[int] | None) -> None:
+        """Put embd's rows (and tokens, where given) into batch b at n_past + i: llama.cpp
+        checks positions against the head's cache. Every row an output: with the last alone,
+        this llama.cpp's eagle3 graph gives a multi-row pass's last row wrong logits
+        (tests/test_eagle.py, the numpy reference)."""
+        ctypes.memmove(b.embd, embd.ctypes.data, embd.nbytes)
+        for i in range(len(embd)):
+            if tokens is not None:
+                b.token[i] = int(tokens[i])
+            b.pos[i] = self.n_past + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = True
+        b.n_tokens = len(embd)
 
     def decode(self, tokens: Sequence[int], g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Append (tokens[i], g[i]) at n_past + i; the last row's logits [n_vocab] and pre-norm
@@ -260,16 +270,7 @@ class EagleHead:
         assert g.shape == (n, self.n_embd) and 0 < n <= self.n_batch
         g = np.ascontiguousarray(g, dtype=np.float32)
         b = self.dec_batch
-        ctypes.memmove(b.embd, g.ctypes.data, g.nbytes)
-        for i, token in enumerate(tokens):
-            b.token[i] = int(token)
-            b.pos[i] = self.n_past + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            # every row an output: with the last alone, this llama.cpp's eagle3 graph gives a
-            # multi-row pass's last row wrong logits (tests/test_eagle.py, the numpy reference)
-            b.logits[i] = True
-        b.n_tokens = n
+        self.fill(b, g, tokens)
         status = self.llama.llama_decode(self.ctx, b)
         if status != 0:
             raise RuntimeError(f"llama_decode of the head failed with status {status}")
