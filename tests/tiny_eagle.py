@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.tiny_gguf import TinyConfig, vocabulary
+from tests.tiny_gguf import TinyConfig, vocabulary, write_tensors
 
 
 def head_weights(
@@ -82,13 +82,7 @@ def write_head(
     writer.add_token_types(types)
     writer.add_token_merges([m for m in merges if m.replace(" ", "") in tokens])
     writer.add_eos_token_id(tokens.index("<|im_end|>") if "<|im_end|>" in tokens else 0)
-    for name, array in tensors.items():
-        writer.add_tensor(name, array)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_tensors(writer, tensors, path)
 
 
 def rope_adjacent(x: np.ndarray, theta: float) -> np.ndarray:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -148,6 +149,11 @@ def write_gguf(
     writer.add_chat_template(chat_template)
     if more_metadata is not None:
         more_metadata(writer)
+    return write_tensors(writer, tensors, path)
+
+
+def write_tensors(writer: Any, tensors: dict[str, np.ndarray], path: Path) -> Path:
+    """Add the tensors to a GGUFWriter whose metadata is set, write the file, return path."""
     for name, array in tensors.items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()
