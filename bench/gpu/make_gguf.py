@@ -7,9 +7,10 @@ writes the blocks themselves: random quants under per-tensor scales that give ea
 spread make_models.py gives it (unit-variance activations, a clear top logit), in the types
 llama.cpp's quantizer would choose (src/llama-quant.cpp at the vendored commit): Q4_K_M is
 Q4_K with Q6_K for output.weight and for attn_v and ffn_down in the layers `use_more_bits`
-picks; Q8_0 is Q8_0 throughout. Norms and biases are float32, as llama.cpp writes them. The
-vocabulary is the real tokenizer's (make_models.py --save-tokenizer), padded to the shape's
-rows. One pass, one write: the cost is the disk's.
+picks; Q8_0 is Q8_0 throughout. An untied output layer holds the embedding's values
+(OUTPUT_IS_EMBEDDING), so the embedding is written in the output's type. Norms and biases are
+float32, as llama.cpp writes them. The vocabulary is the real tokenizer's (make_models.py
+--save-tokenizer), padded to the shape's rows. One pass, one write: the cost is the disk's.
 
     python bench/gpu/make_gguf.py --shape qwen2.5-7b --quant q4_k_m --tokenizer DIR --out T.gguf
     python bench/gpu/make_gguf.py --pair 7b --tokenizer DIR --out BUNDLE   # target + draft
@@ -33,6 +34,13 @@ from make_models import SHAPES, Shape, hf_config, tokenizer_files  # noqa: E402
 
 # (block bytes, weights per block) of the types written here
 BLOCKS = {"Q8_0": (34, 32), "Q4_K": (144, 256), "Q6_K": (210, 256)}
+# An untied output layer of random values gives logits whose top two are often a rounding
+# apart: a 7B's hidden state moved by ~2 (logit sd 4) between llama.cpp's one-row and batched
+# kernels, so a verify pass's argmax left plain decoding's within a few tokens and the kit's
+# oracle grid measured a drafter that was never on track (H200, 2026-11-26: 72 of 72 runs
+# departed). The embedding's values as the output layer, as in a tied model, give each
+# row a clear top logit (the last token, by hundreds on the 7B) whatever the rounding.
+OUTPUT_IS_EMBEDDING = {"output.weight": "token_embd.weight"}
 PAIRS = {  # a pair's (target shape, quant), (draft shape, quant)
     "7b": (("qwen2.5-7b", "q4_k_m"), ("qwen2.5-0.5b", "q8_0")),
     "demo": (("qwen2.5-1.5b", "q4_k_m"), ("qwen2.5-0.5b", "q8_0")),
@@ -68,8 +76,10 @@ def tensor_plan(shape: Shape, n_vocab: int, quant: str) -> list[tuple[str, tuple
     def vec(name: str, n: int, std: float):  # std 0: ones (a norm)
         return (name, (n,), "F32", std)
 
-    # a tied output layer is the embedding: llama.cpp gives it the output's type
-    plan = [mat("token_embd.weight", n_vocab, h, np.sqrt(h), six=shape.tied and quant == "q4_k_m")]
+    # a tied output layer is the embedding: llama.cpp gives it the output's type. An untied one
+    # holds the embedding's values too (OUTPUT_IS_EMBEDDING), so the embedding takes the
+    # output's type (its row lookup costs the same in any type)
+    plan = [mat("token_embd.weight", n_vocab, h, np.sqrt(h), six=quant == "q4_k_m")]
     for i in range(shape.layers):
         p, more = f"blk.{i}.", quant == "q4_k_m" and use_more_bits(i, shape.layers)
         plan += [
@@ -85,7 +95,7 @@ def tensor_plan(shape: Shape, n_vocab: int, quant: str) -> list[tuple[str, tuple
         ]  # fmt: skip
     plan.append(vec("output_norm.weight", h, 0.0))
     if not shape.tied:
-        plan.append(mat("output.weight", n_vocab, h, scale=4.0, six=quant == "q4_k_m"))
+        plan.append(("output.weight", *plan[0][1:]))
     return plan
 
 
@@ -154,7 +164,9 @@ def write_gguf(shape_name: str, quant: str, out: Path, tokenizer: Path | None, s
     rng = np.random.default_rng(seed)
     pool = rng.integers(0, 256, POOL_BYTES, dtype=np.uint8)
     normal = rng.standard_normal(1 << 16).astype(np.float32)
-    for i, (_, dims, kind, std) in enumerate(plan):
+    index = {name: i for i, (name, *_) in enumerate(plan)}
+    for name, dims, kind, std in plan:
+        i = index[OUTPUT_IS_EMBEDDING.get(name, name)]  # the same i: the same values
         if kind == "F32":
             data = (np.ones(dims, np.float32) if std == 0.0
                     else np.resize(np.roll(normal, i), dims) * np.float32(std))  # fmt: skip
