@@ -374,10 +374,11 @@ class Timed:
         self.clock.running, self.syncs = self.syncs > 0, self.syncs + 1
         return self.policy.to_sync(context)
 
-    def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False) -> None:
+    def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False, t_first=0.0):
         # the verify pass's charge itself: the clock's difference is off in its last bits,
         # and the controller's ties then break differently from run to run of a change
-        self.policy.observe(drafter, k, n_accepted, t_draft, self.target.last_pass, unsure_end)
+        self.policy.observe(drafter, k, n_accepted, t_draft, self.target.last_pass, unsure_end,
+                            t_first)  # fmt: skip
 
 
 def replay_case(

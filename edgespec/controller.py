@@ -40,9 +40,11 @@ class Policy(Protocol):
         t_draft: float,
         t_verify: float,
         unsure_end: bool = False,
+        t_first: float = 0.0,
     ) -> None:
         """What the step cost and how many of the k drafted tokens the target kept;
-        unsure_end: the drafter was not sure of the last (Draft.unsure_end)."""
+        unsure_end: the drafter was not sure of the last (Draft.unsure_end); t_first: the
+        part of t_draft its first token took (Draft.t_first; 0: not measured)."""
         ...
 
 
@@ -84,6 +86,7 @@ class FixedPolicy:
         t_draft: float,
         t_verify: float,
         unsure_end: bool = False,
+        t_first: float = 0.0,
     ) -> None:
         pass
 
@@ -176,7 +179,7 @@ class Option:
 
     drafter: Drafter
     alphas: Sequence[float]  # acceptance per draft position, as many as it can propose
-    token_s: float  # seconds per drafted token
+    token_s: float  # seconds per drafted token after the first
     catch_up_s: float = 0.0  # forwarding what it missed while idle, before drafting
     # for a drafter that ends its draft at a token it is unsure of (ModelDrafter's confidence):
     # how often it is sure at each position, so goes on, and what a sure token's acceptance
@@ -186,6 +189,21 @@ class Option:
     # seconds per emitted token that other drafters, left behind by this step, will spend
     # catching up on it later (AdaptivePolicy.left_behind_s)
     leaves_s: float = 0.0
+    first_s: float | None = None  # seconds of a draft's first token (None: token_s)
+
+    def draft_s(self, k: int) -> float:
+        """Seconds to draft k tokens (catch-up aside)."""
+        return draft_s(self.first_s, self.token_s, k)
+
+
+def draft_s(first_s: float | None, token_s: float, k: int) -> float:
+    """Seconds to draft k >= 1 tokens: the first token's pass, then token_s a token. A draft
+    model's first pass re-reads the token the target added, at another width than the rest:
+    on llama.cpp's one CUDA graph it costs two tokens' (the H200 kit, 7B pair: 2.49 ms for
+    k = 1, 10.41 ms for k = 8), and priced at k * (t_draft / k) learned at k = 1, a draft of 5
+    looked 1.5x dearer than it was: `auto` kept k = 1 or plain where k = 5 paid 1.26x
+    (bench/replay_grid.py)."""
+    return (token_s if first_s is None else first_s) + (k - 1) * token_s
 
 
 @dataclass(frozen=True)
@@ -242,13 +260,26 @@ def draft_rates(
     ended = option.catch_up_s  # expected seconds of the drafts that ended before position k
     for k in range(1, n + 1):
         tokens += reach * kept * option.alphas[k - 1]
-        cost = k * option.token_s + verify_s[k]  # a draft of exactly k tokens
+        cost = option.draft_s(k) + verify_s[k]  # a draft of exactly k tokens
         rates.append(tokens / (ended + reach * cost + tokens * option.leaves_s))
         ended += reach * (1.0 - goes_on[k - 1]) * cost
         reach *= goes_on[k - 1]
         kept *= sure[k - 1]
     return rates
 
+
+# Switches a step that leaves plain decoding is charged where the target keeps one CUDA graph:
+# its own pass (uncaptured), the next at its width (capturing), and the two plain passes that
+# come back. Charged 3, not the capture, a verify step right after leaving paid the capture
+# alone against plain's nothing and went back: rent-or-buy then bought one drafted step in
+# ten on the H200 7B curve at acceptance 0.8 (0.89 of the best k, bench/replay_grid.py)
+LEAVE_PLAIN_SWITCHES = 4
+
+# Drafted tokens judged before a probe that fails to pay backs off: one probe of 2 tokens says
+# little (the kit's grid drafter kept 90% of the time missed its first token on the H200 7B
+# curve; backing off at once left it 33 tokens behind at the next probe, too dear to catch up,
+# and `auto` never drafted again: 0.99x where fixed k = 8 gave 1.37x, bench/replay_grid.py)
+COLD_JUDGED = 8
 
 # Right tokens that judge a shadow: after 1, a single chance match (one word of a short
 # phrase) turned drafting on and open-ended text lost 0.5% more; 2 keeps 98-100% of 1's gain
@@ -290,7 +321,7 @@ class Estimate:
     requests: Learned) and when it last ran (per request)."""
 
     drafter: Drafter
-    token_s: float  # seconds per drafted token
+    token_s: float  # seconds per drafted token after the first
     learns_cost: bool  # False for a free drafter: its microseconds are the loop's
     acceptance: Acceptance
     offer: Offer = Offer(0)  # at the last plan
@@ -298,6 +329,12 @@ class Estimate:
     idle: int = 0  # steps since it last ran
     base_interval: int = 16  # steps idle before a probe
     interval: int = 16  # grows while probes fail to pay
+    judged: int = 0  # drafted tokens verify passes judged, over every request so far
+    first_s: float | None = None  # seconds of a draft's first token, once measured
+
+    def draft_s(self, k: int) -> float:
+        return draft_s(self.first_s, self.token_s, k)
+
     # can_win's last answer: the curve and the price in its one-token passes it was for
     can_win_at: tuple[CostCurve, float, bool] | None = None
 
@@ -313,6 +350,8 @@ class Learned:
     token_s: float
     learns_cost: bool
     acceptance: Acceptance  # starts each request from every earlier one's outcomes
+    judged: int = 0  # Estimate.judged
+    first_s: float | None = None  # Estimate.first_s
 
 
 class AdaptivePolicy:
@@ -348,6 +387,7 @@ class AdaptivePolicy:
         # the target's last pass: its width (1: plain) and how many passes of it in a row;
         # what a change of width costs where the runtime keeps one graph (switch_s)
         self.width, self.in_row = 1, 2
+        self.left_plain = False  # the last pass was the first after a plain one
         # seconds lost so far to keeping a width another (regret_width) beats without its
         # switches (rent_or_buy)
         self.regret, self.regret_width = 0.0, 0
@@ -363,8 +403,8 @@ class AdaptivePolicy:
 
     def lessons(self) -> dict[int, Learned]:
         """What this request has taught of each drafter, by id(drafter)."""
-        return {id(e.drafter): Learned(e.token_s, e.learns_cost, e.acceptance)
-                for e in self.estimates}  # fmt: skip
+        return {id(e.drafter): Learned(e.token_s, e.learns_cost, e.acceptance, e.judged,
+                                       e.first_s) for e in self.estimates}  # fmt: skip
 
     def new_estimate(self, drafter: Drafter) -> Estimate:
         known = self.learned.get(id(drafter))
@@ -374,6 +414,7 @@ class AdaptivePolicy:
         else:
             known.acceptance.next_request()
         e = Estimate(drafter, known.token_s, known.learns_cost, known.acceptance)
+        e.judged, e.first_s = known.judged, known.first_s
         # A free drafter costs one wider verify pass to probe, so it is probed more often.
         e.base_interval = e.interval = max(1, self.probe_every // 4) if e.free else self.probe_every
         if new:  # never judged: probed at once (where it could win), not after an interval
@@ -410,12 +451,17 @@ class AdaptivePolicy:
         pass's runs uncaptured, and the next like it captures. Leaving plain decoding is also
         charged the two plain passes that will come back to it, so plain is never charged:
         in a loop that drafts now and then, that return made every isolated verify step cost
-        three switches, not one (bench/replay.py --one-graph; f7269df:docs/benchmarks.md)."""
+        three switches, not one (bench/replay.py --one-graph; f7269df:docs/benchmarks.md). The
+        pass that captures the new width is charged on leaving too (LEAVE_PLAIN_SWITCHES)."""
         s = self.curve.switch_s
         if not s:
             return []
+        if self.width == 1:
+            return [0.0] + [LEAVE_PLAIN_SWITCHES * s] * self.k_max
+        prepaid = self.in_row == 1 and self.left_plain  # the capture, charged on leaving plain
         return [0.0] + [
-            3 * s if self.width == 1 else self.pass_switch_s(n) for n in range(2, self.k_max + 2)
+            0.0 if prepaid and n == self.width else self.pass_switch_s(n)
+            for n in range(2, self.k_max + 2)
         ]
 
     def rent_or_buy(self, myopic: Choice, steady: Choice, switch_s: Sequence[float]) -> Choice:
@@ -438,14 +484,16 @@ class AdaptivePolicy:
         if buy_s <= 0.0 or steady.tokens_per_second <= myopic.tokens_per_second:
             self.regret, self.regret_width = 0.0, 0
             return myopic
-        if width != self.regret_width:
-            self.regret, self.regret_width = 0.0, width
+        # leaving plain decoding costs the same switches at any width: one account for all
+        account = width if self.width > 1 else 2
+        if account != self.regret_width:
+            self.regret, self.regret_width = 0.0, account
         if self.regret >= buy_s:
             self.regret, self.regret_width = 0.0, 0
             return Choice(steady.drafter, steady.k, myopic.tokens_per_second)
         step_s = self.curve.target(myopic.k + 1)
         if myopic.drafter is not None:
-            step_s += myopic.k * self.estimate(myopic.drafter).token_s
+            step_s += self.estimate(myopic.drafter).draft_s(myopic.k)
         self.regret += step_s * (1.0 - myopic.tokens_per_second / steady.tokens_per_second)
         return myopic
 
@@ -508,6 +556,7 @@ class AdaptivePolicy:
             self.catch_up_cost(e.token_s, offer.behind),
             e.acceptance.continues(offer.key, n),
             e.acceptance.alphas_sure(offer.key, n),
+            first_s=e.first_s,
         )
 
     def to_sync(self, context: Sequence[int]) -> list[Drafter]:
@@ -552,7 +601,7 @@ class AdaptivePolicy:
         price = e.token_s / self.curve.target_s[0]
         held = e.can_win_at
         if held is None or held[0] is not self.curve or not math.isclose(held[1], price):
-            optimistic = Option(e.drafter, [0.9] * self.k_max, e.token_s)
+            optimistic = Option(e.drafter, [0.9] * self.k_max, e.token_s, first_s=e.first_s)
             wins = best_choice(self.curve, [optimistic], self.k_max).drafter is e.drafter
             e.can_win_at = held = (self.curve, price, wins)
         return held[2]
@@ -584,27 +633,43 @@ class AdaptivePolicy:
         t_draft: float,
         t_verify: float,
         unsure_end: bool = False,
+        t_first: float = 0.0,
     ) -> None:
         # the curve prices replayed passes: what the one graph added is not its speed
         scale = self.curve.observe_target(k + 1, t_verify - self.pass_switch_s(k + 1))
+        self.left_plain = self.width == 1 and k > 0
         self.width, self.in_row = k + 1, self.in_row + 1 if k + 1 == self.width else 1
         for e in self.estimates:
             e.idle += 1
             if e.learns_cost:  # a draft model slows down with the target: same device
                 e.token_s *= scale
+                e.first_s = None if e.first_s is None else e.first_s * scale
         if drafter is None or k == 0:
             return
         e = self.estimate(drafter)
         e.idle = 0
         if e.learns_cost:
-            e.token_s = followed(e.token_s, t_draft / k, self.curve.smoothing)
+            self.learn_draft_cost(e, k, t_draft, t_first)
         e.acceptance.observe(e.offer.key, k, n_accepted, unsure_end)
-        if self.probing is drafter:  # back off when probes keep failing to pay
-            # paid: every token kept (a longer draft may pay more), or the step emitted
-            # faster than plain decoding at the prices the policy holds (its curve and the
-            # drafter's price: one pass's noise does not decide). Counting only the first,
+        e.judged += k
+        if self.probing is drafter and e.judged >= COLD_JUDGED:  # back off when probes
+            # keep failing to pay, once a few have judged it (COLD_JUDGED). paid: every token
+            # kept (a longer draft may pay more), or the step emitted faster than plain
+            # decoding at the prices the policy holds (its curve and the drafter's price:
+            # one pass's noise does not decide). Counting only the first,
             # a probe that kept 1 of 2 failed: at 90% acceptance 1 probe in 5 doubled the
             # interval of a drafter worth 2.5x (the kit's grid on the H100 llama.cpp curve)
-            step_s = k * e.token_s + self.curve.target(k + 1)
+            step_s = e.draft_s(k) + self.curve.target(k + 1)
             paid = n_accepted == k or (n_accepted + 1) * self.curve.target(1) > step_s
             e.interval = e.base_interval if paid else min(2 * e.interval, self.max_probe_every)
+
+    def learn_draft_cost(self, e: Estimate, k: int, t_draft: float, t_first: float) -> None:
+        """Follow e's price: its first token's seconds and its later tokens' apart, where the
+        drafter measured the first (Draft.t_first), else every token alike."""
+        smoothing = self.curve.smoothing
+        if t_first <= 0.0:
+            e.token_s = followed(e.token_s, t_draft / k, smoothing)
+            return
+        e.first_s = followed(e.first_s if e.first_s is not None else e.token_s, t_first, smoothing)
+        if k > 1:
+            e.token_s = followed(e.token_s, (t_draft - t_first) / (k - 1), smoothing)

@@ -325,7 +325,9 @@ class SpeculativeDecoder:
         k = len(draft.tokens)
         drafted = drafter if k else None
         t_draft = t1 - t0 - draft.t_catch_up
-        self.policy.observe(drafted, k, verdict.n_accepted, t_draft, t2 - t1, draft.unsure_end)
+        self.policy.observe(
+            drafted, k, verdict.n_accepted, t_draft, t2 - t1, draft.unsure_end, draft.t_first
+        )
         stats.record(drafted.name if drafted else None, k, verdict.n_accepted)
         stats.t_draft += (t_plan - t_sync) + (t1 - t0)
         stats.t_verify += t2 - t1

@@ -5,6 +5,7 @@ import pytest
 
 from edgespec.acceptance import ByMatchLength, ByPosition
 from edgespec.controller import (
+    COLD_JUDGED,
     AdaptivePolicy,
     Choice,
     CostCurve,
@@ -542,30 +543,34 @@ def one_graph_policy(switch_s=0.5):
     return policy
 
 
-def test_leaving_plain_decoding_costs_three_switches_and_a_run_of_one_width_none():
-    """From plain steps a verify pass pays its own uncaptured pass and the two plain passes
-    back (three switches); in a run of verify passes a new width pays one, the second pass
-    of a width one (its capture), the third none; plain is never charged (prepaid)."""
+def test_leaving_plain_decoding_costs_four_switches_and_a_run_of_one_width_none():
+    """From plain steps a verify pass pays its own uncaptured pass, the capture of its width
+    by the next and the two plain passes back (four switches); so right after leaving, the
+    same width again is free; in a run of verify passes a new width pays one, the second
+    pass of a width one (its capture), the third none; plain is never charged (prepaid)."""
     policy = one_graph_policy()
-    assert policy.switch_s() == [0.0, 1.5, 1.5, 1.5, 1.5]
+    assert policy.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]
     policy.observe(None, 2, 2, 0.0, 1.4 + 0.5)  # a 3-token pass: uncaptured
-    assert policy.switch_s() == [0.0, 0.5, 0.5, 0.5, 0.5]
+    assert policy.switch_s() == [0.0, 0.5, 0.0, 0.5, 0.5]  # its capture was paid for
     policy.observe(None, 2, 2, 0.0, 1.4 + 0.5)  # the same width: captured now
     assert policy.switch_s() == [0.0, 0.5, 0.0, 0.5, 0.5]
-    policy.observe(None, 2, 2, 0.0, 1.4)  # replayed
-    assert policy.switch_s() == [0.0, 0.5, 0.0, 0.5, 0.5]
+    policy.observe(None, 1, 1, 0.0, 1.2 + 0.5)  # another width, within a run: uncaptured
+    assert policy.switch_s() == [0.0, 0.5, 0.5, 0.5, 0.5]  # its capture is not prepaid
+    policy.observe(None, 1, 1, 0.0, 1.2 + 0.5)  # captured now
+    policy.observe(None, 1, 1, 0.0, 1.2)  # replayed
+    assert policy.switch_s() == [0.0, 0.0, 0.5, 0.5, 0.5]
     policy.observe(None, 0, 0, 0.0, 1.0 + 0.5)  # back to plain
-    assert policy.switch_s() == [0.0, 1.5, 1.5, 1.5, 1.5]
+    assert policy.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]
     assert policy.curve.target_s == pytest.approx([1.0, 1.2, 1.4, 1.6, 1.8])  # speed kept
     policy.begin([NgramDrafter()])
-    assert policy.switch_s() == [0.0, 1.5, 1.5, 1.5, 1.5]
+    assert policy.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]
     assert one_graph_policy(switch_s=0.0).switch_s() == []  # any other runtime: nothing
 
 
 def test_on_a_one_graph_runtime_a_lone_guess_stays_plain_and_a_long_copy_drafts():
     """A 2-token guess kept 60% of the time beats plain on the curve (1.6 tokens for 1.2
-    passes) but not with three switches to pay (1.6 for 2.7); a 4-token copy kept 95% of the
-    time still pays them (4.5 tokens for 3.1 passes)."""
+    passes) but not with four switches to pay (1.6 for 3.2); a 4-token copy kept 95% of the
+    time still pays them (4.5 tokens for 3.8 passes)."""
     policy = one_graph_policy()
     d = NgramDrafter()
     guess, copy = Option(d, [0.6], 0.0), Option(d, [0.95] * 4, 0.0)
@@ -641,12 +646,14 @@ def test_a_width_that_repays_its_switch_is_taken_once_staying_has_cost_as_much()
 def test_a_probe_that_beats_plain_decoding_pays_though_a_token_was_rejected():
     """A 2-token probe keeping 1: 2 tokens for a 3-token pass and 2 draft tokens. Where
     that costs 1.99 plain passes it beat plain, so the probe interval stays; where it costs
-    2.52 it did not, and doubles. Keeping every token pays on any curve (a longer draft may).
-    """
-    for t3, interval in ((1.97, 16), (2.5, 32)):
+    2.52 it did not, and doubles, once COLD_JUDGED tokens have judged the drafter (before,
+    one probe says too little to back off on). Keeping every token pays on any curve (a
+    longer draft may)."""
+    for t3, judged, interval in ((1.97, COLD_JUDGED, 16), (2.5, COLD_JUDGED, 32), (2.5, 0, 16)):
         m = model(0.01)
         policy = AdaptivePolicy(CostCurve([1.0, 1.7, t3, t3 + 0.6, t3 + 1.2]), k_max=4)
         policy.begin([m])
+        policy.estimate(m).judged = judged
         assert policy.plan(list(range(10)), SP) == (m, 2)  # never judged: probed at once
         policy.observe(m, 2, 1, t_draft=0.02, t_verify=t3)
         assert policy.estimate(m).interval == interval
@@ -656,3 +663,39 @@ def test_a_probe_that_beats_plain_decoding_pays_though_a_token_was_rejected():
     policy.plan(list(range(10)), SP)
     policy.observe(m, 2, 2, t_draft=0.02, t_verify=2.5)
     assert policy.estimate(m).interval == 16
+
+
+def test_a_draft_is_priced_as_its_first_token_then_the_rest():
+    """A draft model's first pass re-reads the target's last token at another width: priced
+    apart (first_s), a k-token draft costs first_s + (k - 1) * token_s; unmeasured, every
+    token alike."""
+    d = NgramDrafter()
+    assert Option(d, [0.9] * 8, 1.0, first_s=2.0).draft_s(5) == 6.0
+    assert Option(d, [0.9] * 8, 1.0, first_s=2.0).draft_s(1) == 2.0
+    assert Option(d, [0.9] * 8, 1.0).draft_s(5) == 5.0
+    flat = CostCurve([1.0] * 9)
+    cheap_first = draft_rates(flat, Option(d, [1.0] * 4, 0.5, first_s=0.5), 4)
+    dear_first = draft_rates(flat, Option(d, [1.0] * 4, 0.5, first_s=1.5), 4)
+    assert cheap_first == pytest.approx([2 / 1.5, 3 / 2.0, 4 / 2.5, 5 / 3.0])
+    assert dear_first == pytest.approx([2 / 2.5, 3 / 3.0, 4 / 3.5, 5 / 4.0])
+
+
+def test_the_policy_learns_a_drafts_first_token_and_later_tokens_apart():
+    """observe with t_first: the first token's seconds follow t_first, the others'
+    (t_draft - t_first) / (k - 1); a 1-token draft teaches the first alone; without t_first
+    every token follows t_draft / k, as before."""
+    m = model(0.3)
+    policy = AdaptivePolicy(CostCurve([1.0, 1.1, 1.2, 1.3, 1.4, 1.5]), k_max=5)
+    policy.begin([m])
+    policy.observe(m, 4, 4, t_draft=0.6 + 3 * 0.5, t_verify=1.4, t_first=0.6)
+    e = policy.estimate(m)
+    assert (e.first_s, e.token_s) == (pytest.approx(0.33), pytest.approx(0.32))
+    policy.observe(m, 1, 1, t_draft=0.6, t_verify=1.1, t_first=0.6)
+    assert (e.first_s, e.token_s) == (pytest.approx(0.357), pytest.approx(0.32))
+    plain = model(0.3)
+    policy.begin([plain])
+    policy.observe(plain, 4, 4, t_draft=1.5, t_verify=1.4)
+    assert (policy.estimate(plain).first_s, policy.estimate(plain).token_s) == (
+        None,
+        pytest.approx(0.3075),
+    )

@@ -268,7 +268,7 @@ class RandomSplitPolicy:
     def to_sync(self, context):
         return []
 
-    def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False):
+    def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False, t_first=0.0):
         pass
 
 
@@ -436,7 +436,7 @@ def test_a_drafters_observed_time_is_its_proposal_alone_not_the_plan():
             clock.now += 5.0
             return super().plan(context, sp)
 
-        def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False):
+        def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False, t_first=0.0):
             self.observed.append((k, t_draft))
 
     class OneSecondATokenDrafter(ScriptedDrafter):

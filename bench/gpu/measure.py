@@ -123,7 +123,7 @@ class OracleDrafter:
         k = min(k, len(self.expected) - len(context))
         if k <= 0:
             return Draft.empty()
-        t_catch_up = self.pay_draft_cost(context, k)
+        paid = self.pay_draft_cost(context, k)
         n = len(context)
         on_track = common_prefix_len(self.expected, context) == n
         tokens = np.empty(k, dtype=np.int32)
@@ -133,14 +133,14 @@ class OracleDrafter:
             tokens[i] = (right + 1) % self.n_vocab if bad else right
         if self.model is not None:  # its cache is taken to hold this proposal, as it would
             self.model.cached = list(context) + [int(t) for t in tokens[:-1]]
-        return Draft(tokens, None, t_catch_up)
+        return Draft(tokens, None, paid.t_catch_up, t_first=paid.t_first)
 
-    def pay_draft_cost(self, context: Sequence[int], k: int) -> float:
+    def pay_draft_cost(self, context: Sequence[int], k: int) -> Draft:
         """The draft model's own greedy k-token proposal, its tokens discarded: the forward
-        passes a model drafter makes. Returns its catch-up seconds."""
+        passes a model drafter makes, and what they took (t_catch_up, t_first)."""
         if self.model is None:
-            return 0.0
-        return self.model.propose(context, k, SamplingParams()).t_catch_up
+            return Draft.empty()
+        return self.model.propose(context, k, SamplingParams())
 
     @property
     def token_s(self) -> float | None:

@@ -30,6 +30,10 @@ class Draft:
     gumbel: bool = False
     # the drafter was not sure of its last token and stopped there (ModelDrafter's confidence)
     unsure_end: bool = False
+    # seconds of the pass that drafted the first token (the re-read of the target's last
+    # token included, catch-up not): a draft model's first pass costs more than the rest
+    # (controller.draft_s); 0 = not measured, every token priced alike
+    t_first: float = 0.0
 
     @staticmethod
     def empty() -> Draft:

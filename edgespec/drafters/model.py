@@ -106,7 +106,8 @@ class ModelDrafter:
         scores = self.catch_up(context, keep, sp, gated)
         # a step after a drafted step re-forwards the bonus token (and the draft's last one):
         # more than that is catching up after idle steps, not the price of drafting
-        t_catch_up = self.clock() - t0 if len(context) - keep > 2 else 0.0
+        t_first = self.clock() - t0
+        t_catch_up = t_first if len(context) - keep > 2 else 0.0
         seed = sp.seed if sp.seed is not None else -1
         if gumbel and seed < 0:
             raise ValueError("Gumbel drafting needs the request's seed (request_params sets it)")
@@ -132,7 +133,9 @@ class ModelDrafter:
                 break
             scores = self.score([int(tokens[i])], sp, gated)
         self.cached.extend(int(t) for t in tokens[: k - 1])
-        return Draft(tokens[:k], None if q is None else q[:k], t_catch_up, gumbel, unsure)
+        t_first = 0.0 if t_catch_up else t_first  # a catch-up pass is no first token's price
+        return Draft(tokens[:k], None if q is None else q[:k], t_catch_up, gumbel, unsure,
+                     t_first)  # fmt: skip
 
     def sync(self, context: Sequence[int]) -> None:
         """Forward what the cache lacks of context but its last token, in one batched pass
