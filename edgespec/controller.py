@@ -434,10 +434,12 @@ class AdaptivePolicy:
         options = [self.leaving(option, [x for x in live if x is not e]) for e, option in priced]
         leaves_s, switch_s = self.left_behind_s(live), self.switch_s()
         choice = best_choice(self.curve, options, self.k_max, leaves_s, switch_s)
-        if switch_s:  # the same choice without the one graph's switches: what pays in a row
-            choice = self.rent_or_buy(
-                choice, best_choice(self.curve, options, self.k_max, leaves_s), switch_s
-            )
+        if switch_s:  # the same choice without one-off costs (the one graph's switches, a
+            # drafter's catch-up): what pays in a row
+            caught_up = [replace(o, catch_up_s=0.0) for o in options]
+            steady = best_choice(self.curve, caught_up, self.k_max, leaves_s)
+            catch_up_s = next((o.catch_up_s for o in options if o.drafter is steady.drafter), 0.0)
+            choice = self.rent_or_buy(choice, steady, switch_s, catch_up_s)
         self.chosen_rate = choice.tokens_per_second
         self.probing = None
         if choice.k == 0:
@@ -464,7 +466,9 @@ class AdaptivePolicy:
             for n in range(2, self.k_max + 2)
         ]
 
-    def rent_or_buy(self, myopic: Choice, steady: Choice, switch_s: Sequence[float]) -> Choice:
+    def rent_or_buy(
+        self, myopic: Choice, steady: Choice, switch_s: Sequence[float], catch_up_s: float = 0.0
+    ) -> Choice:
         """The step to take where a change of width costs switches (switch_s): myopic, the
         best step with them charged, or steady, the best without, once staying has cost as
         much as changing would.
@@ -480,7 +484,8 @@ class AdaptivePolicy:
         best in hindsight whatever comes; a steady choice that changes width starts over,
         so one step's passing chance (a one-off match) never adds up."""
         width = steady.k + 1
-        buy_s = switch_s[width - 1] - switch_s[myopic.k]  # 0: myopic weighed it as charged
+        # 0: myopic weighed it as charged; catch_up_s: what steady's drafter must forward first
+        buy_s = switch_s[width - 1] - switch_s[myopic.k] + catch_up_s
         if buy_s <= 0.0 or steady.tokens_per_second <= myopic.tokens_per_second:
             self.regret, self.regret_width = 0.0, 0
             return myopic
@@ -568,6 +573,7 @@ class AdaptivePolicy:
         measured on ONNX Runtime, catching a draft model up after every run of prompt lookup
         or for every probe cost more than it drafted (f7269df:docs/benchmarks.md)."""
         prefill, self.prefill = self.prefill, False
+        switch_s = [] if prefill else self.switch_s()  # the prompt: judged as in a run
         due = []
         for e in self.estimates:
             if e.free or not self.can_win(e):
@@ -578,7 +584,10 @@ class AdaptivePolicy:
             if not prefill and self.catch_up_cost(e.token_s, offer.behind) > self.curve.target(1):
                 continue
             in_step = replace(self.option(e, offer.available, offer), catch_up_s=0.0)
-            if best_choice(self.curve, [in_step], self.k_max).tokens_per_second > self.chosen_rate:
+            # priced as plan prices it, switches included (rent-or-buy buys the catch-up with
+            # them): a draft model was caught up before each plain step plan then chose
+            in_step_choice = best_choice(self.curve, [in_step], self.k_max, switch_s=switch_s)
+            if in_step_choice.tokens_per_second > self.chosen_rate:
                 due.append(e.drafter)
         return due
 

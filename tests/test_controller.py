@@ -508,6 +508,30 @@ def test_mid_request_only_a_drafter_a_few_tokens_behind_is_caught_up():
     assert policy.to_sync(list(range(50))) == []
 
 
+def test_on_one_graph_a_draft_model_is_caught_up_only_where_plan_would_draft():
+    """Where leaving plain decoding costs four switches, a draft model 5 tokens behind that
+    would win in step without them is not caught up before a step plan keeps plain (it was,
+    a draft pass a token for nothing, H200 7B curve); the prompt is caught up as ever; and
+    rent-or-buy counts the catch-up with the switches it buys: after enough plain steps lost
+    to it, plan drafts, the drafter forwarding what it missed in its proposal."""
+    curve = CostCurve([1.0, 1.1, 1.2, 1.3, 1.4, 1.5], switch_s=0.5)
+    policy = AdaptivePolicy(curve, k_max=4)
+    m = model(0.3, behind=5)
+    policy.begin([m])
+    policy.estimate(m).acceptance = ByPosition(prior=0.8)
+    policy.estimate(m).idle = 0  # judged before: no first probe
+    assert policy.to_sync(list(range(50))) == [m]  # the prompt
+    assert policy.to_sync(list(range(50))) == []  # from plain: 4 switches to pay
+    steps = 0
+    while policy.plan(list(range(50)), SP)[1] == 0:
+        policy.observe(None, 0, 0, 0.0, 1.0)
+        steps += 1
+    # in a row k = 2 gives 1.36 tokens a pass: each plain step loses 1 - 1 / 1.36 = 0.26 of
+    # a pass; buying costs 4 switches (2.0) and 0.3 x t(5)/t(1) = 0.42 of catch-up: 10 steps
+    # (8 with the switches alone)
+    assert steps == 10
+
+
 def test_a_fixed_policy_prefills_its_drafter_once_per_request():
     m = model(0.45, behind=40)
     policy = FixedPolicy("model", 2)
