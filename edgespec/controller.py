@@ -398,7 +398,12 @@ class AdaptivePolicy:
         self.probing = None
         self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
         self.prefill = True  # the next to_sync is the request's first: the prompt
-        self.width, self.in_row = 1, 2  # priced as steady plain decoding
+        # width 0: the prompt's pass, after which the next runs uncaptured whatever its
+        # width, and a one-token one captures after it. Taken as steady plain decoding,
+        # those two passes' switches were learned as the curve's speed (+5% at each
+        # request's start) and a draft model's price rose with it (0.31 -> 0.47 of a target
+        # token over the H200 7B open suite, bench/replay.py); priced as plain (switch_s)
+        self.width, self.in_row = 0, 1
         self.regret, self.regret_width = 0.0, 0  # rent_or_buy's
 
     def lessons(self) -> dict[int, Learned]:
@@ -458,7 +463,7 @@ class AdaptivePolicy:
         s = self.curve.switch_s
         if not s:
             return []
-        if self.width == 1:
+        if self.width <= 1:  # plain, or the prompt's pass (begin)
             return [0.0] + [LEAVE_PLAIN_SWITCHES * s] * self.k_max
         prepaid = self.in_row == 1 and self.left_plain  # the capture, charged on leaving plain
         return [0.0] + [
@@ -646,7 +651,7 @@ class AdaptivePolicy:
     ) -> None:
         # the curve prices replayed passes: what the one graph added is not its speed
         scale = self.curve.observe_target(k + 1, t_verify - self.pass_switch_s(k + 1))
-        self.left_plain = self.width == 1 and k > 0
+        self.left_plain = self.width <= 1 and k > 0
         self.width, self.in_row = k + 1, self.in_row + 1 if k + 1 == self.width else 1
         for e in self.estimates:
             e.idle += 1

@@ -723,3 +723,17 @@ def test_the_policy_learns_a_drafts_first_token_and_later_tokens_apart():
         None,
         pytest.approx(0.3075),
     )
+
+
+def test_the_two_plain_passes_after_the_prompt_pay_their_switches_not_the_curve():
+    """After the prompt's pass the next runs uncaptured and the one after captures: their
+    switches are not the target's speed (learned as such, the curve rose 5% at each
+    request's start, and a draft model's price with it); the third pass is a replay."""
+    policy = one_graph_policy()
+    m = model(0.3)
+    policy.begin([m])
+    assert policy.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]  # priced as from plain
+    for t_verify in (1.0 + 0.5, 1.0 + 0.5, 1.0):
+        policy.observe(None, 0, 0, 0.0, t_verify)
+    assert policy.curve.target_s == pytest.approx([1.0, 1.2, 1.4, 1.6, 1.8])
+    assert policy.estimate(m).token_s == pytest.approx(0.3)
