@@ -174,8 +174,8 @@ MUTANTS = (
     Mutant(
         "noise-same-for-every-token",
         "edgespec/sampling.py",
-        "x *= np.uint64(GOLDEN)  # wraps",
-        "x *= np.uint64(0)  # wraps",
+        "    x *= np.uint64(GOLDEN)\n    x.flags.writeable = False",
+        "    x *= np.uint64(0)\n    x.flags.writeable = False",
         (SAMPLING, ENGINE),
     ),
     Mutant(
@@ -349,8 +349,8 @@ MUTANTS = (
     Mutant(
         "leaving-plain-charged-one-switch",
         "edgespec/controller.py",
-        "3 * s if self.width == 1 else self.pass_switch_s(n)",
-        "s if self.width == 1 else self.pass_switch_s(n)",
+        "return [0.0] + [LEAVE_PLAIN_SWITCHES * s] * self.k_max",
+        "return [0.0] + [s] * self.k_max",
         ("tests/test_controller.py",),
     ),
     Mutant(
