@@ -36,6 +36,7 @@ REQUIRED_CONFIG_KEYS = (
     "vocab_size",
 )
 SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
+SAFETENSORS_INT_DTYPES = {"I64": np.int64, "I32": np.int32}  # index tensors (EAGLE-3's d2t)
 # llama.cpp's tokenizer.ggml.pre -> the regex split HF tokenizers of that family use
 PRE_TOKENIZER_REGEX = {
     "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
@@ -43,6 +44,7 @@ PRE_TOKENIZER_REGEX = {
     "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}"
     r"\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 }
+SIZED_DTYPES = {**SAFETENSORS_DTYPES, **SAFETENSORS_INT_DTYPES}  # checked against the file
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
 HF_LAYER_TENSORS = (
     "input_layernorm.weight", "post_attention_layernorm.weight",
@@ -246,6 +248,18 @@ class SafetensorsIndex(LazyTensors):
             raw = (raw.astype(np.uint32) << 16).view(np.float32)
         return raw.reshape(shape).astype(np.float32)
 
+    def integers(self, name: str) -> np.ndarray:
+        """A whole integer tensor, as int64 (a float32 read would round ids past 2**24)."""
+        path, offset, info = self.entries[name]
+        if info["dtype"] not in SAFETENSORS_INT_DTYPES:
+            raise ModelFileError(
+                f"{path}: tensor {name} has dtype {info['dtype']}, not an integer one (I64, I32)"
+            )
+        dtype = np.dtype(SAFETENSORS_INT_DTYPES[info["dtype"]])
+        n = math.prod(info["shape"])
+        raw = np.fromfile(path, dtype=dtype, count=n, offset=offset + info["data_offsets"][0])
+        return raw.reshape(info["shape"]).astype(np.int64)
+
 
 def read_safetensors_header(path: Path) -> tuple[int, dict]:
     """A safetensors file's header, checked against the file: a header or a tensor that ends
@@ -272,16 +286,14 @@ def read_safetensors_header(path: Path) -> tuple[int, dict]:
         try:
             start, end = (int(x) for x in info["data_offsets"])
             n = math.prod(int(d) for d in info["shape"])
-            itemsize = np.dtype(SAFETENSORS_DTYPES.get(info["dtype"], np.uint8)).itemsize
+            itemsize = np.dtype(SIZED_DTYPES.get(info["dtype"], np.uint8)).itemsize
         except (KeyError, TypeError, ValueError):
             raise ModelFileError(
                 f"{path}: tensor {name} has no valid dtype, shape and data_offsets; the file is "
                 "corrupt (download or copy it again)"
             ) from None
         end_of_data = max(end_of_data, end)
-        if not 0 <= start <= end or (
-            info["dtype"] in SAFETENSORS_DTYPES and end - start != n * itemsize
-        ):
+        if not 0 <= start <= end or (info["dtype"] in SIZED_DTYPES and end - start != n * itemsize):
             raise ModelFileError(
                 f"{path}: tensor {name} spans bytes {start}..{end}, which does not fit its shape "
                 f"{info['shape']} and dtype {info['dtype']}; the file is corrupt (download or "
