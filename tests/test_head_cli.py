@@ -273,3 +273,30 @@ def test_bench_runs_the_head_as_method_eagle_and_within_auto(files):
     assert all(r["identical"] == 1 for r in rows.values())
     assert rows[("eagle", 4)]["n_drafts"] > 0
     assert report["head"] == str(files[1])
+
+
+def test_serve_drafts_with_a_bundles_head_across_requests(capsys, bundle):
+    """A server's decoder keeps the target's cache from request to request (the head's is
+    rebuilt from the kept hidden states): each answer is plain decoding's."""
+    pytest.importorskip("uvicorn", reason="edgespec serve needs edgespec[serve]")
+    import httpx
+
+    from edgespec.backends import RuntimeOptions
+    from edgespec.loader import SpecOptions, load_decoder
+    from edgespec.server import create_app
+    from edgespec.server.config import ServerConfig
+    from tests.live_server import LiveServer
+
+    opts = RuntimeOptions(n_ctx=256, n_threads=1, exact=True)
+    decoder = load_decoder(bundle, None, SpecOptions("eagle", k=4), opts, reuse_cache=True)
+    longer = PROMPT + "def"
+    want = [plain_tokens(capsys, bundle, GREEDY)]
+    want.append(run_json(capsys, "--target", str(bundle), "--drafter", "none",
+                         "--prompt", longer)["tokens"])  # fmt: skip
+    with LiveServer(create_app(decoder, ServerConfig(model_id="tiny"))) as server:
+        for i, (prompt, tokens) in enumerate(zip((PROMPT, longer), want)):
+            body = {"model": "tiny", "prompt": prompt, "max_tokens": 40, "temperature": 0}
+            answer = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()
+            assert answer["x_edgespec"]["tokens"] == tokens
+            assert answer["timings"]["draft_n"] > 0
+            assert (answer["timings"]["cache_n"] > 0) == (i == 1)  # the second reuses the first
