@@ -23,7 +23,7 @@ from edgespec.schema import Field, check_fields
 
 SCHEMA_VERSION = 1
 MANIFEST = "bundle.json"
-ROLES = ("target", "draft")
+ROLES = ("target", "draft", "head")  # head: a trained draft head (EAGLE-3 GGUF)
 FORMATS = ("gguf", "onnx", "tensorrt")
 FOLDER_FORMATS = ("onnx", "tensorrt")  # a model folder; tensorrt: the standard-operator ONNX
 # (its engines, built on the device, live in engines/ beside it with their own sha256 and
@@ -48,7 +48,7 @@ ENTRY_FIELDS = {
 
 @dataclass(frozen=True)
 class ModelEntry:
-    role: str  # target | draft
+    role: str  # target | draft | head
     format: str  # gguf | onnx | tensorrt (a standard-operator ONNX folder + engines/)
     path: str  # relative to the bundle folder, POSIX separators
     quant: str  # q4_k_m, q8_0, f16, int4, fp8, ...
@@ -178,12 +178,14 @@ def check_entries(folder: Path, models: tuple[ModelEntry, ...], *, verify_files:
         raise BundleError(f"{folder}: each role may appear once, got {roles}")
     for m in models:
         confined_path(folder, m.path)
-    target, draft = (next((m for m in models if m.role == r), None) for r in ROLES)
-    if target and draft and target.vocab_hash != draft.vocab_hash:
-        raise BundleError(
-            f"{folder}: target and draft vocabularies differ ({target.vocab_hash[:12]} vs "
-            f"{draft.vocab_hash[:12]}); a draft must share the target's tokenizer"
-        )
+    target = next((m for m in models if m.role == "target"), None)
+    for other in models:
+        if target and other.role != "target" and target.vocab_hash != other.vocab_hash:
+            raise BundleError(
+                f"{folder}: target and {other.role} vocabularies differ "
+                f"({target.vocab_hash[:12]} vs {other.vocab_hash[:12]}); a {other.role} must "
+                "share the target's tokenizer"
+            )
     if verify_files:
         for m in models:
             verify_file(folder, m)

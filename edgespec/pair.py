@@ -1,7 +1,8 @@
-"""Open a target and its draft, and check that the draft may draft for it: the one place.
+"""Open a target, its draft and its draft head, and check that each may draft for it: the one
+place.
 
 A path is a model file (GGUF), an exported ONNX folder, or a bundle folder (bundle.json),
-whose models are verified and whose stored tune data comes along.
+whose models (target, draft, head) are verified and whose stored tune data comes along.
 """
 
 from __future__ import annotations
@@ -9,10 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from edgespec.backends import RuntimeOptions, is_model_folder, open_runtime
+from edgespec.backends import RuntimeOptions, is_model_folder, open_runtime, starts_with
 from edgespec.bundle import is_bundle, read_bundle
-from edgespec.errors import EdgespecError
-from edgespec.runtime import Runtime, check_compatible
+from edgespec.errors import EdgespecError, ModelFileError
+from edgespec.runtime import DraftHead, Runtime, check_compatible
+
+HEAD_FIX = "give the head's .gguf file"
+GGUF_MAGIC = b"GGUF"
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,8 @@ class ModelPair:
     draft_path: Path | None  # None when no draft was opened
     options: RuntimeOptions
     bundle_tune: dict | None = None  # the cost curve a bundle carries (`export --tune`)
+    head: DraftHead | None = None  # a trained draft head (EAGLE-3) reading target's states
+    head_path: Path | None = None  # None when no head was opened
 
     def backend_names(self) -> str:
         """ "LlamaCppRuntime+OnnxRuntime": the back-ends of the target and its draft."""
@@ -39,17 +45,58 @@ class ModelPair:
         )
 
 
+@dataclass(frozen=True)
+class ModelPaths:
+    """What a target argument names: its model files and the tune data a bundle carries."""
+
+    target: Path
+    draft: Path | None
+    head: Path | None = None
+    tune: dict | None = None
+
+
 def resolve_bundle(
-    target: str | Path, draft: str | Path | None
-) -> tuple[Path, Path | None, dict | None]:
+    target: str | Path, draft: str | Path | None, head: str | Path | None = None
+) -> ModelPaths:
     """Model paths from a bundle folder (verified) or as given; plus the bundle's tune data.
-    An explicit draft wins over the bundle's."""
+    An explicit draft or head wins over the bundle's."""
     if is_bundle(target):
         bundle = read_bundle(target)
         bundle_target = bundle.path("target")
         assert bundle_target is not None  # read_bundle refuses a bundle without one
-        return bundle_target, Path(draft) if draft else bundle.path("draft"), bundle.tune
-    return Path(target), Path(draft) if draft else None, None
+        return ModelPaths(
+            bundle_target,
+            Path(draft) if draft else bundle.path("draft"),
+            Path(head) if head else bundle.path("head"),
+            bundle.tune,
+        )
+    return ModelPaths(Path(target), Path(draft) if draft else None, Path(head) if head else None)
+
+
+def check_head_path(path: Path) -> None:
+    """Refuse, before any model loads, a --head that names nothing or a folder; the file's
+    kind and fit are the target's to judge (Runtime.open_head)."""
+    if not path.exists():
+        raise ModelFileError(f"draft head not found: {path}; check the --head path")
+    if path.is_dir():
+        raise ModelFileError(
+            f"--head {path} is a folder (a Hugging Face checkpoint?): only GGUF heads are "
+            f"accepted yet; {HEAD_FIX}"
+        )
+    if not starts_with(path, GGUF_MAGIC):
+        raise ModelFileError(
+            f"--head {path} is not a GGUF file: only GGUF heads are accepted yet; {HEAD_FIX}"
+        )
+
+
+def open_head(target: Runtime, target_path: Path, head_path: Path) -> DraftHead:
+    """The head on this target, where the target's back-end can run one (hidden_states)."""
+    if not target.hidden_states:
+        raise EdgespecError(
+            f"--head {head_path}: heads run on the llama.cpp back-end only, and {target_path} "
+            f"runs on {type(target).__name__}; give the target as a GGUF file, or drop --head"
+        )
+    return target.open_head(str(head_path))
 
 
 def open_pair(
@@ -58,10 +105,18 @@ def open_pair(
     options: RuntimeOptions = RuntimeOptions(),
     *,
     open_draft: bool = True,
+    head: str | Path | None = None,
+    use_head: bool = True,
 ) -> ModelPair:
-    """Open the target, and the draft (given, or the bundle's) unless open_draft is False;
-    refuse a draft whose vocabulary differs from the target's (VocabularyMismatchError)."""
-    target_path, draft_path, tune = resolve_bundle(target, draft)
+    """Open the target, the draft (given, or the bundle's) unless open_draft is False, and
+    the head (given, or the bundle's) unless use_head is False; refuse a draft whose
+    vocabulary differs from the target's (VocabularyMismatchError) and a head that does not
+    fit the target (its hidden size, extract layers, vocabulary) or its back-end."""
+    paths = resolve_bundle(target, draft, head)
+    target_path, draft_path, tune = paths.target, paths.draft, paths.tune
+    head_path = paths.head if use_head else None
+    if head_path is not None:
+        check_head_path(head_path)
     target_rt = open_runtime(target_path, options)
     kept = target_rt.logit_ids
     if kept is not None:
@@ -70,8 +125,9 @@ def open_pair(
             "output layer (exported as a draft, --draft-vocab), so it can only draft: pass it "
             "as --draft, and a model exported in full as --target"
         )
+    head_rt = open_head(target_rt, target_path, head_path) if head_path is not None else None
     if draft_path is None or not open_draft:
-        return ModelPair(target_rt, None, target_path, None, options, tune)
+        return ModelPair(target_rt, None, target_path, None, options, tune, head_rt, head_path)
     # batch-invariant kernels matter for the target alone: the draft keeps the fast ones; and
     # a draft on ONNX Runtime has fixed threads whatever the target's llama.cpp is told
     fixed = not options.load_aware_threads and not is_model_folder(Path(draft_path))
@@ -80,4 +136,6 @@ def open_pair(
     check_compatible(
         target_rt.vocab_info(), draft_rt.vocab_info(), str(target_path), str(draft_path)
     )
-    return ModelPair(target_rt, draft_rt, target_path, draft_path, options, tune)
+    return ModelPair(
+        target_rt, draft_rt, target_path, draft_path, options, tune, head_rt, head_path
+    )

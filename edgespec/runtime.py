@@ -148,6 +148,10 @@ class DraftHead(Protocol):
 
     def reset(self) -> None: ...
 
+    def close(self) -> None:
+        """Free the head's model and context now (before its target's)."""
+        ...
+
 
 def forward_top(
     runtime: Runtime,

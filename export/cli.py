@@ -14,6 +14,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     opts = ExportOptions(
         target=Path(args.target),
         draft=Path(args.draft) if args.draft else None,
+        head=Path(args.head) if args.head else None,
         out=Path(args.out),
         format=args.format,
         target_quant=args.target_quant,
@@ -66,6 +67,11 @@ def add_export_parser(sub) -> None:
     p = sub.add_parser("export", help="HF folder or GGUF in, quantized bundle out")
     p.add_argument("--target", required=True, help="HF checkpoint folder or .gguf")
     p.add_argument("--draft", help="HF checkpoint folder or .gguf (omit: prompt lookup only)")
+    p.add_argument(
+        "--head",
+        help="an EAGLE-3 draft head for the target as a .gguf file, checked against the target "
+        "and copied into the bundle (--format gguf)",
+    )
     p.add_argument("--out", required=True, help="bundle folder to create")
     p.add_argument("--format", default="gguf", choices=["gguf", "onnx", "tensorrt"])
     p.add_argument(

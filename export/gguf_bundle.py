@@ -1,18 +1,22 @@
-"""The GGUF builder: HF folders or GGUF files in, the target and the draft as GGUF files out.
+"""The GGUF builder: HF folders or GGUF files in, the target and the draft as GGUF files out,
+and a trained draft head (EAGLE-3) beside them where one is given.
 
 Sources are converted to a float GGUF first (HF folders through the gguf package's writer,
 see hf_to_gguf.py); llama.cpp's own quantizer then writes the target and the draft at the
-precisions the policy chose. The orchestrator (export/orchestrator.py) stages and writes the
-bundle around it.
+precisions the policy chose. A head is copied as it is, once the source target has opened
+it (pair.open_head: hidden size, extract layers, vocabulary). The orchestrator
+(export/orchestrator.py) stages and writes the bundle around it.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgespec.backends import RuntimeOptions, open_runtime
 from edgespec.bundle import ModelEntry, sha256_file
 from edgespec.errors import ModelFileError
 from edgespec.export.options import BuiltModels, ExportOptions
@@ -26,11 +30,13 @@ log = logging.getLogger(__name__)
 
 
 def build_gguf(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModels:
+    head_src = head_gguf(opts.head, work_dir) if opts.head else None  # before any conversion
     sources = {role: float_gguf(path, work_dir, role) for role, path in opts.sources().items()}
     infos = {role: read_source(path) for role, path in sources.items()}
     vocab = infos["target"].vocab
     if "draft" in infos:  # refuse before spending minutes on quantization
         check_compatible(vocab, infos["draft"].vocab, str(opts.target), str(opts.draft))
+    head = fitted_head(head_src, sources["target"]) if head_src else None
     choice = resolve_precision(
         opts.device,
         vocab.n_vocab,
@@ -45,7 +51,53 @@ def build_gguf(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
         dst = quantize_role(role, src, staging, choice, opts.threads)
         entries.append(model_entry(role, dst, role_quant(role, choice), infos[role]))
         errors[role] = error_summary(weight_errors(src, dst))
+    if head is not None:
+        entries.append(copy_head(head, staging))
     return BuiltModels(tuple(entries), vocab, choice, {"weight_error": errors})
+
+
+def head_gguf(source: Path, work: Path) -> Path:
+    """The head as a GGUF file: itself if it is one. The one place a Hugging Face EAGLE-3
+    checkpoint folder is to be converted (export/eagle3_convert.py, not written yet): until
+    then check_head_path refuses a folder, saying only GGUF heads are accepted yet."""
+    from edgespec.pair import check_head_path
+
+    check_head_path(source)
+    return source
+
+
+def fitted_head(head: Path, target: Path) -> Path:
+    """The head, once the target has opened it (refused there if it does not fit:
+    HeadMismatchError; or if this llama.cpp cannot run heads: HeadUnsupportedError): before
+    the target is quantized, as the draft's vocabulary is checked."""
+    from edgespec.pair import open_head
+
+    rt = open_runtime(target, RuntimeOptions(n_ctx=256, n_threads=1))
+    open_head(rt, target, head).close()
+    return head
+
+
+def copy_head(source: Path, staging: Path) -> ModelEntry:
+    """The head copied into the bundle as it is, described for the manifest."""
+    quant = file_type(source)
+    dst = staging / f"head.{quant}.gguf"
+    shutil.copyfile(source, dst)
+    log.info("head: %s copied as %s", source.name, dst.name)
+    return model_entry("head", dst, quant, read_source(dst))
+
+
+def file_type(path: Path) -> str:
+    """A GGUF file's general.file_type as llama.cpp names it (f16, q8_0, ...)."""
+    import gguf
+
+    from edgespec.runtimes.gguf_meta import read_metadata
+
+    value = read_metadata(path).get("general.file_type")
+    try:
+        name = gguf.LlamaFileType(int(value)).name if value is not None else "unknown"
+    except ValueError:
+        return f"type{value}"
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_").lower()
 
 
 @dataclass(frozen=True)

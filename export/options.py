@@ -16,6 +16,8 @@ class ExportOptions:
     target: Path
     out: Path
     draft: Path | None = None
+    # a trained draft head (EAGLE-3) for the target, copied into the bundle as it is (GGUF)
+    head: Path | None = None
     format: str = "gguf"
     target_quant: str | None = None  # None: the device's default (quant/policy.py)
     draft_quant: str | None = None

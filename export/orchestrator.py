@@ -40,6 +40,7 @@ def export_bundle(opts: ExportOptions) -> Path:
     """Build the bundle in a staging folder beside --out; move it into place when complete."""
     build = builder(opts.format)
     check_draft_vocab(opts)
+    check_head(opts)
     out = opts.out
     check_out(out)
     try:
@@ -67,6 +68,14 @@ def check_draft_vocab(opts: ExportOptions) -> None:
         )
     if opts.format != "onnx":
         raise EdgespecError("--draft-vocab applies to --format onnx only")
+
+
+def check_head(opts: ExportOptions) -> None:
+    if opts.head is not None and opts.format != "gguf":
+        raise EdgespecError(
+            f"--head {opts.head}: heads run on the llama.cpp back-end only; export with "
+            f"--format gguf, or drop --head"
+        )
 
 
 def build_in(work_dir: Path, build: Builder, opts: ExportOptions) -> None:

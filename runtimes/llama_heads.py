@@ -112,8 +112,9 @@ class Ext:
                 f = getattr(lib, symbol)
             except AttributeError:
                 raise HeadUnsupportedError(
-                    f"this llama-cpp-python's libllama lacks {symbol} ({name}); trained draft "
-                    "heads need llama-cpp-python 0.3.36 (its vendored llama.cpp's llama-ext.h)"
+                    f"this llama.cpp build cannot run draft heads: its libllama lacks {symbol} "
+                    f"({name}, from llama-ext.h); install llama-cpp-python 0.3.36 (pip install "
+                    "llama-cpp-python==0.3.36), or drop --head"
                 ) from None
             f.argtypes, f.restype = argtypes, restype
             setattr(self, name, f)

@@ -214,8 +214,9 @@ def test_a_fixed_k_with_the_auto_drafter_is_refused_by_name(capsys, tmp_path):
     )
     assert code == 2
     assert one_error_line(err) == (
-        "--k 4 fixes the draft length, which needs one drafter: add --drafter model or "
-        "--drafter ngram (with --drafter auto, k is chosen per step up to --k-max)"
+        "--k 4 fixes the draft length, which needs one drafter: add --drafter model, "
+        "--drafter eagle or --drafter ngram (with --drafter auto, k is chosen per step up to "
+        "--k-max)"
     )
 
 
@@ -279,7 +280,7 @@ def test_the_help_states_the_k_rule_and_what_a_target_may_be(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "N: every step drafts N tokens (needs --drafter model or ngram)" in help_text
+    assert "N: every step drafts N tokens (needs --drafter model, eagle or ngram)" in help_text
     assert "a .gguf file, a bundle folder (edgespec export) or an ONNX folder" in help_text
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from edgespec.app.bench_runs import (
     CI_METHOD,
+    FIXED_K_METHODS,
     METHODS,
     PEER,
     PEER_PLAIN,
@@ -28,6 +29,7 @@ from edgespec.app.bench_runs import (
 from edgespec.app.models import resolve_model
 from edgespec.app.options import (
     DRAFT_HELP,
+    HEAD_HELP,
     TARGET_HELP,
     add_draft_confidence_arg,
     add_runtime_args,
@@ -75,7 +77,7 @@ def plan_variants(methods: Sequence[str], ks: Sequence[int], peer_ks: Sequence[i
             raise EdgespecError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
     variants = [Variant("plain")]
     for m in dict.fromkeys(methods):
-        if m in ("model", "ngram"):
+        if m in FIXED_K_METHODS:
             variants += [Variant(m, k) for k in ks]
         elif m == "auto":
             variants.append(Variant(m))
@@ -129,14 +131,16 @@ def bench_suites(
     peer_ks: Sequence[int] = PEER_KS,
     sp: SamplingParams = SamplingParams(),
     draft_confidence: float | None = None,
+    head: str | Path | None = None,
 ) -> Iterator[tuple[str, dict]]:
     """Each suite's JSON-ready report as it ends, all on one opened pair: each prompt under
-    every variant in turn (plain, auto, ... then the next prompt), a suite `repeat` times."""
+    every variant in turn (plain, auto, ... then the next prompt), a suite `repeat` times.
+    head: an EAGLE-3 head for the target (method eagle; auto chooses it among the rest)."""
     if repeat < 1:
         raise EdgespecError(f"--repeat must be >= 1, got {repeat}")
     variants = plan_variants(methods, ks, peer_ks)
     check_bench_sampling(sp, variants)  # before the models load: minutes on a small CPU
-    pair = open_pair(target, draft, opts)
+    pair = open_pair(target, draft, opts, head=head)
     check_peer_targets(pair, variants)
     bench = Bench(pair, k_max, sp, draft_confidence)
     peers = open_peers(bench, variants)
@@ -149,6 +153,7 @@ def bench_suites(
                     **run_facts,
                     "target": str(target),
                     "draft": str(draft) if draft else None,
+                    "head": str(pair.head_path) if pair.head_path else None,
                     "runtimes": pair.backend_names().split("+"),
                     "max_tokens": max_tokens,
                     "sampling": dataclasses.asdict(sp),
@@ -382,6 +387,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     methods = [m for m in (args.methods or DEFAULT_METHODS).split(",") if m]
     if args.methods is None and target.suffix != ".gguf":
         methods.remove(PEER)  # the peer runs GGUF files only (a bundle: name it in --methods)
+    if args.methods is None and args.head:
+        methods.insert(methods.index("model"), "eagle")
     ks = parse_ks(args.k)
     peer_ks = parse_ks(args.peer_k)
     suites = {suite: load_suite(suite, args.limit) for suite in args.suite or ["edit"]}
@@ -403,6 +410,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         peer_ks=peer_ks,
         sp=sampling_params(args),
         draft_confidence=args.draft_confidence,
+        head=args.head,
     )
     all_rows = {}
     for suite, report in reports:
@@ -441,6 +449,7 @@ def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="speed and exactness of each method on prompt suites")
     p.add_argument("--target", required=True, help=TARGET_HELP + ", or demo-target")
     p.add_argument("--draft", help=DRAFT_HELP + ", or demo-draft")
+    p.add_argument("--head", help=HEAD_HELP + " (adds method eagle to the default methods)")
     p.add_argument(
         "--suite",
         action="append",

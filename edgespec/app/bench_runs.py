@@ -41,7 +41,8 @@ PEER = "llama-cpp-python-pld"
 PEER_PLAIN = "llama-cpp-python"  # the peer's own plain decoding: PEER's baseline
 # Each peer method and its own plain decoding, which it is divided by (peer.py, peer_genai.py)
 PEER_PLAINS = {PEER: PEER_PLAIN, GENAI_DRAFT: GENAI_PLAIN, GENAI_NGRAM: GENAI_PLAIN}
-METHODS = ("plain", "model", "ngram", "auto", *PEER_PLAINS)
+METHODS = ("plain", "model", "eagle", "ngram", "auto", *PEER_PLAINS)
+FIXED_K_METHODS = ("model", "eagle", "ngram")  # one drafter each, at each --k
 CI_METHOD = (
     "geometric mean of per-prompt paired speedups (method tok/s / baseline tok/s, repeats "
     "pooled per prompt) with a 95% Student t-interval on their logarithms"
@@ -323,8 +324,10 @@ class Bench:
         key = (method, k)
         if key not in self.decoders:
             drafters = self.decoder.drafters
-            if method in ("model", "ngram") and method not in drafters:
-                raise EdgespecError(f"method {method} needs its drafter: pass --draft for model")
+            if method in FIXED_K_METHODS and method not in drafters:
+                raise EdgespecError(
+                    f"method {method} needs its drafter: pass --draft for model, --head for eagle"
+                )
             policy = self.policy(method, k)
             self.decoders[key] = SpeculativeDecoder(self.target, list(drafters.values()), policy)
         return self.decoders[key]

@@ -15,6 +15,7 @@ import edgespec.interrupts as interrupts
 from edgespec import hugepages
 from edgespec.app.options import (
     DRAFT_HELP,
+    HEAD_HELP,
     TARGET_HELP,
     add_runtime_args,
     add_sampling_args,
@@ -102,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "--lookup-history drafts from earlier completions, and run makes one; drop it, "
             "or use it with edgespec serve"
         )
-    decoder = load_decoder(args.target, args.draft, spec, runtime_options(args))
+    decoder = load_decoder(args.target, args.draft, spec, runtime_options(args), head=args.head)
     warn_context_cut(args, decoder.target.n_ctx)
     prompt: str | list[int] = text
     if args.chat or args.system:
@@ -157,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="generate text from a prompt")
     run.add_argument("--target", required=True, help=TARGET_HELP)
     run.add_argument("--draft", help=DRAFT_HELP)
+    run.add_argument("--head", help=HEAD_HELP)
     source = run.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="prompt text")
     source.add_argument("--prompt-file", help="file holding the prompt text")

@@ -17,6 +17,10 @@ from edgespec.sampling import SAMPLERS, SamplingParams
 
 TARGET_HELP = "target model: a .gguf file, a bundle folder (edgespec export) or an ONNX folder"
 DRAFT_HELP = "draft model of the target's family: .gguf file or ONNX folder (a bundle has one)"
+HEAD_HELP = (
+    "an EAGLE-3 draft head trained for the target, as a .gguf file (llama.cpp targets; a bundle "
+    "may carry one): drafted with beside the others, or alone with --drafter eagle"
+)
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -51,12 +55,19 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_spec_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drafter", choices=DRAFTER_CHOICES, default="auto")
+    p.add_argument(
+        "--drafter",
+        choices=DRAFTER_CHOICES,
+        default="auto",
+        help="auto (default): the controller chooses per step among the draft model (--draft), "
+        "the draft head (--head), prompt lookup and plain decoding; model, eagle (the head) or "
+        "ngram: that drafter alone; none: plain decoding",
+    )
     p.add_argument(
         "--k",
         default="auto",
-        help="draft length. N: every step drafts N tokens (needs --drafter model or ngram); "
-        "'auto' (default): chosen per step (0 = plain), up to --k-max",
+        help="draft length. N: every step drafts N tokens (needs --drafter model, eagle or "
+        "ngram); 'auto' (default): chosen per step (0 = plain), up to --k-max",
     )
     p.add_argument("--k-max", type=int, default=K_MAX, help="longest draft --k auto tries")
     add_draft_confidence_arg(p)

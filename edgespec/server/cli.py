@@ -8,6 +8,7 @@ from pathlib import Path
 
 from edgespec.app.options import (
     DRAFT_HELP,
+    HEAD_HELP,
     TARGET_HELP,
     add_runtime_args,
     add_spec_args,
@@ -30,6 +31,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("bundle", nargs="?", help="a bundle folder (edgespec export); or --target")
     p.add_argument("--target", help=TARGET_HELP)
     p.add_argument("--draft", help=DRAFT_HELP)
+    p.add_argument("--head", help=HEAD_HELP)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 routes")
@@ -99,12 +101,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.print_handoff:
         from edgespec.server.handoff import handoff_command
 
-        target_path, draft_path, _ = resolve_bundle(target, draft)
+        if args.head:
+            raise EdgespecError(
+                "--print-handoff hands over the draft model and prompt lookup, not a draft "
+                "head; drop --head"
+            )
+        paths = resolve_bundle(target, draft)
         print(
             handoff_command(
                 args.print_handoff,
-                target_path.resolve(),
-                draft_path.resolve() if draft_path else None,
+                paths.target.resolve(),
+                paths.draft.resolve() if paths.draft else None,
                 spec,
                 n_ctx=context_size(args),
                 host=args.host,
@@ -140,6 +147,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         draft,
         spec,
         runtime_options(args),
+        head=args.head,
         reuse_cache=not args.no_prompt_cache,
         capture_graphs=True,  # the first request pays no CUDA graph capture
     )

@@ -1,0 +1,302 @@
+"""A trained draft head (EAGLE-3) from the command line and in bundles: `--head` on run, bench,
+serve and export, on a tiny target and a tiny random head made in the test
+(tests/tiny_eagle.py): --exact output equal to plain decoding's, greedy and seeded, a bundle
+that carries its head and runs with it, and every refusal as one exact line."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgespec.app.cli import main
+from edgespec.bundle import read_bundle
+from edgespec.runtimes import llama_heads
+from tests.tiny_eagle import write_head
+from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf
+
+CFG = TinyConfig(n_layer=4)
+PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
+COMMON = ["--prompt", PROMPT, "--max-tokens", "40", "--json", "--exact", "--n-ctx", "256"]
+GREEDY: list[str] = []
+SEEDED = [["--temperature", "1.0", "--seed", "1"], ["--temperature", "0.7", "--top-p", "0.9",
+                                                     "--seed", "2"]]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("head")
+    n_vocab = len(vocabulary()[0])
+    target = write_gguf(folder / "target.gguf", CFG, random_weights(CFG, n_vocab, 0))
+    return target, write_head(folder / "head.gguf", CFG)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["run", "--threads", "1", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv: str) -> dict:
+    code, out, err = run_cli(capsys, *COMMON, *argv)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def error_line(capsys, *argv: str, command: str = "run") -> str:
+    code = main([command, *argv])
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("edgespec: error: "), err
+    return lines[0].removeprefix("edgespec: error: ")
+
+
+def plain_tokens(capsys, target: Path, sampling: list[str]) -> list[int]:
+    result = run_json(capsys, "--target", str(target), *sampling, "--drafter", "none")
+    assert len(result["tokens"]) >= 16, "the tiny model should not stop at once"
+    return result["tokens"]
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, *SEEDED], ids=["greedy", "seeded", "top-p"])
+def test_run_with_a_head_gives_plain_decodings_tokens(capsys, files, sampling):
+    """--head with --drafter eagle at a fixed k, and beside prompt lookup with k chosen per
+    step: the same tokens as plain decoding, with the head's drafts verified."""
+    target, head = files
+    want = plain_tokens(capsys, target, sampling)
+    for k in ("1", "4", "8"):
+        fixed = run_json(
+            capsys, "--target", str(target), "--head", str(head), *sampling,
+            "--drafter", "eagle", "--k", k,
+        )  # fmt: skip
+        assert fixed["tokens"] == want, k
+        assert fixed["stats"]["drafted_by_drafter"]["eagle"] > 0
+        assert set(fixed["stats"]["steps_by_drafter"]) == {"eagle"}
+    auto = run_json(capsys, "--target", str(target), "--head", str(head), *sampling)
+    assert auto["tokens"] == want
+
+
+def test_the_head_joins_the_drafters_the_controller_chooses_among(files):
+    from edgespec.backends import RuntimeOptions
+    from edgespec.controller import AdaptivePolicy
+    from edgespec.loader import SpecOptions, load_decoder
+
+    opts = RuntimeOptions(n_ctx=256, n_threads=1)
+    auto = load_decoder(files[0], None, SpecOptions(), opts, head=files[1])
+    assert list(auto.drafters) == ["eagle", "ngram"]
+    assert isinstance(auto.policy, AdaptivePolicy)
+    ngram = load_decoder(files[0], None, SpecOptions("ngram", k=3), opts, head=files[1])
+    assert list(ngram.drafters) == ["ngram"]  # the head is not opened for another drafter
+
+
+@pytest.fixture(scope="module")
+def bundle(files, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bundle") / "b"
+    target, head = files
+    code = main(["export", "--target", str(target), "--head", str(head), "--out", str(out),
+                 "--target-quant", "q8_0"])  # fmt: skip
+    assert code == 0
+    return out
+
+
+def test_export_puts_the_head_into_the_bundle_checked(bundle):
+    b = read_bundle(bundle)
+    assert [(m.role, m.quant, m.path, m.arch) for m in b.models] == [
+        ("target", "q8_0", "target.q8_0.gguf", "llama"),
+        ("head", "f32", "head.f32.gguf", "eagle3"),
+    ]
+    target, head = b.models
+    assert head.vocab_hash == target.vocab_hash == b.tokenizer["vocab_hash"]
+    assert head.n_vocab == target.n_vocab == 279
+
+
+@pytest.mark.parametrize("sampling", [GREEDY, SEEDED[0]], ids=["greedy", "seeded"])
+def test_a_bundle_with_a_head_runs_with_it(capsys, bundle, sampling):
+    want = plain_tokens(capsys, bundle, sampling)
+    fixed = run_json(capsys, "--target", str(bundle), *sampling, "--drafter", "eagle", "--k", "4")
+    assert fixed["tokens"] == want
+    assert fixed["stats"]["drafted_by_drafter"]["eagle"] > 0
+    assert run_json(capsys, "--target", str(bundle), *sampling)["tokens"] == want
+
+
+def test_a_bundle_whose_head_was_changed_is_refused(capsys, bundle, tmp_path):
+    import shutil
+
+    copy = tmp_path / "b"
+    shutil.copytree(bundle, copy)
+    head = copy / "head.f32.gguf"
+    data = bytearray(head.read_bytes())
+    data[-1] ^= 1
+    head.write_bytes(bytes(data))
+    assert error_line(capsys, "--target", str(copy), "--prompt", "hi") == (
+        f"bundle file {head} does not match its sha256 in the manifest: it was modified or "
+        "corrupted; export the bundle again"
+    )
+
+
+# --- refusals, one line each -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"hidden": 32}, "head.gguf reads hidden states of size 32 but target.gguf has 64"),
+        ({"layers": (1, 2, 4)}, "head.gguf extracts layers [1, 2, 4] but target.gguf has layers "
+                                "0..3"),
+        ({"n_vocab": 270}, "head.gguf has a vocabulary of 270 tokens but target.gguf has 279"),
+    ],
+)  # fmt: skip
+def test_a_head_that_does_not_fit_is_refused_by_run_and_export(
+    capsys, files, tmp_path, kwargs, message
+):
+    bad = write_head(tmp_path / "head.gguf", CFG, **kwargs)
+    want = f"{message}; use the head trained for this target"
+    target = str(files[0])
+    assert error_line(capsys, "--target", target, "--head", str(bad), "--prompt", "hi") == want
+    out = tmp_path / "bundle"
+    argv = ["--target", target, "--head", str(bad), "--out", str(out), "--target-quant", "q8_0"]
+    assert error_line(capsys, *argv, command="export") == want
+    assert not out.exists()
+
+
+def test_a_model_that_is_not_a_head_is_refused(capsys, files):
+    target = str(files[0])
+    assert error_line(capsys, "--target", target, "--head", target, "--prompt", "hi") == (
+        "target.gguf is a 'llama' model, not an EAGLE-3 head (general.architecture 'eagle3'); "
+        "give the head's GGUF"
+    )
+
+
+def test_a_missing_head_or_one_not_gguf_is_refused_before_loading(capsys, tmp_path):
+    """The target named does not exist: the head is refused first, before any loading."""
+    target = str(tmp_path / "absent.gguf")
+    missing = tmp_path / "nope.gguf"
+    assert error_line(capsys, "--target", target, "--head", str(missing), "--prompt", "hi") == (
+        f"draft head not found: {missing}; check the --head path"
+    )
+    text = tmp_path / "head.safetensors"
+    text.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}")
+    assert error_line(capsys, "--target", target, "--head", str(text), "--prompt", "hi") == (
+        f"--head {text} is not a GGUF file: only GGUF heads are accepted yet; give the head's "
+        ".gguf file"
+    )
+
+
+def test_a_hugging_face_head_folder_is_refused_by_run_and_export(capsys, files, tmp_path):
+    folder = tmp_path / "EAGLE3-head"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    want = (
+        f"--head {folder} is a folder (a Hugging Face checkpoint?): only GGUF heads are "
+        "accepted yet; give the head's .gguf file"
+    )
+    target = str(files[0])
+    assert error_line(capsys, "--target", target, "--head", str(folder), "--prompt", "hi") == want
+    out = tmp_path / "bundle"
+    argv = ["--target", target, "--head", str(folder), "--out", str(out)]
+    assert error_line(capsys, *argv, command="export") == want
+    assert not out.exists()
+
+
+def test_the_eagle_drafter_without_a_head_is_refused(capsys, files):
+    argv = ["--target", str(files[0]), "--prompt", "hi", "--drafter", "eagle", "--k", "4"]
+    assert error_line(capsys, *argv) == (
+        "--drafter eagle needs a draft head: pass --head HEAD.gguf (an EAGLE-3 head trained "
+        "for the target)"
+    )
+
+
+def test_a_fixed_k_names_the_eagle_drafter(capsys, files):
+    argv = ["--target", str(files[0]), "--head", str(files[1]), "--prompt", "hi", "--k", "4"]
+    assert error_line(capsys, *argv) == (
+        "--k 4 fixes the draft length, which needs one drafter: add --drafter model, "
+        "--drafter eagle or --drafter ngram (with --drafter auto, k is chosen per step up to "
+        "--k-max)"
+    )
+
+
+def test_a_llama_cpp_without_the_head_symbols_is_refused(capsys, files, monkeypatch):
+    """A build lacking one of llama-ext.h's functions (here one no build has)."""
+    symbol = "_Z24llama_no_such_head_entryv"
+    monkeypatch.setitem(llama_heads.EXT_FUNCTIONS, "no_such", (symbol, [], None))
+    monkeypatch.setattr(llama_heads, "_ext", None)
+    argv = ["--target", str(files[0]), "--head", str(files[1]), "--prompt", "hi"]
+    assert error_line(capsys, *argv) == (
+        f"this llama.cpp build cannot run draft heads: its libllama lacks {symbol} (no_such, "
+        "from llama-ext.h); install llama-cpp-python 0.3.36 (pip install "
+        "llama-cpp-python==0.3.36), or drop --head"
+    )
+
+
+def test_a_head_on_an_onnx_target_is_refused(capsys, files, tmp_path):
+    pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime")
+    pytest.importorskip("onnx", reason="the ONNX exporter needs onnx")
+    from edgespec.export.onnx_export import export_onnx
+    from tests.tiny_hf import make_tiny_hf
+
+    onnx = export_onnx(make_tiny_hf(tmp_path / "hf", seed=3), tmp_path / "onnx")
+    argv = ["--target", str(onnx), "--head", str(files[1]), "--prompt", "hi"]
+    assert error_line(capsys, *argv) == (
+        f"--head {files[1]}: heads run on the llama.cpp back-end only, and {onnx} runs on "
+        "OnnxRuntime; give the target as a GGUF file, or drop --head"
+    )
+
+
+def test_export_refuses_a_head_for_onnx_and_tensorrt(capsys, files, tmp_path):
+    for fmt in ("onnx", "tensorrt"):
+        out = tmp_path / fmt
+        argv = ["--target", str(files[0]), "--head", str(files[1]), "--out", str(out)]
+        assert error_line(capsys, *argv, "--format", fmt, command="export") == (
+            f"--head {files[1]}: heads run on the llama.cpp back-end only; export with "
+            "--format gguf, or drop --head"
+        )
+        assert not out.exists()
+
+
+def test_serve_hands_off_no_head(capsys, files):
+    argv = [str(files[0]), "--head", str(files[1]), "--print-handoff", "llama-server"]
+    assert error_line(capsys, *argv, command="serve") == (
+        "--print-handoff hands over the draft model and prompt lookup, not a draft head; "
+        "drop --head"
+    )
+
+
+def test_bench_runs_the_head_as_method_eagle_and_within_auto(files):
+    from edgespec.app.bench_command import run_bench
+    from edgespec.app.suites import Prompt
+    from edgespec.backends import RuntimeOptions
+
+    prompts = [Prompt("code-01", ({"role": "user", "content": "def the rest(a, b):"},))]
+    opts = RuntimeOptions(n_ctx=256, n_threads=1, exact=True)
+    report = run_bench(files[0], None, prompts, ["eagle", "auto"], [2, 4], 24, opts, head=files[1])
+    rows = {(r["method"], r["k"]): r for r in report["rows"]}
+    assert list(rows) == [("plain", "-"), ("eagle", 2), ("eagle", 4), ("auto", "auto")]
+    assert all(r["identical"] == 1 for r in rows.values())
+    assert rows[("eagle", 4)]["n_drafts"] > 0
+    assert report["head"] == str(files[1])
+
+
+def test_serve_drafts_with_a_bundles_head_across_requests(capsys, bundle):
+    """A server's decoder keeps the target's cache from request to request (the head's is
+    rebuilt from the kept hidden states): each answer is plain decoding's."""
+    pytest.importorskip("uvicorn", reason="edgespec serve needs edgespec[serve]")
+    import httpx
+
+    from edgespec.backends import RuntimeOptions
+    from edgespec.loader import SpecOptions, load_decoder
+    from edgespec.server import create_app
+    from edgespec.server.config import ServerConfig
+    from tests.live_server import LiveServer
+
+    opts = RuntimeOptions(n_ctx=256, n_threads=1, exact=True)
+    decoder = load_decoder(bundle, None, SpecOptions("eagle", k=4), opts, reuse_cache=True)
+    longer = PROMPT + "def"
+    want = [plain_tokens(capsys, bundle, GREEDY)]
+    want.append(run_json(capsys, "--target", str(bundle), "--drafter", "none",
+                         "--prompt", longer)["tokens"])  # fmt: skip
+    with LiveServer(create_app(decoder, ServerConfig(model_id="tiny"))) as server:
+        for i, (prompt, tokens) in enumerate(zip((PROMPT, longer), want)):
+            body = {"model": "tiny", "prompt": prompt, "max_tokens": 40, "temperature": 0}
+            answer = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()
+            assert answer["x_edgespec"]["tokens"] == tokens
+            assert answer["timings"]["draft_n"] > 0
+            assert (answer["timings"]["cache_n"] > 0) == (i == 1)  # the second reuses the first
