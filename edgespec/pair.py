@@ -80,8 +80,9 @@ def check_head_path(path: Path) -> None:
         raise ModelFileError(f"draft head not found: {path}; check the --head path")
     if path.is_dir():
         raise ModelFileError(
-            f"--head {path} is a folder (a Hugging Face checkpoint?): only GGUF heads are "
-            f"accepted yet; {HEAD_FIX}"
+            f"--head {path} is a folder (a Hugging Face checkpoint?): run and serve take a "
+            "GGUF head; convert it with `edgespec export --target TARGET --head "
+            f"{path} --out BUNDLE`, or {HEAD_FIX}"
         )
     if not starts_with(path, GGUF_MAGIC):
         raise ModelFileError(

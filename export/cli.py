@@ -69,8 +69,9 @@ def add_export_parser(sub) -> None:
     p.add_argument("--draft", help="HF checkpoint folder or .gguf (omit: prompt lookup only)")
     p.add_argument(
         "--head",
-        help="an EAGLE-3 draft head for the target as a .gguf file, checked against the target "
-        "and copied into the bundle (--format gguf)",
+        help="an EAGLE-3 draft head for the target: a .gguf file, or a Hugging Face EAGLE-3 "
+        "checkpoint folder (converted to GGUF f16); checked against the target and put into "
+        "the bundle (--format gguf)",
     )
     p.add_argument("--out", required=True, help="bundle folder to create")
     p.add_argument("--format", default="gguf", choices=["gguf", "onnx", "tensorrt"])

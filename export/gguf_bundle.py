@@ -20,6 +20,7 @@ from edgespec.backends import RuntimeOptions, open_runtime
 from edgespec.bundle import ModelEntry, sha256_file
 from edgespec.errors import ModelFileError
 from edgespec.export.options import BuiltModels, ExportOptions
+from edgespec.pair import check_head_path
 from edgespec.quant.gguf_quant import quantize_gguf, weight_errors
 from edgespec.quant.policy import PrecisionChoice, resolve_precision
 from edgespec.quant.reference import error_summary
@@ -30,13 +31,16 @@ log = logging.getLogger(__name__)
 
 
 def build_gguf(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModels:
-    head_src = head_gguf(opts.head, work_dir) if opts.head else None  # before any conversion
+    if opts.head is not None and not opts.head.is_dir():  # a GGUF head: checked before any
+        check_head_path(opts.head)  # conversion (a folder is converted for the target below)
     sources = {role: float_gguf(path, work_dir, role) for role, path in opts.sources().items()}
     infos = {role: read_source(path) for role, path in sources.items()}
     vocab = infos["target"].vocab
     if "draft" in infos:  # refuse before spending minutes on quantization
         check_compatible(vocab, infos["draft"].vocab, str(opts.target), str(opts.draft))
-    head = fitted_head(head_src, sources["target"]) if head_src else None
+    head = None
+    if opts.head is not None:
+        head = fitted_head(head_gguf(opts.head, sources["target"], work_dir), sources["target"])
     choice = resolve_precision(
         opts.device,
         vocab.n_vocab,
@@ -56,14 +60,15 @@ def build_gguf(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
     return BuiltModels(tuple(entries), vocab, choice, {"weight_error": errors})
 
 
-def head_gguf(source: Path, work: Path) -> Path:
-    """The head as a GGUF file: itself if it is one. The one place a Hugging Face EAGLE-3
-    checkpoint folder is to be converted (export/eagle3_convert.py, not written yet): until
-    then check_head_path refuses a folder, saying only GGUF heads are accepted yet."""
-    from edgespec.pair import check_head_path
+def head_gguf(source: Path, target_gguf: Path, work: Path) -> Path:
+    """The head as a GGUF file: itself if it is one; a Hugging Face EAGLE-3 checkpoint folder
+    converted for the target (export/eagle3_convert.py, refused there if it does not fit)."""
+    if not source.is_dir():
+        check_head_path(source)
+        return source
+    from edgespec.export.eagle3_convert import convert_eagle3
 
-    check_head_path(source)
-    return source
+    return convert_eagle3(source, target_gguf, work / "head.f16.gguf")
 
 
 def fitted_head(head: Path, target: Path) -> Path:

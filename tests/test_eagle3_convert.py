@@ -328,3 +328,32 @@ def test_pytorch_bin_and_a_head_as_target_are_refused(target, tmp_path):
     assert str(e.value) == (
         f"{head} is an EAGLE-3 head, not a target; give the GGUF of the model it drafts for"
     )
+
+
+def test_export_converts_a_hugging_face_head_into_the_bundle_and_run_uses_it(
+    target, tmp_path, capsys
+):
+    """`edgespec export --head FOLDER`: the converted head in the bundle (role head, f16),
+    and `run BUNDLE --exact` greedy gives plain decoding's tokens with the head drafting."""
+    from edgespec.app.cli import main
+    from edgespec.bundle import read_bundle
+
+    hf = write_hf_head(tmp_path / "hf")
+    out = tmp_path / "bundle"
+    argv = ["export", "--target", str(target), "--head", str(hf), "--out", str(out),
+            "--target-quant", "q8_0"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    entry = read_bundle(out).model("head")
+    assert (entry.path, entry.quant, entry.arch) == ("head.f16.gguf", "f16", "eagle3")
+
+    def run(*extra: str) -> dict:
+        args = ["run", "--target", str(out), "--threads", "1", "--prompt", PROMPT,
+                "--max-tokens", "24", "--exact", "--json"]  # fmt: skip
+        assert main([*args, *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    plain = run("--drafter", "none")
+    with_head = run("--drafter", "eagle", "--k", "4")
+    assert with_head["tokens"] == plain["tokens"]
+    assert with_head["stats"]["drafted_by_drafter"]["eagle"] > 0

@@ -181,19 +181,26 @@ def test_a_missing_head_or_one_not_gguf_is_refused_before_loading(capsys, tmp_pa
     )
 
 
-def test_a_hugging_face_head_folder_is_refused_by_run_and_export(capsys, files, tmp_path):
+def test_a_hugging_face_head_folder_is_refused_by_run_and_converted_by_export(
+    capsys, files, tmp_path
+):
+    """run and serve take a GGUF head and say how to convert a folder; export converts it
+    (export/eagle3_convert.py, tests/test_eagle3_convert.py), refusing one without weights
+    before it writes a bundle."""
     folder = tmp_path / "EAGLE3-head"
     folder.mkdir()
     (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
-    want = (
-        f"--head {folder} is a folder (a Hugging Face checkpoint?): only GGUF heads are "
-        "accepted yet; give the head's .gguf file"
-    )
     target = str(files[0])
-    assert error_line(capsys, "--target", target, "--head", str(folder), "--prompt", "hi") == want
+    assert error_line(capsys, "--target", target, "--head", str(folder), "--prompt", "hi") == (
+        f"--head {folder} is a folder (a Hugging Face checkpoint?): run and serve take a GGUF "
+        f"head; convert it with `edgespec export --target TARGET --head {folder} --out "
+        "BUNDLE`, or give the head's .gguf file"
+    )
     out = tmp_path / "bundle"
     argv = ["--target", target, "--head", str(folder), "--out", str(out)]
-    assert error_line(capsys, *argv, command="export") == want
+    assert error_line(capsys, *argv, command="export") == (
+        f"{folder} has no *.safetensors; download the head's weights"
+    )
     assert not out.exists()
 
 
