@@ -759,6 +759,62 @@ def test_q4_k_m_gives_q6_k_to_the_layers_llama_cpp_does():
     assert "output.weight" not in {n for n, *_ in draft}  # tied
 
 
+def test_the_head_writer_makes_an_eagle3_head_that_drafts_beside_its_target(tmp_path):
+    """make_gguf.py --pair tiny --head: an f16 EAGLE-3 head in the layout export/eagle3_gguf.py
+    owns (half the toy vocabulary as draft rows, d2t mapping them), beside a target written as
+    a Llama (qwen2 keeps no layer inputs in this llama.cpp), which llama.cpp opens and drafts
+    from: finite logits on exactly the d2t rows, tokens among them."""
+    pytest.importorskip("llama_cpp", reason="the llama.cpp back-end needs llama-cpp-python")
+    import gguf
+
+    from edgespec.bundle import read_bundle
+    from edgespec.drafters.eagle import EagleDrafter
+    from edgespec.export.eagle3_gguf import tensor_plan
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+    from edgespec.sampling import SamplingParams
+
+    bench = load_bench_script("gpu/make_gguf.py", "gpu_make_gguf")
+    folder = bench.write_pair("tiny", tmp_path / "b", None, head=True)
+    target_path = read_bundle(folder).path("target")
+    assert gguf.GGUFReader(target_path).fields["general.architecture"].contents() == "llama"
+    reader = gguf.GGUFReader(folder / bench.HEAD_FILE)
+    assert reader.fields["general.architecture"].contents() == "eagle3"
+    assert reader.fields["eagle3.target_layers"].contents() == [0, 1, 1]
+    found = {t.name: t for t in reader.tensors}
+    target = LlamaCppRuntime(target_path, n_ctx=128)
+    shape = bench.head_shape("tiny", target.n_vocab)
+    assert shape.n_draft_vocab == target.n_vocab // 2
+    for name, dims, std in tensor_plan(shape):
+        assert found[name].tensor_type.name == ("F32" if std == 0.0 else "F16"), name
+        assert [int(x) for x in found[name].shape] == list(reversed(dims)), name
+    assert np.array_equal(found["d2t"].data, np.arange(shape.n_draft_vocab))
+    head = target.open_head(str(folder / bench.HEAD_FILE))
+    context = [5, 9, 14, 3, 7, 11, 2, 8]
+    target.forward(context[:-1], last_only=True)
+    logits, _ = head.decode(context[1:], head.encode(target.features(0, len(context) - 1)))
+    assert np.isfinite(logits).sum() == shape.n_draft_vocab
+    assert np.isfinite(logits[: shape.n_draft_vocab]).all()
+    tokens = EagleDrafter(target, head).propose(context, 8, SamplingParams()).tokens
+    assert len(tokens) == 8 and (tokens < shape.n_draft_vocab).all()
+
+
+def test_the_7b_head_has_a_published_heads_shape():
+    """One decoder layer at Qwen2.5-7B's widths, llama.cpp's default extract layers, 32,000
+    draft rows: 402,784,256 f16 weights (0.81 GB)."""
+    from edgespec.export.eagle3_gguf import tensor_plan
+
+    bench = load_bench_script("gpu/make_gguf.py", "gpu_make_gguf")
+    shape = bench.head_shape("qwen2.5-7b", 152_064)
+    assert shape.layers == (2, 14, 25) and shape.n_draft_vocab == 32_000
+    dims = {name: d for name, d, _ in tensor_plan(shape)}
+    assert dims["fc.weight"] == (3584, 3 * 3584)
+    assert dims["blk.0.attn_q.weight"] == (3584, 2 * 3584)
+    assert dims["blk.0.attn_k.weight"] == (512, 2 * 3584)
+    assert dims["blk.0.ffn_up.weight"] == (18_944, 3584)
+    assert dims["output.weight"] == (32_000, 3584)
+    assert sum(int(np.prod(d)) for d in dims.values() if len(d) == 2) == 402_784_256
+
+
 @pytest.mark.slow
 def test_the_kit_smoke_run_of_the_7b_mode_writes_gguf_directly_and_measures_the_full_grid(
     tmp_path,
@@ -777,7 +833,14 @@ def test_the_kit_smoke_run_of_the_7b_mode_writes_gguf_directly_and_measures_the_
     assert report["backend"] == "llama" and len(report["curve_ms"]) == 5
     assert any(o["k"] == "auto" and o["draft_cost"] == "real" for o in report["oracle"])
     assert all(o["identical"] for o in report["oracle"])
-    assert "## tiny-direct on llama" in (out / "table.txt").read_text()
+    # the tiny pair's EAGLE-3 head, timed at k = 1..8: its drafted token against t(1)
+    head = report["head"]
+    assert head["file"] == "head.eagle3.gguf" and head["layers"] == [0, 1, 1]
+    assert len(head["propose_ms_by_k"]) == 8 and 0 < head["token_ms"] == report["head_token_ms"]
+    assert report["head_over_target"] == round(head["token_ms"] / report["curve_ms"][0], 4)
+    assert "head_token_at_most_0.1_of_target" in report["goals"]
+    table = (out / "table.txt").read_text()
+    assert "## tiny-direct on llama" in table and "EAGLE-3 head (head.eagle3.gguf" in table
 
 
 def test_the_7b_mode_makes_and_measures_the_7b_pair_first_on_llama_cpp_alone(tmp_path):
@@ -796,8 +859,8 @@ def test_the_7b_mode_makes_and_measures_the_7b_pair_first_on_llama_cpp_alone(tmp
     tok = kit / "up1" / "qwen2.5-tokenizer"
     measure = "bench/gpu/measure.py --device cuda --backend llama"
     made = [c for c in launched if "make_gguf.py" in c]
-    assert made == [f"bench/gpu/make_gguf.py --pair {p} --tokenizer {tok} --out {bundles}/{p}-gguf"
-                    for p in ("7b", "demo")]  # fmt: skip
+    assert made == [f"bench/gpu/make_gguf.py --pair {p} --head --tokenizer {tok} --out "
+                    f"{bundles}/{p}-gguf" for p in ("7b", "demo")]  # fmt: skip
     assert not [c for c in launched if "make_models.py" in c or "edgespec export" in c]
     measures = [c for c in launched if c.startswith(measure)]
     assert measures == [

@@ -1,9 +1,6 @@
-"""A tiny random EAGLE-3 head as llama.cpp reads one (src/models/eagle3.cpp), written in the
-test run for a tiny target of tests/tiny_gguf.py: general.architecture "eagle3", metadata
-eagle3.target_layers (3 ids) and eagle3.target_hidden_size, tensors fc.weight, one decoder
-layer (attn_norm on the token embedding, attn_norm_2 on the fused features, q/k/v over their
-concatenation), output_norm and output; optionally d2t. No token_embd: the head borrows the
-target's (llama_context_params.ctx_other)."""
+"""A tiny random EAGLE-3 head as llama.cpp reads one, written in the test run for a tiny target
+of tests/tiny_gguf.py, in the layout export/eagle3_gguf.py owns (fc, one decoder layer,
+output_norm and output; no token_embd: the head borrows the target's)."""
 
 from __future__ import annotations
 
@@ -11,7 +8,19 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.export.eagle3_gguf import ARCH, HeadShape, tensor_plan, write_hparams
 from tests.tiny_gguf import TinyConfig, vocabulary, write_tensors
+
+
+def head_shape(
+    n_embd_tgt: int,
+    n_vocab: int,
+    *,
+    layers: tuple[int, int, int] = (1, 2, 3),
+    n_embd: int = 64,
+    n_ff: int = 128,
+) -> HeadShape:
+    return HeadShape(n_embd, n_embd_tgt, 4, 2, n_ff, n_vocab, layers)
 
 
 def head_weights(
@@ -19,26 +28,12 @@ def head_weights(
 ) -> dict[str, np.ndarray]:
     """GGUF tensor name -> float32 array in PyTorch (out, in) layout."""
     rng = np.random.default_rng(seed)
-    n_head, n_head_kv, hd = 4, 2, n_embd // 4
-
-    def w(*shape: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
-
-    ones = np.ones(n_embd, np.float32)
+    plan = tensor_plan(head_shape(n_embd_tgt, n_vocab, n_embd=n_embd, n_ff=n_ff))
     return {
-        "fc.weight": w(n_embd, 3 * n_embd_tgt),
-        "blk.0.attn_norm.weight": ones,
-        "blk.0.attn_norm_2.weight": ones,
-        "blk.0.attn_q.weight": w(n_head * hd, 2 * n_embd),
-        "blk.0.attn_k.weight": w(n_head_kv * hd, 2 * n_embd),
-        "blk.0.attn_v.weight": w(n_head_kv * hd, 2 * n_embd),
-        "blk.0.attn_output.weight": w(n_embd, n_head * hd),
-        "blk.0.ffn_norm.weight": ones,
-        "blk.0.ffn_gate.weight": w(n_ff, n_embd),
-        "blk.0.ffn_up.weight": w(n_ff, n_embd),
-        "blk.0.ffn_down.weight": w(n_embd, n_ff),
-        "output_norm.weight": ones,
-        "output.weight": w(n_vocab, n_embd, scale=6.0),
+        name: np.ones(dims, np.float32)
+        if std == 0.0
+        else (rng.standard_normal(dims) * std).astype(np.float32)
+        for name, dims, std in plan
     }
 
 
@@ -47,10 +42,10 @@ def write_head(
     target: TinyConfig,
     *,
     seed: int = 7,
-    layers: tuple[int, ...] = (1, 2, 3),
+    layers: tuple[int, int, int] = (1, 2, 3),
     hidden: int | None = None,
     n_vocab: int | None = None,
-    arch: str = "eagle3",
+    arch: str = ARCH,
 ) -> Path:
     """hidden: eagle3.target_hidden_size (default the target's n_embd); n_vocab: a vocabulary
     of that many tokens (default the target's): both written wrong to test refusals."""
@@ -60,29 +55,18 @@ def write_head(
     if n_vocab is not None:
         tokens, types = tokens[:n_vocab], types[:n_vocab]
     hidden = target.n_embd if hidden is None else hidden
-    tensors = head_weights(hidden, len(tokens), seed)
-    n_embd, n_ff = tensors["fc.weight"].shape[0], tensors["blk.0.ffn_up.weight"].shape[0]
+    shape = head_shape(hidden, len(tokens), layers=layers)
     writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_name("edgespec-tiny-eagle3")
-    writer.add_context_length(target.n_ctx)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(1)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(4)
-    writer.add_head_count_kv(2)
-    writer.add_rope_dimension_count(n_embd // 4)
-    writer.add_rope_freq_base(target.rope_theta)
-    writer.add_layer_norm_rms_eps(target.rms_eps)
-    writer.add_file_type(0)
-    writer.add_array(f"{arch}.target_layers", list(layers))
-    writer.add_uint32(f"{arch}.target_hidden_size", hidden)
+    write_hparams(writer, shape, n_ctx=target.n_ctx, rope_theta=target.rope_theta,
+                  rms_eps=target.rms_eps, dtype=np.dtype(np.float32),
+                  name="edgespec-tiny-eagle3")  # fmt: skip
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges([m for m in merges if m.replace(" ", "") in tokens])
     writer.add_eos_token_id(tokens.index("<|im_end|>") if "<|im_end|>" in tokens else 0)
-    return write_tensors(writer, tensors, path)
+    return write_tensors(writer, head_weights(hidden, len(tokens), seed), path)
 
 
 def rope_adjacent(x: np.ndarray, theta: float) -> np.ndarray:

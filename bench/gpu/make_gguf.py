@@ -14,7 +14,12 @@ float32, as llama.cpp writes them. The vocabulary is the real tokenizer's (make_
 
     python bench/gpu/make_gguf.py --shape qwen2.5-7b --quant q4_k_m --tokenizer DIR --out T.gguf
     python bench/gpu/make_gguf.py --pair 7b --tokenizer DIR --out BUNDLE   # target + draft
-    python bench/gpu/make_gguf.py --pair tiny --out BUNDLE                 # CPU smoke
+    python bench/gpu/make_gguf.py --pair tiny --head --out BUNDLE          # CPU smoke
+
+--head also writes the target's shape-true EAGLE-3 head (HEAD_FILE in the bundle; with --shape,
+the head alone): one decoder layer at the target's widths, fc from 3 * hidden, the 32,000-token
+draft vocabulary of published heads mapped by d2t, f16 matrices as published heads ship
+(bf16/f16), in the layout export/eagle3_gguf.py owns. About 0.8 GB for the 7B.
 """
 
 from __future__ import annotations
@@ -47,6 +52,16 @@ PAIRS = {  # a pair's (target shape, quant), (draft shape, quant)
     "tiny": (("tiny", "q4_k_m"), ("tiny-draft", "q8_0")),
 }
 FILE_TYPES = {"q4_k_m": 15, "q8_0": 7}  # llama_ftype
+HEAD_FILE = "head.eagle3.gguf"  # a pair's EAGLE-3 head in its bundle (measure.py looks for it)
+# published EAGLE-3 heads draft from a reduced vocabulary (EAGLE3-LLaMA3.1-Instruct-8B, the
+# Qwen3 heads: draft_vocab_size 32000) that d2t maps to the target's ids: the output's rows
+DRAFT_VOCAB = 32_000
+# llama.cpp (the vendored commit) keeps the layer inputs an EAGLE-3 head reads only where an
+# architecture's graph records them (t_layer_inp: llama, qwen3, ...; not qwen2, whose target
+# aborts on GGML_ASSERT "layer input tensor is null"). A target with a head is written as a
+# Llama of the Qwen2.5 shape: the same tensors, q/k/v biases included (llama.cpp's Llama loads
+# them), RoPE on adjacent pairs instead of halves: the same cost per pass.
+HEAD_TARGET_ARCH = "llama"
 POOL_BYTES = (1 << 24) + 7  # random bytes made once, reused at shifted offsets: odd, so no
 # row of any tensor repeats another's bytes exactly (the logits would tie)
 
@@ -125,28 +140,37 @@ def random_blocks(kind: str, rows: int, cols: int, std: float, pool: np.ndarray,
     return blocks.reshape(rows, -1)
 
 
-def write_gguf(shape_name: str, quant: str, out: Path, tokenizer: Path | None, seed: int = 0):
-    """One model file; returns its path."""
-    import gguf
-
-    from edgespec.export.hf_to_gguf import ARCHS, write_hparams, write_tokenizer
-
+def source_of(shape_name: str, tokenizer: Path | None) -> tuple[dict, SimpleNamespace]:
+    """The shape's HF config (its vocabulary rows included) and what write_tokenizer reads."""
     shape = SHAPES[shape_name]
     with tempfile.TemporaryDirectory() as tmp:
         n_tokens, special = tokenizer_files(shape_name, tokenizer, Path(tmp))
         tok_json = (Path(tmp) / "tokenizer.json").read_text()
         tok_config = json.loads((Path(tmp) / "tokenizer_config.json").read_text())
-    n_vocab = shape.vocab or n_tokens
     special = {k: v for k, v in special.items() if v is not None}
-    config = hf_config(shape, n_vocab, special)
+    config = hf_config(shape, shape.vocab or n_tokens, special)
+    ckpt = SimpleNamespace(source=Path(shape_name), config=config, tokenizer_json=tok_json,
+                           tokenizer_config=tok_config)  # fmt: skip
+    return config, ckpt
+
+
+def write_gguf(
+    shape_name: str, quant: str, out: Path, tokenizer: Path | None, seed: int = 0, arch: str = ""
+):
+    """One model file; returns its path. arch: llama.cpp's architecture (default Qwen2's)."""
+    import gguf
+
+    from edgespec.export.hf_to_gguf import ARCHS, write_hparams, write_tokenizer
+
+    shape = SHAPES[shape_name]
+    config, ckpt = source_of(shape_name, tokenizer)
+    n_vocab = config["vocab_size"]
     spec = ARCHS["Qwen2ForCausalLM"]
-    writer = gguf.GGUFWriter(str(out), spec.gguf_arch)
+    writer = gguf.GGUFWriter(str(out), arch or spec.gguf_arch)
     write_hparams(writer, config, "f16")
     writer.kv_data[0].pop(gguf.Keys.General.FILE_TYPE)  # what it is, not f16
     writer.add_file_type(FILE_TYPES[quant])
     writer.add_name(f"{shape_name} random {quant} (bench/gpu/make_gguf.py)")
-    ckpt = SimpleNamespace(source=out, config=config, tokenizer_json=tok_json,
-                           tokenizer_config=tok_config)  # fmt: skip
     write_tokenizer(writer, ckpt, spec)  # type: ignore[arg-type]
     plan = tensor_plan(shape, n_vocab, quant)
     for name, dims, kind, _ in plan:
@@ -177,9 +201,61 @@ def write_gguf(shape_name: str, quant: str, out: Path, tokenizer: Path | None, s
     return out
 
 
-def write_pair(pair: str, out: Path, tokenizer: Path | None) -> Path:
+def head_shape(shape_name: str, n_vocab: int):
+    """A published-style EAGLE-3 head for the shape: its widths, heads and feed-forward size,
+    llama.cpp's default extract layers, DRAFT_VOCAB output rows (a toy vocabulary: half)."""
+    from edgespec.export.eagle3_gguf import HeadShape, default_layers
+
+    s = SHAPES[shape_name]
+    n_draft = min(DRAFT_VOCAB, n_vocab // 2)
+    return HeadShape(s.hidden, s.hidden, s.heads, s.kv_heads, s.intermediate, n_vocab,
+                     default_layers(s.layers), n_draft)  # fmt: skip
+
+
+def write_head(shape_name: str, out: Path, tokenizer: Path | None, seed: int = 3) -> Path:
+    """The shape's random EAGLE-3 head (f16 matrices, f32 norms, int64 d2t); returns its path."""
+    import gguf
+
+    from edgespec.export import eagle3_gguf
+    from edgespec.export.hf_to_gguf import ARCHS, write_tokenizer
+
+    config, ckpt = source_of(shape_name, tokenizer)
+    shape = head_shape(shape_name, config["vocab_size"])
+    writer = gguf.GGUFWriter(str(out), eagle3_gguf.ARCH)
+    eagle3_gguf.write_hparams(
+        writer, shape, n_ctx=config["max_position_embeddings"], rope_theta=config["rope_theta"],
+        rms_eps=config["rms_norm_eps"], dtype=np.dtype(np.float16),
+        name=f"{shape_name} random EAGLE-3 head (bench/gpu/make_gguf.py)",
+    )  # fmt: skip
+    write_tokenizer(writer, ckpt, ARCHS["Qwen2ForCausalLM"])  # type: ignore[arg-type]
+    plan = eagle3_gguf.tensor_plan(shape)
+    for name, dims, std in plan:
+        dtype = np.dtype(np.float32 if std == 0.0 else np.float16)
+        writer.add_tensor_info(name, dims, dtype, int(np.prod(dims)) * dtype.itemsize)
+    d2t = eagle3_gguf.draft_to_target(shape)
+    if d2t is not None:
+        writer.add_tensor_info("d2t", d2t.shape, d2t.dtype, d2t.nbytes)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    pool = np.random.default_rng(seed).standard_normal(POOL_BYTES, dtype=np.float32)
+    for i, (_, dims, std) in enumerate(plan):
+        if std == 0.0:
+            data = np.ones(dims, np.float32)
+        else:  # the pool at a shifted offset: odd-sized, so no two rows repeat exactly
+            shifted = np.roll(pool, -(i * 7919 * 1031) % POOL_BYTES)
+            data = (np.resize(shifted, dims) * np.float32(std)).astype(np.float16)
+        writer.write_tensor_data(data)
+    if d2t is not None:
+        writer.write_tensor_data(d2t)
+    writer.close()
+    return out
+
+
+def write_pair(pair: str, out: Path, tokenizer: Path | None, head: bool = False) -> Path:
     """A bundle folder (bundle.json, target, draft) as `edgespec export` would write it from
-    trained models: measure.py --bundle reads it."""
+    trained models, and with head the target's EAGLE-3 head (HEAD_FILE, not in bundle.json:
+    bundles have no head role yet): measure.py --bundle reads it."""
     from edgespec.bundle import Bundle, write_bundle
     from edgespec.export.gguf_bundle import model_entry, read_source
     from edgespec.export.orchestrator import tokenizer_section
@@ -188,18 +264,26 @@ def write_pair(pair: str, out: Path, tokenizer: Path | None) -> Path:
     entries, infos = [], []
     for role, (shape, quant), seed in zip(("target", "draft"), PAIRS[pair], (1, 2)):
         t0 = time.perf_counter()
-        path = write_gguf(shape, quant, out / f"{role}.{quant}.gguf", tokenizer, seed)
+        arch = HEAD_TARGET_ARCH if head and role == "target" else ""
+        path = write_gguf(shape, quant, out / f"{role}.{quant}.gguf", tokenizer, seed, arch)
         made = time.perf_counter() - t0
         info = read_source(path)
         entries.append(model_entry(role, path, quant, info))
         infos.append(info)
         size = path.stat().st_size / 1e9
-        print(f"{path}: {shape} {quant}, {size:.2f} GB in {made:.1f} s", flush=True)
+        print(f"{path}: {shape} {quant} ({arch or 'qwen2'}), {size:.2f} GB in {made:.1f} s",
+              flush=True)  # fmt: skip
     if infos[0].vocab.token_text_hash != infos[1].vocab.token_text_hash:
         raise SystemExit(f"{out}: the target's and the draft's token texts differ")
     policy = {"target_quant": PAIRS[pair][0][1], "draft_quant": PAIRS[pair][1][1],
               "reason": "random weights in quantized blocks (bench/gpu/make_gguf.py)"}  # fmt: skip
     write_bundle(Bundle(out, tuple(entries), tokenizer_section(infos[0].vocab), policy))
+    if head:
+        t0 = time.perf_counter()
+        path = write_head(PAIRS[pair][0][0], out / HEAD_FILE, tokenizer)
+        size = path.stat().st_size / 1e9
+        print(f"{path}: EAGLE-3 head, f16, {size:.2f} GB in {time.perf_counter() - t0:.1f} s",
+              flush=True)  # fmt: skip
     return out
 
 
@@ -211,14 +295,20 @@ def main() -> None:
     ap.add_argument(
         "--tokenizer", type=Path, help="folder written by make_models.py --save-tokenizer"
     )
+    ap.add_argument("--head", action="store_true",
+                    help=f"with --pair also the target's EAGLE-3 head ({HEAD_FILE}); with "
+                    "--shape the shape's head alone")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     if args.pair:
-        write_pair(args.pair, args.out, args.tokenizer)
+        write_pair(args.pair, args.out, args.tokenizer, args.head)
     elif args.shape:
         t0 = time.perf_counter()
-        write_gguf(args.shape, args.quant, args.out, args.tokenizer, args.seed)
+        if args.head:
+            write_head(args.shape, args.out, args.tokenizer, args.seed)
+        else:
+            write_gguf(args.shape, args.quant, args.out, args.tokenizer, args.seed)
         print(f"{args.out}: {time.perf_counter() - t0:.1f} s", flush=True)
     else:
         ap.error("give --pair or --shape")

@@ -13,7 +13,9 @@ Measured, per back-end: each width's first pass against its second, on models fr
 opening (what a process's first request pays per width); plain steps and n-token passes
 alternating against each in a run of its own shape (llama.cpp's CUDA graph is rebuilt when
 the shape changes); the target's verify cost curve
-t(n)/t(1) for n = 1..17; the draft's per-token cost; the loop's own time per step (greedy and
+t(n)/t(1) for n = 1..17; the draft's per-token cost; where the bundle holds an EAGLE-3 head
+(make_gguf.py --head) and the back-end is llama.cpp, the head's cost per drafted token; the
+loop's own time per step (greedy and
 sampled) against the verify pass; speedup over plain decoding for acceptance 1.0/0.9/0.8/0.6
 at k = 1..8 and with the adaptive controller; and whether every speculative output equals the
 plain one token for token.
@@ -45,6 +47,9 @@ from edgespec.engine import Result, SpeculativeDecoder
 from edgespec.machine import gpu_name
 from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime
 from edgespec.sampling import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # PYTHONSAFEPATH (run.sh) drops it
+from make_gguf import HEAD_FILE  # noqa: E402
 
 ACCEPTANCE = (1.0, 0.9, 0.8, 0.6)
 KS = tuple(range(1, 9))
@@ -427,6 +432,44 @@ def switch_recovery(
     return out
 
 
+def head_cost(target: Runtime, path: Path, context: Sequence[int], reps: int) -> dict:
+    """An EAGLE-3 head's proposals of k = 1..8 tokens through EagleDrafter at one context,
+    each k timed reps times after a warm-up round (ms, medians): a proposal rewrites the
+    boundary row from the target's features (fc, then one decoder row: the first token) and
+    decodes k - 1 rows more, so the fitted line's slope is the cost per drafted token. Then the
+    target's one-token pass while it keeps the head's layers' inputs (as it must beside the
+    head). Last: from open_head on, every target pass copies those inputs out."""
+    from edgespec.drafters.eagle import EagleDrafter
+
+    head = target.open_head(str(path))
+    drafter = EagleDrafter(target, head)
+    context = list(context)[: target.n_ctx - max(KS) - 2]
+    target.reset()
+    target.forward(context[:-1], last_only=True)  # as the engine leaves it before a proposal
+    drafter.reset(np.random.default_rng(0))
+    drafter.sync(context)
+    greedy = SamplingParams()
+    for k in KS:  # warm-up: each shape's first pass
+        drafter.propose(context, k, greedy)
+    times: dict[int, list[float]] = {k: [] for k in KS}
+    for _ in range(reps):
+        for k in KS:
+            t0 = time.perf_counter()
+            drafter.propose(context, k, greedy)
+            times[k].append(1e3 * (time.perf_counter() - t0))
+    by_k = [float(np.median(times[k])) for k in KS]
+    slope, intercept = np.polyfit(KS, by_k, 1)
+    with_head = 1e3 * measure_curve(target, 1, reps=reps)[0]
+    target.reset()
+    return {
+        "file": path.name, "gigabytes": round(path.stat().st_size / 1e9, 3),
+        "layers": list(head.layers), "n_embd": head.n_embd,  # type: ignore[attr-defined]
+        "propose_ms_by_k": [round(t, 4) for t in by_k],
+        "token_ms": round(float(slope), 4), "first_ms": round(float(slope + intercept), 4),
+        "target_token_ms_keeping_layers": round(with_head, 4),
+    }  # fmt: skip
+
+
 def measure(args: argparse.Namespace) -> dict:
     settings = SMOKE if args.smoke else Settings()
     target, draft = open_bundle(args)
@@ -474,6 +517,12 @@ def measure(args: argparse.Namespace) -> dict:
                     "k": k, "speedup": round(run.tokens_per_second / plain.tokens_per_second, 4),
                     **run.__dict__,
                 })  # fmt: skip
+    head_path = Path(args.bundle) / HEAD_FILE
+    if args.backend == "llama" and head_path.is_file():
+        head = head_cost(target, head_path, bench.prompt + reference, settings.curve_reps)
+        report["head"] = head
+        report["head_token_ms"] = head["token_ms"]
+        report["head_over_target"] = round(head["token_ms"] / report["curve_ms"][0], 4)
     report["capture_at_load"] = capture_at_load(args, settings.curve_n)
     report["goals"] = goals(report)
     report["seconds"] = round(time.perf_counter() - t0, 1)
@@ -542,6 +591,11 @@ def goals(r: dict) -> dict:
             "auto": auto["speedup"], "best_k": best["k"], "best": best["speedup"],
             "met": auto["speedup"] >= 0.95 * best["speedup"] and auto["speedup"] >= 1.0,
         }  # fmt: skip
+    if "head_over_target" in r:  # issue 46: a head's token <= 0.1 of a 7B target's
+        out["head_token_at_most_0.1_of_target"] = {
+            "head_token_ms": r["head_token_ms"], "head_over_target": r["head_over_target"],
+            "met": r["head_over_target"] <= 0.1,
+        }  # fmt: skip
     if not r["oracle"]:
         return out
     out["all_outputs_identical_to_plain"] = {
@@ -576,6 +630,14 @@ def table(reports: list[dict]) -> str:
                      f" ms ({r['draft_over_target']:.2f} of a target token)"
                      + (f"; a change of width {r['switch_ms']:.2f} ms (one graph)"
                         if r.get("switch_ms") else ""))  # fmt: skip
+        if r.get("head"):
+            h = r["head"]
+            lines.append(f"EAGLE-3 head ({h['file']}, {h['gigabytes']:.2f} GB): a drafted token "
+                         f"{h['token_ms']:.3f} ms ({r['head_over_target']:.3f} of a target token),"
+                         f" the first {h['first_ms']:.3f} ms; k = 1..8 "
+                         + " ".join(f"{t:.2f}" for t in h["propose_ms_by_k"])
+                         + " ms; target t(1) keeping its layers "
+                         f"{h['target_token_ms_keeping_layers']:.2f} ms")  # fmt: skip
         for model, passes in (r.get("first_passes") or {}).items():
             worst = slowest_first_pass(passes)
             lines.append(f"first pass / second, {model}: up to {worst['first_over_second']:.1f}x "

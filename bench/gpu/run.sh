@@ -11,6 +11,8 @@
 #            --pairs LIST: pairs measured, in this order (default demo,7b; --no-7b: demo)
 #            --backends LIST: llama, onnx (default both); llama alone needs only upload 1,
 #              and its GGUF models are written straight into quantized blocks (make_gguf.py)
+#            --no-head: the GGUF pairs without their target's random EAGLE-3 head (by default
+#              each has one, and measure.py times its drafted token against the target's)
 #            --verify-ops (or VERIFY_OPS=1): after the measures, the INT4 target's passes by
 #            operator and width (bench/gpu/verify_ops.py)
 #            --diag-cap S: seconds each diagnostic may take after the measures (default 120)
@@ -31,6 +33,7 @@ BACKENDS=llama,onnx
 WAIT_MIN=25
 DIAG_CAP=120
 VERIFY_OPS=${VERIFY_OPS:-0}
+HEADS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --kit) KIT=$2; shift 2 ;;
@@ -43,7 +46,8 @@ while [ $# -gt 0 ]; do
     --diag-cap) DIAG_CAP=$2; shift 2 ;;
     --wait-min) WAIT_MIN=$2; shift 2 ;;
     --verify-ops) VERIFY_OPS=1; shift ;;
-    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
+    --no-head) HEADS=0; shift ;;
+    -h|--help) sed -n 2,23p "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -75,9 +79,9 @@ if [ "$SMOKE" = 1 ]; then
   T=$(mktemp -d)
   trap 'rm -rf "$T"' EXIT
   if [ "$WITH_7B" = 1 ] && [ "$BACKENDS" = llama ]; then
-    # the 7B mode's path: a tiny pair written straight into quantized GGUF blocks, measured
-    # with the full grid as the 7B pair is
-    "$PY" bench/gpu/make_gguf.py --pair tiny --out "$T/gguf"
+    # the 7B mode's path: a tiny pair (and its EAGLE-3 head) written straight into GGUF
+    # blocks, measured with the full grid as the 7B pair is
+    "$PY" bench/gpu/make_gguf.py --pair tiny --head --out "$T/gguf"
     "$PY" bench/gpu/measure.py --smoke --device cpu --backend llama --grid full \
       --bundle "$T/gguf" --label tiny-direct --json "$OUT/tiny-direct-llama.json"
     "$PY" bench/gpu/measure.py --report "$OUT"/tiny-direct-*.json > "$OUT/table.txt"
@@ -193,13 +197,16 @@ export_bundle() {  # export_bundle NAME FORMAT TARGET DRAFT TARGET_QUANT DRAFT_Q
 
 gguf_pair() {  # gguf_pair PAIR: the pair's GGUF bundle written straight into quantized
   # blocks (make_gguf.py: seconds, where an HF checkpoint, its f16 GGUF and llama.cpp's
-  # quantizer take minutes); after llama.cpp is in (it reads the files' vocabularies back)
-  local name=$1-gguf
+  # quantizer take minutes), with its target's f16 EAGLE-3 head unless --no-head; after
+  # llama.cpp is in (it reads the files' vocabularies back)
+  local name=$1-gguf head=()
   is_done "bundle-$name" && return
-  say "make $name (random Q4_K_M target, Q8_0 draft)"
+  [ "$HEADS" = 1 ] && head=(--head)
+  say "make $name (random Q4_K_M target, Q8_0 draft${head:+, f16 EAGLE-3 head})"
   rm -rf "${WORK:?}/bundles/$name"
-  if "$PY" bench/gpu/make_gguf.py --pair "$1" --tokenizer "$KIT/up1/qwen2.5-tokenizer" \
-    --out "$WORK/bundles/$name" > "$KIT/logs/make-$name.log" 2>&1; then
+  if "$PY" bench/gpu/make_gguf.py --pair "$1" "${head[@]}" \
+    --tokenizer "$KIT/up1/qwen2.5-tokenizer" --out "$WORK/bundles/$name" \
+    > "$KIT/logs/make-$name.log" 2>&1; then
     done_mark "bundle-$name"
     say "made $name"
   else
@@ -425,7 +432,7 @@ check_uploads up1
 install_python_parts
 if [ "$BACKGROUND" = 1 ]; then
   setsid nohup bash -c "set -eEuo pipefail; $(declare -f); \
-    $(declare -p KIT WORK SITE PY REPO WITH_7B PAIRS BACKENDS WAIT_MIN OUT); \
+    $(declare -p KIT WORK SITE PY REPO WITH_7B PAIRS BACKENDS WAIT_MIN OUT HEADS); \
     export PYTHONPATH=$PYTHONPATH PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1; background_steps" \
     > "$KIT/logs/background.log" 2>&1 < /dev/null &
   say "build, models and exports started in the background (log: $KIT/logs/background.log)"
