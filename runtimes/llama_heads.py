@@ -94,6 +94,28 @@ EXT_FUNCTIONS = {
 }
 
 
+# The target architectures whose graph keeps each layer's input (llm_graph_result's
+# t_layer_inp) in the llama.cpp llama-cpp-python 0.3.36 vendors: the models under its
+# src/models/ that set it, by general.architecture. On any other (qwen2 among them) the first
+# pass after a head asks for layer inputs aborts the process (GGML_ASSERT(t_layer_inp[il] !=
+# nullptr)), so the target is refused before the head loads.
+KEEPS_LAYER_INPUTS = frozenset({
+    "bailingmoe3", "deepseek4", "gemma4", "gpt-oss", "hunyuan_vl", "lfm2", "llama", "mimo2",
+    "minimax-01", "minimax-m2", "muse-glimmer", "nanbeige", "nemotron_h", "qwen3", "qwen35",
+    "qwen35moe", "qwen3moe", "qwen3next", "qwen4exp",
+})  # fmt: skip
+
+
+def check_target_keeps_layer_inputs(arch: str | None, target: str, head: str) -> None:
+    """Refuse a target whose llama.cpp graph keeps no layer inputs for a head to read."""
+    if arch not in KEEPS_LAYER_INPUTS:
+        raise HeadUnsupportedError(
+            f"{head}: {target} is a {arch!r} model, whose inputs to each layer this llama.cpp "
+            "does not keep, so no EAGLE-3 head can read them (it runs on llama, qwen3, "
+            "gpt-oss and other targets); drop --head"
+        )
+
+
 class HeadUnsupportedError(ModelFileError):
     """This llama.cpp build cannot run trained draft heads (a symbol is missing)."""
 

@@ -299,9 +299,11 @@ class LlamaCppRuntime(Runtime):
 
     def open_head(self, path: str):
         """An EAGLE-3 head (runtimes/llama_heads.py); this context keeps its layers' inputs."""
-        from edgespec.runtimes.llama_heads import EagleHead, ext
+        from edgespec.runtimes.llama_heads import EagleHead, check_target_keeps_layer_inputs, ext
 
         check_gguf_file(Path(path))
+        arch = self.metadata("general.architecture")
+        check_target_keeps_layer_inputs(arch, self.path.name, Path(path).name)
         head = EagleHead(path, self, n_threads=self.n_threads, last_error=last_llama_error)
         for lid in head.layers:
             ext(self.llama).set_embeddings_layer_inp(self.ctx, lid, True)  # type: ignore[attr-defined]

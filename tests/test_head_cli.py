@@ -307,3 +307,18 @@ def test_serve_drafts_with_a_bundles_head_across_requests(capsys, bundle):
             assert answer["x_edgespec"]["tokens"] == tokens
             assert answer["timings"]["draft_n"] > 0
             assert (answer["timings"]["cache_n"] > 0) == (i == 1)  # the second reuses the first
+
+
+def test_a_target_whose_llama_cpp_graph_keeps_no_layer_inputs_is_refused(capsys, files, tmp_path):
+    """A Qwen2 GGUF: this llama.cpp keeps no layer inputs for it, and reading them aborted the
+    process; refused as one line before the head loads."""
+    from tests.bench_scripts import load_bench_script
+
+    make_gguf = load_bench_script("gpu/make_gguf.py", "gpu_make_gguf")
+    qwen2 = make_gguf.write_gguf("tiny", "q8_0", tmp_path / "qwen2.gguf", None)
+    head = files[1]
+    assert error_line(capsys, "--target", str(qwen2), "--head", str(head), "--prompt", "hi") == (
+        f"{head.name}: qwen2.gguf is a 'qwen2' model, whose inputs to each layer this llama.cpp "
+        "does not keep, so no EAGLE-3 head can read them (it runs on llama, qwen3, gpt-oss and "
+        "other targets); drop --head"
+    )
