@@ -254,8 +254,9 @@ def write_head(shape_name: str, out: Path, tokenizer: Path | None, seed: int = 3
 
 def write_pair(pair: str, out: Path, tokenizer: Path | None, head: bool = False) -> Path:
     """A bundle folder (bundle.json, target, draft) as `edgespec export` would write it from
-    trained models, and with head the target's EAGLE-3 head (HEAD_FILE, not in bundle.json:
-    bundles have no head role yet): measure.py --bundle reads it."""
+    trained models, and with head the target's EAGLE-3 head (HEAD_FILE beside bundle.json,
+    which lists target and draft: measure.py finds the head by that name): measure.py
+    --bundle reads it."""
     from edgespec.bundle import Bundle, write_bundle
     from edgespec.export.gguf_bundle import model_entry, read_source
     from edgespec.export.orchestrator import tokenizer_section
