@@ -185,6 +185,9 @@ class EagleHead:
         lib = self.llama
         params = lib.llama_model_default_params()
         params.use_extra_bufts = target.repack
+        # where the target is: llama.cpp's default offloads every layer on a GPU build, which
+        # beside a target kept on the CPU would copy the features across every draft
+        self.n_gpu_layers = params.n_gpu_layers = -1 if target.n_gpu_layers else 0
         self.model = lib.llama_model_load_from_file(str(self.path).encode(), params)
         self.ctx = None
         if not self.model:

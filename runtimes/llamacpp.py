@@ -152,6 +152,7 @@ class LlamaCppRuntime(Runtime):
         self.ctx = None
         self.repack, self.flash_attn = options.repack, options.flash_attn
         self.min_width = max(1, options.min_width)
+        self.n_gpu_layers = n_gpu_layers  # as loaded (0: every layer on the CPU)
         self.model = self.load_model(n_gpu_layers, vocab_only)
         self.keeps_one_graph = n_gpu_layers != 0 and one_graph_build(
             self.llama.llama_print_system_info(), os.environ

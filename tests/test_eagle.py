@@ -193,3 +193,10 @@ def test_a_target_model_is_not_a_head(files):
     target = open_target(files[0])
     with pytest.raises(HeadMismatchError, match=r"a 'llama' model, not an EAGLE-3 head"):
         target.open_head(str(files[0]))
+
+
+def test_the_head_is_placed_where_the_target_is(pair):
+    """A target on the CPU keeps its head on the CPU (llama.cpp's default would offload it on
+    a GPU build, copying the features across every draft)."""
+    target, head = pair
+    assert (target.n_gpu_layers, head.n_gpu_layers) == (0, 0)
