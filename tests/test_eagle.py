@@ -200,3 +200,18 @@ def test_the_head_is_placed_where_the_target_is(pair):
     a GPU build, copying the features across every draft)."""
     target, head = pair
     assert (target.n_gpu_layers, head.n_gpu_layers) == (0, 0)
+
+
+def test_the_head_times_its_first_token_apart_from_a_catch_up(files, reference):
+    """As a draft model: the boundary row's pass is the first token's price (Draft.t_first),
+    unless it caught up on positions the head had not written."""
+    tokens, _ = reference
+    target = open_target(files[0])
+    ticks = iter(range(1000))
+    drafter = EagleDrafter(target, target.open_head(str(files[1])), clock=lambda: next(ticks))
+    target.forward(tokens)
+    far = drafter.propose(tokens, 2, SamplingParams())
+    assert (far.t_catch_up, far.t_first) == (1.0, 0.0)
+    target.forward([int(far.tokens[0])])
+    near = drafter.propose([*tokens, int(far.tokens[0])], 2, SamplingParams())
+    assert (near.t_catch_up, near.t_first) == (0.0, 1.0)

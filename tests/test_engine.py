@@ -451,3 +451,16 @@ def test_a_drafters_observed_time_is_its_proposal_alone_not_the_plan():
     assert result.stats.n_steps == 2  # the second step emits the stop token
     assert SlowPlan.observed == [(3, 3.0), (3, 3.0)]
     assert (result.stats.t_draft, result.stats.t_loop) == (6.0, 10.0)  # two plans, 5 each
+
+
+def test_a_model_drafter_times_its_first_token_apart_from_a_catch_up():
+    """Draft.t_first is the pass that drafted the first token (the re-read of the target's
+    token included); after idle steps that pass is a catch-up, priced apart, so t_first 0.
+    A clock ticking 1 a reading: the first pass reads it twice."""
+    ticks = itertools.count()
+    drafter = ModelDrafter(FakeRuntime(n_ctx=64, seed=3), clock=lambda: float(next(ticks)))
+    context = [1, 2, 3, 4, 5, 6]
+    far = drafter.propose(context, 3, SamplingParams())  # 6 behind: a catch-up
+    assert (far.t_catch_up, far.t_first) == (1.0, 0.0)
+    near = drafter.propose([*context, *far.tokens[:2].tolist()], 3, SamplingParams())
+    assert (near.t_catch_up, near.t_first) == (0.0, 1.0)

@@ -106,7 +106,8 @@ class EagleDrafter:
         last = self.catch_up(context, n - 1)
         assert last is not None
         logits, state = last
-        t_catch_up = self.clock() - t0 if behind > 2 else 0.0
+        t_first = self.clock() - t0  # the boundary row's fc and decode: the first token's
+        t_catch_up = t_first if behind > 2 else 0.0
         tokens = np.empty(k, dtype=np.int32)
         n_vocab = self.target.n_vocab
         q = None if sp.greedy or gumbel else np.empty((k, n_vocab), dtype=np.float32)
@@ -122,4 +123,5 @@ class EagleDrafter:
                     tokens[i] = dist.sample(self.rng)
             if i + 1 < k:
                 logits, state = self.head.decode([int(tokens[i])], state[None, :])
-        return Draft(tokens, q, t_catch_up, gumbel)
+        # a catch-up pass is no first token's price (as ModelDrafter)
+        return Draft(tokens, q, t_catch_up, gumbel, t_first=0.0 if t_catch_up else t_first)
