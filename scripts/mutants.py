@@ -459,6 +459,27 @@ MUTANTS = (
         ("tests/test_controller.py",),
     ),
     Mutant(
+        "a-qwen2-target-carries-a-head",
+        "runtimes/llama_heads.py",
+        "    if arch not in KEEPS_LAYER_INPUTS:",
+        "    if arch is None:",
+        ("tests/test_head_cli.py",),
+    ),
+    Mutant(
+        "the-head-offloaded-beside-a-cpu-target",
+        "runtimes/llama_heads.py",
+        "-1 if target.n_gpu_layers else 0",
+        "-1",
+        ("tests/test_eagle.py",),
+    ),
+    Mutant(
+        "a-heads-first-token-unmeasured",
+        "edgespec/drafters/eagle.py",
+        "t_first=0.0 if t_catch_up else t_first",
+        "t_first=0.0",
+        ("tests/test_eagle.py",),
+    ),
+    Mutant(
         "target-scale-followed-unclipped",
         "edgespec/controller.py",
         "scale = followed(1.0, seconds / self.target_s[n - 1], self.smoothing)",
@@ -601,7 +622,7 @@ MUTANTS = (
     Mutant(
         "step-leaves-draft-model-free",
         "edgespec/controller.py",
-        "rates.append(tokens / (ended + reach * cost + tokens * option.leaves_s))",
+        "rates.append(tokens / (ended + reach * cost + tokens * leaves_s))",
         "rates.append(tokens / (ended + reach * cost))",
         ("tests/test_controller.py",),
     ),
