@@ -38,9 +38,11 @@ def build_gguf(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
     vocab = infos["target"].vocab
     if "draft" in infos:  # refuse before spending minutes on quantization
         check_compatible(vocab, infos["draft"].vocab, str(opts.target), str(opts.draft))
-    head = None
-    if opts.head is not None:
-        head = fitted_head(head_gguf(opts.head, sources["target"], work_dir), sources["target"])
+    head = opts.head
+    if head is not None:
+        if head.is_dir():
+            head = converted_head(head, sources["target"], work_dir)
+        head = fitted_head(head, sources["target"])
     choice = resolve_precision(
         opts.device,
         vocab.n_vocab,
@@ -60,15 +62,12 @@ def build_gguf(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
     return BuiltModels(tuple(entries), vocab, choice, {"weight_error": errors})
 
 
-def head_gguf(source: Path, target_gguf: Path, work: Path) -> Path:
-    """The head as a GGUF file: itself if it is one; a Hugging Face EAGLE-3 checkpoint folder
-    converted for the target (export/eagle3_convert.py, refused there if it does not fit)."""
-    if not source.is_dir():
-        check_head_path(source)
-        return source
+def converted_head(folder: Path, target_gguf: Path, work: Path) -> Path:
+    """A Hugging Face EAGLE-3 checkpoint folder as a GGUF head for the target
+    (export/eagle3_convert.py, refused there if it does not fit)."""
     from edgespec.export.eagle3_convert import convert_eagle3
 
-    return convert_eagle3(source, target_gguf, work / "head.f16.gguf")
+    return convert_eagle3(folder, target_gguf, work / "head.f16.gguf")
 
 
 def fitted_head(head: Path, target: Path) -> Path:

@@ -16,20 +16,23 @@ from edgespec.runtime import Runtime
 from edgespec.runtimes.llama_heads import HeadMismatchError, ext
 from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
 from edgespec.sampling import SamplingParams
-from tests.tiny_eagle import head_weights, reference_logits, write_head
-from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf
+from tests.tiny_eagle import (
+    TARGET,
+    head_weights,
+    reference_logits,
+    write_head,
+    write_target_and_head,
+)
+from tests.tiny_gguf import random_weights, vocabulary
 
-CFG = TinyConfig(n_layer=4)
+CFG = TARGET
 PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
 SEEDED = [SamplingParams(1.0, seed=1), SamplingParams(0.7, top_p=0.9, seed=2)]
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("eagle")
-    n_vocab = len(vocabulary()[0])
-    target = write_gguf(folder / "target.gguf", CFG, random_weights(CFG, n_vocab, 0))
-    return target, write_head(folder / "head.gguf", CFG)
+    return write_target_and_head(tmp_path_factory.mktemp("eagle"))
 
 
 def open_target(path: Path) -> LlamaCppRuntime:

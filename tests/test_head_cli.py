@@ -11,10 +11,9 @@ import pytest
 from edgespec.app.cli import main
 from edgespec.bundle import read_bundle
 from edgespec.runtimes import llama_heads
-from tests.tiny_eagle import write_head
-from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf
+from tests.tiny_eagle import TARGET, write_head, write_target_and_head
 
-CFG = TinyConfig(n_layer=4)
+CFG = TARGET
 PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
 COMMON = ["--prompt", PROMPT, "--max-tokens", "40", "--json", "--exact", "--n-ctx", "256"]
 GREEDY: list[str] = []
@@ -24,10 +23,7 @@ SEEDED = [["--temperature", "1.0", "--seed", "1"], ["--temperature", "0.7", "--t
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("head")
-    n_vocab = len(vocabulary()[0])
-    target = write_gguf(folder / "target.gguf", CFG, random_weights(CFG, n_vocab, 0))
-    return target, write_head(folder / "head.gguf", CFG)
+    return write_target_and_head(tmp_path_factory.mktemp("head"))
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.export.eagle3_gguf import ARCH, HeadShape, tensor_plan, write_hparams
-from tests.tiny_gguf import TinyConfig, vocabulary, write_tensors
+from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf, write_tensors
 
 
 def head_shape(
@@ -35,6 +35,18 @@ def head_weights(
         else (rng.standard_normal(dims) * std).astype(np.float32)
         for name, dims, std in plan
     }
+
+
+# the tiny target heads are tested on: 4 layers, so a head's three extract layers are apart
+TARGET = TinyConfig(n_layer=4)
+
+
+def write_target_and_head(folder: Path) -> tuple[Path, Path]:
+    """The tiny random target (seed 0) and the head written for it, as target.gguf and
+    head.gguf in folder."""
+    n_vocab = len(vocabulary()[0])
+    target = write_gguf(folder / "target.gguf", TARGET, random_weights(TARGET, n_vocab, 0))
+    return target, write_head(folder / "head.gguf", TARGET)
 
 
 def write_head(
