@@ -448,7 +448,7 @@ class AdaptivePolicy:
         choice = best_choice(self.curve, options, self.k_max, leaves_s, switch_s)
         if switch_s:  # the same choice without one-off costs (the one graph's switches, a
             # drafter's catch-up): what pays in a row
-            caught_up = [replace(o, catch_up_s=0.0) for o in options]
+            caught_up = [replace(o, catch_up_s=0.0) if o.catch_up_s else o for o in options]
             steady = best_choice(self.curve, caught_up, self.k_max, leaves_s)
             catch_up_s = next((o.catch_up_s for o in options if o.drafter is steady.drafter), 0.0)
             choice = self.rent_or_buy(choice, steady, switch_s, catch_up_s)
