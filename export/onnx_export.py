@@ -16,6 +16,10 @@ Outputs: logits [1, n - logits_start, V] float32; present.{i}.key/value (the sam
          [1, n - logits_start] int64 and top_p [1, ...] float32: each row's argmax (the first
          maximum) and its softmax probability, so a greedy step copies those to the host
          instead of the logits. On the CPU they cost more than numpy's argmax saves.
+         With hidden_layers (a trained draft head's extract layers), also hidden_states
+         [1, n, len(hidden_layers) * n_embd] float32: the input of each of those layers (the
+         residual stream entering it, as llama.cpp keeps for an EAGLE-3 head) at every row,
+         the layers side by side in the order given.
 The two scalars feed only kernels that read them on the host, so on the CUDA EP every node
 stays on the GPU and a step can be captured as a CUDA graph.
 
@@ -91,6 +95,7 @@ class ModelInfo:
     logit_ranges: list[list[int]] | None = None
     flavour: str = "ort"  # ort: ONNX Runtime's contrib ops; standard: TensorRT (onnx_standard)
     top_outputs: bool = False  # the graph also outputs top_id and top_p (see above)
+    hidden_layers: list[int] | None = None  # the graph also outputs hidden_states (see above)
     model_file: str = MODEL_FILE
     format: str = "edgespec-onnx/1"
 
@@ -106,6 +111,7 @@ def export_onnx(
     builder: type[GraphBuilder] | None = None,
     logit_ranges: Sequence[tuple[int, int]] | None = None,
     top_outputs: bool | None = None,
+    hidden_layers: Sequence[int] | None = None,
 ) -> Path:
     """Write out_dir/{model.onnx, model.onnx.data, model.json, tokenizer files}; return out_dir.
 
@@ -118,12 +124,14 @@ def export_onnx(
     logit_ranges: the token ids the output layer keeps, for a draft (head_ranges; None: all).
     top_outputs: also output each row's argmax and its probability (None: with fp16 compute,
     the CUDA export; the "ort" flavour only).
+    hidden_layers: also output these layers' inputs at every row (hidden_states), for a
+    trained draft head that reads them (an EAGLE-3 head's three extract layers).
     """
     check_choices(quant, compute, block_size)
     ckpt = source if isinstance(source, Checkpoint) else read_checkpoint(Path(source))
     write_onnx_model(
         ckpt, Path(out_dir), quant, compute, block_size, accuracy_level, builder, logit_ranges,
-        top_outputs,
+        top_outputs, hidden_layers,
     )  # fmt: skip
     return Path(out_dir)
 
@@ -149,6 +157,7 @@ def write_onnx_model(
     builder: type[GraphBuilder] | None = None,
     logit_ranges: Sequence[tuple[int, int]] | None = None,
     top_outputs: bool | None = None,
+    hidden_layers: Sequence[int] | None = None,
 ) -> ModelInfo:
     """The model folder; returns what model.json holds (the weight-error report included).
     Each weight goes to the data file as it is quantized, a block of rows at a time."""
@@ -162,6 +171,9 @@ def write_onnx_model(
     if logit_ranges is not None:
         check_logit_ranges(logit_ranges, info.n_vocab)
         info = replace(info, logit_ranges=[[int(a), int(b)] for a, b in logit_ranges])
+    if hidden_layers is not None:
+        check_hidden_layers(hidden_layers, info.n_layer)
+        info = replace(info, hidden_layers=[int(i) for i in hidden_layers])
     out_dir.mkdir(parents=True, exist_ok=True)
     with (out_dir / DATA_FILE).open("w+b") as data:  # w+: column blocks are placed by mmap
         g = flavour(quant, COMPUTES[compute], block_size, accuracy_level, data)
@@ -175,6 +187,21 @@ def write_onnx_model(
     (out_dir / "model.json").write_text(json.dumps(asdict(info), indent=1) + "\n")
     log.info("exported %s (%s weights, %s compute) to %s", ckpt.source, quant, compute, out_dir)
     return info
+
+
+def check_hidden_layers(layers: Sequence[int], n_layer: int) -> None:
+    """Layers whose inputs the graph outputs: distinct layer indices of this model."""
+    valid = all(isinstance(i, int) and not isinstance(i, bool) for i in layers)
+    if (
+        not layers
+        or not valid
+        or len(set(layers)) != len(layers)
+        or not all(0 <= i < n_layer for i in layers)
+    ):
+        raise ValueError(
+            f"hidden layers must be distinct layer indices 0..{n_layer - 1}, got {list(layers)}; "
+            "give the extract layers of the head that will read them"
+        )
 
 
 def wants_top_outputs(asked: bool | None, compute: str, flavour: type[GraphBuilder]) -> bool:
@@ -564,7 +591,9 @@ def build_decoder(
     g.const("two", np.array(2.0, np.float32))
     g.const("axis_last", np.array([-1], np.int64))
     x = g.gather(w.rows("model.embed_tokens.weight"), "input_ids", "model.embed_tokens.weight")
+    layer_inputs: dict[int, str] = {}
     for i in progress(range(info.n_layer), desc, unit="layer"):
+        layer_inputs[i] = x
         p = f"model.layers.{i}."
         h = rms_norm(g, x, w[p + "input_layernorm.weight"], p + "input_layernorm.weight")
         attn = g.attend(h, info, w, i)
@@ -586,6 +615,23 @@ def build_decoder(
     )
     if info.top_outputs:
         top_outputs(g, logits, head.shape[0])
+    if info.hidden_layers:
+        hidden_states(g, [layer_inputs[i] for i in info.hidden_layers], info.n_embd)
+
+
+def hidden_states(g: GraphBuilder, layer_inputs: Sequence[str], n_embd: int) -> None:
+    """The output hidden_states [1, n, len(layer_inputs) * n_embd] float32: each named layer
+    input at every row (before keep_rows), side by side."""
+    from onnx import TensorProto, helper
+
+    joined = g.op("Concat", *layer_inputs, axis=-1) if len(layer_inputs) > 1 else layer_inputs[0]
+    if g.dtype != np.float32:
+        joined = g.cast(joined, np.float32)
+    g.nodes.append(helper.make_node("Identity", [joined], ["hidden_states"], name="hidden_states"))
+    width = len(layer_inputs) * n_embd
+    g.outputs.append(
+        helper.make_tensor_value_info("hidden_states", TensorProto.FLOAT, [1, "n_rows", width])
+    )
 
 
 def top_outputs(g: GraphBuilder, logits: str, n_columns: int) -> None:

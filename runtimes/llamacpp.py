@@ -21,7 +21,7 @@ import edgespec.interrupts as interrupts
 from edgespec.errors import ModelFileError
 from edgespec.runtime import Runtime, VocabInfo
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
-from edgespec.runtimes.shared import forward_in_chunks, token_text_hash
+from edgespec.runtimes.shared import KeptFeatures, forward_in_chunks, token_text_hash
 from edgespec.runtimes.threads import LoadAwareThreads, default_threads
 
 log = logging.getLogger(__name__)
@@ -171,7 +171,7 @@ class LlamaCppRuntime(Runtime):
         self.threads_now = self.n_threads  # what the context runs with
         self.hidden_states = not vocab_only  # the Runtime capability (open_head)
         self.extracted: list[int] = []  # layers whose input every pass keeps (open_head)
-        self.kept_states = np.zeros((0, 0), dtype=np.float32)  # [n_ctx + pad, F] by position
+        self.kept: KeptFeatures | None = None  # their rows by position (open_head)
         if not vocab_only:
             self.ctx = self.new_context()
             self.memory = self.llama.llama_get_memory(self.ctx)
@@ -310,25 +310,22 @@ class LlamaCppRuntime(Runtime):
             ext(self.llama).set_embeddings_layer_inp(self.ctx, lid, True)  # type: ignore[attr-defined]
         self.extracted = head.layers
         n_embd = int(self.llama.llama_model_n_embd(self.model))
-        self.kept_states = np.zeros(
-            (self.n_ctx + self.min_width, len(head.layers) * n_embd), dtype=np.float32
-        )
+        self.kept = KeptFeatures(self.n_ctx + self.min_width, len(head.layers) * n_embd)
         return head
 
     def keep_states(self, n: int) -> None:
         """The extracted layers' inputs of the pass just run, at positions n_past..+n."""
         from edgespec.runtimes.llama_heads import ext, rows
 
-        width = self.kept_states.shape[1] // len(self.extracted)
-        for i, lid in enumerate(self.extracted):
-            ptr = ext(self.llama).get_embeddings_layer_inp(self.ctx, lid)  # type: ignore[attr-defined]
-            block = self.kept_states[self.n_past : self.n_past + n, i * width : (i + 1) * width]
-            block[:] = rows(ptr, n, width)
+        assert self.kept is not None
+        width = int(self.llama.llama_model_n_embd(self.model))
+        layers = [ext(self.llama).get_embeddings_layer_inp(self.ctx, lid) for lid in self.extracted]  # type: ignore[attr-defined]
+        self.kept.write(self.n_past, np.hstack([rows(ptr, n, width) for ptr in layers]))
 
     def features(self, start: int, end: int) -> np.ndarray:
-        if not 0 <= start <= end <= self.n_past or not self.extracted:
+        if self.kept is None:
             raise ValueError(f"no hidden states kept for positions {start}..{end - 1}")
-        return self.kept_states[start:end].copy()
+        return self.kept.read(start, end, self.n_past)
 
     def choose_threads(self) -> None:
         """Threads for this pass (--exact: the same logits at any count; docs/exactness.md)."""

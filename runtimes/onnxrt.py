@@ -38,7 +38,7 @@ from edgespec.runtimes.model_folder import (
     read_logit_ranges,
 )
 from edgespec.runtimes.sampling_head import SamplingHead, head_dists
-from edgespec.runtimes.shared import check_room, forward_in_chunks, logit_count
+from edgespec.runtimes.shared import KeptFeatures, check_room, forward_in_chunks, logit_count
 from edgespec.runtimes.threads import default_threads
 from edgespec.sampling import SamplingParams, TokenDist
 
@@ -53,6 +53,7 @@ MAX_GRAPH_WIDTH = MAX_VERIFY_WIDTH
 LAST_ROW_GRAPH_WIDTH = 2
 CACHED_WIDTHS = 16  # steps up to this width keep their bindings between calls
 TOP_OUTPUTS = {"top_id": np.int64, "top_p": np.float32}  # [1, rows] each, beside the logits
+HIDDEN_STATES = "hidden_states"  # [1, width, F]: a head's extract layers' inputs, every row
 
 
 def check_declared_sizes(path: Path, info: dict, session, n_ctx: int, on_cuda: bool) -> None:
@@ -187,6 +188,12 @@ class OnnxRuntime(ExportedModelFolder):
         self.kv_dtype = kv_dtype(self.session)
         outputs = {o.name for o in self.session.get_outputs()}
         self.top_outputs = TOP_OUTPUTS.keys() <= outputs  # edgespec.runtime.forward_top reads them
+        # a graph exported with hidden_layers: every pass keeps their rows by position
+        # (features), for a trained draft head; None: no such output
+        self.kept: KeptFeatures | None = None
+        if HIDDEN_STATES in outputs:
+            width = len(self.info["hidden_layers"]) * int(self.info["n_embd"])
+            self.kept = KeptFeatures(self.cache_len, width)
         self.sampling_head = None  # forward_dists runs it (dists_on_device)
         if options.sampling_head and self.binds_steps:
             head_providers = [without_cuda_graph(p) for p in self.providers]
@@ -324,8 +331,20 @@ class OnnxRuntime(ExportedModelFolder):
         whole_cache = step.graph_id != NO_GRAPH
         step.total[...] = self.cache_len if whole_cache else self.n_past + width
         self.launch(step)
+        if self.kept is not None:  # the real rows come first; padding rows are dropped
+            self.kept.write(self.n_past, step.values[HIDDEN_STATES].numpy()[0, :n])
         self.n_past += n
         return step, slice(n - wanted, n) if width != n else slice(0, wanted)
+
+    def features(self, start: int, end: int) -> np.ndarray:
+        """The graph's hidden_states rows at cache positions start..end-1 (Runtime.features;
+        the head that reads them on ONNX Runtime is not built yet, so hidden_states, the
+        open_head capability, stays False: docs/design.md)."""
+        if self.kept is None:
+            raise ValueError(
+                f"{self.path.name} outputs no hidden states; export it with hidden_layers"
+            )
+        return self.kept.read(start, end, self.n_past)
 
     def capture_graphs(self, shapes: Iterable[tuple[int, int]]) -> int:
         """Run once each step shape (width, rows returned) this session captures and has not
@@ -393,8 +412,11 @@ class OnnxRuntime(ExportedModelFolder):
         values["logits"] = self.output_value((1, rows, self.n_logits), np.float32, logits)
         for name, dtype in TOP_OUTPUTS.items() if self.top_outputs else ():
             values[name] = self.output_value((1, rows), dtype)
+        if self.kept is not None:
+            hidden_shape = (1, width, self.kept.rows.shape[1])
+            values[HIDDEN_STATES] = self.output_value(hidden_shape, np.float32)
         for name, value in values.items():
-            if name == "logits" or name in TOP_OUTPUTS:
+            if name == "logits" or name in TOP_OUTPUTS or name == HIDDEN_STATES:
                 binding.bind_ortvalue_output(name, value)
             else:
                 binding.bind_ortvalue_input(name, value)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from edgespec.runtimes.onnxrt import OnnxRuntime
+from edgespec.runtimes.onnxrt import HIDDEN_STATES, OnnxRuntime
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,14 @@ class StandardOnnxRuntime(OnnxRuntime):
         else:
             out = self.ort.OrtValue.ortvalue_from_numpy(np.empty(shape, np.float32))
         binding.bind_ortvalue_output("logits", out)
+        hidden = None
+        if self.kept is not None:
+            hidden = self.output_value((1, n, self.kept.rows.shape[1]), np.float32)
+            binding.bind_ortvalue_output(HIDDEN_STATES, hidden)
         self.session.run_with_iobinding(binding)
         logits = out.numpy()
+        if hidden is not None:
+            self.kept.write(self.n_past, hidden.numpy()[0])
         past = self.kv
         self.kv = self.spare  # this step's buffers hold the cache now
         self.spare = past

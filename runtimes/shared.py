@@ -1,6 +1,6 @@
 """What the back-ends share beneath the Runtime protocol (edgespec.runtime): passes in
-chunks, the context check, the token-text hash two vocabularies are compared by, and the
-token-id ranges a cut draft keeps."""
+chunks, the context check, the token-text hash two vocabularies are compared by, the
+token-id ranges a cut draft keeps, and the hidden states kept by cache position for a head."""
 
 from __future__ import annotations
 
@@ -29,6 +29,25 @@ def check_logit_ranges(ranges: object, n_vocab: int) -> None:
         stop = r[1]
     if stop > n_vocab:
         raise ValueError(f"logit ranges end at {stop}, past the vocabulary of {n_vocab} tokens")
+
+
+class KeptFeatures:
+    """A head's extract layers' hidden states by cache position, [positions, width] float32:
+    every pass writes its rows at the positions they took, so rollback needs nothing (rows
+    past n_past are stale, never read, then overwritten)."""
+
+    def __init__(self, positions: int, width: int) -> None:
+        self.rows = np.zeros((positions, width), dtype=np.float32)
+
+    def write(self, n_past: int, rows: np.ndarray) -> None:
+        """A pass's rows, the first at cache position n_past."""
+        self.rows[n_past : n_past + len(rows)] = rows
+
+    def read(self, start: int, end: int, n_past: int) -> np.ndarray:
+        """Runtime.features: positions start..end-1, all inside the cache's n_past."""
+        if not 0 <= start <= end <= n_past:
+            raise ValueError(f"no hidden states kept for positions {start}..{end - 1}")
+        return self.rows[start:end].copy()
 
 
 def logit_count(ranges: Sequence[Sequence[int]]) -> int:

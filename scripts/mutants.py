@@ -871,6 +871,20 @@ MUTANTS = (
         "    binds_steps = True",
         ("tests/test_onnx_standard.py",),
     ),
+    Mutant(  # a layer's output, not its input: what the head reads is one layer late
+        "onnx-features-after-the-layer",
+        "export/onnx_export.py",
+        '        x = g.op("Add", x, swiglu(g, h, w, p))\n',
+        '        x = g.op("Add", x, swiglu(g, h, w, p))\n        layer_inputs[i] = x\n',
+        ("tests/test_onnx_features.py",),
+    ),
+    Mutant(  # kept where the padded step's rows start, not at the pass's own positions
+        "onnx-features-kept-one-late",
+        "runtimes/onnxrt.py",
+        "self.kept.write(self.n_past, step.values",
+        "self.kept.write(self.n_past + 1, step.values",
+        ("tests/test_onnx_features.py",),
+    ),
 )
 
 

@@ -117,9 +117,11 @@ def write_gguf(
     chat_template: str = CHATML,
     more_metadata=None,  # writer -> None: adds keys (tests of hostile metadata)
     pad_to: int | None = None,
+    pre: str = "default",
 ) -> Path:
     """pad_to: rows past the real tokens, named as convert_hf_to_gguf names them ("[PADi]",
-    type UNUSED): tensors then have pad_to vocabulary rows."""
+    type UNUSED): tensors then have pad_to vocabulary rows. pre: tokenizer.ggml.pre ("gpt-2"
+    for a target exported to ONNX, whose tokenizer is rebuilt from it)."""
     import gguf
 
     tokens, types, merges = vocabulary()
@@ -139,7 +141,7 @@ def write_gguf(
     writer.add_layer_norm_rms_eps(cfg.rms_eps)
     writer.add_file_type(0)  # all float32
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
