@@ -10,6 +10,14 @@ as a ModelDrafter's passes. Speedups are against plain decoding on the same cloc
 
     python bench/replay_grid.py --kit docs/results/gpu-h100-2026-11-26/demo-llama-graphs-on.json \
         [--tokens 128,1024] [--json out.json]
+
+--draft-ratio prices the real-cost drafter at that many one-token target passes a token
+instead of the kit's draft model (a trained head: the kit's head_over_target, issue 46's
+price goal), and --acceptance replays other rates than the kit's (0.2, 0.4: a head on text
+it was not trained for):
+
+    python bench/replay_grid.py --kit docs/results/gpu-h200-2026-11-26/7b-llama-graphs-on.json \
+        --draft-ratio 0.1 --acceptance 1.0,0.6,0.4,0.2 --tokens 128,1024
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -97,10 +106,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kit", required=True, help="a GPU kit run's JSON (bench/gpu/measure.py)")
     ap.add_argument("--tokens", default="128", help="comma-separated generation lengths")
+    ap.add_argument(
+        "--draft-ratio",
+        type=float,
+        help="the drafter's token in one-token target passes (default: the kit's)",
+    )
+    ap.add_argument("--acceptance", help="comma-separated rates (default: the kit's grid)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     kit = replay.kit_run(args.kit)
-    rows = [r for n in args.tokens.split(",") for r in grid(kit, int(n))]
+    if args.draft_ratio is not None:
+        kit = replace(kit, draft_ratio=args.draft_ratio)
+    rates = (
+        [float(a) for a in args.acceptance.split(",")] if args.acceptance else measure.ACCEPTANCE
+    )
+    rows = [r for n in args.tokens.split(",") for r in grid(kit, int(n), rates)]
     print(f"{kit.name}: draft {kit.draft_ratio and round(kit.draft_ratio, 3)} one-token passes, "
           f"one graph {kit.one_graph}")  # fmt: skip
     print("| tokens | draft cost | acceptance | best fixed k | auto | auto / best | auto steps |")

@@ -4,6 +4,7 @@ and every pass is charged by the curve (hand-made recordings; the real one is a 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -327,6 +328,22 @@ def test_the_grid_replay_reproduces_the_kit_and_auto_drafts_from_its_first_steps
     assert grid.run_one(kit, 1.0, 128, "auto", False)["steps"] == 19
     real = grid.run_one(kit, 0.9, 128, "auto", True)
     assert (real["speedup"], real["drafted"]) == (1.0, 0)
+
+
+def test_the_grid_replay_prices_a_head_at_a_given_ratio_and_rates(tmp_path, capsys):
+    """--draft-ratio replaces the kit's draft price (a head's), --acceptance the kit's rates:
+    on the H200 7B curve a drafter at 0.1 of a target token kept 20% of the time."""
+    grid = load_bench_script("replay_grid.py", "bench_replay_grid")
+    kit = REPO / "docs/results/gpu-h200-2026-11-26/7b-llama-graphs-on.json"
+    out = tmp_path / "grid.json"
+    grid.main(["--kit", str(kit), "--draft-ratio", "0.1", "--acceptance", "0.2",
+               "--json", str(out)])  # fmt: skip
+    assert "7b-llama-cuda: draft 0.1 one-token passes" in capsys.readouterr().out
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["draft_cost"], r["acceptance"]) for r in rows] == [("zero", 0.2), ("real", 0.2)]
+    cheaper = grid.run_one(replace(grid.replay.kit_run(str(kit)), draft_ratio=0.1), 0.2, 128,
+                           "1", True)  # fmt: skip
+    assert rows[1]["fixed"]["1"] == cheaper["speedup"]
 
 
 def test_in_the_grid_replay_auto_moves_to_the_width_that_repays_its_switch():
