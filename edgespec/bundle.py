@@ -23,7 +23,7 @@ from edgespec.schema import Field, check_fields
 
 SCHEMA_VERSION = 1
 MANIFEST = "bundle.json"
-ROLES = ("target", "draft", "head")  # head: a trained draft head (EAGLE-3 GGUF)
+ROLES = ("target", "draft", "head")  # head: a trained draft head (EAGLE-3: GGUF, ONNX folder)
 FORMATS = ("gguf", "onnx", "tensorrt")
 FOLDER_FORMATS = ("onnx", "tensorrt")  # a model folder; tensorrt: the standard-operator ONNX
 # (its engines, built on the device, live in engines/ beside it with their own sha256 and

@@ -17,6 +17,7 @@ from edgespec.runtime import DraftHead, Runtime, check_compatible
 
 HEAD_FIX = "give the head's .gguf file"
 GGUF_MAGIC = b"GGUF"
+ONNX_HEAD_JSON = "head.json"  # an ONNX head folder's (export/eagle3_onnx.py)
 
 
 @dataclass(frozen=True)
@@ -74,10 +75,12 @@ def resolve_bundle(
 
 
 def check_head_path(path: Path) -> None:
-    """Refuse, before any model loads, a --head that names nothing or a folder; the file's
-    kind and fit are the target's to judge (Runtime.open_head)."""
+    """Refuse, before any model loads, a --head that names nothing, or a folder that is not
+    an ONNX head's; the head's kind and fit are the target's to judge (Runtime.open_head)."""
     if not path.exists():
         raise ModelFileError(f"draft head not found: {path}; check the --head path")
+    if path.is_dir() and (path / ONNX_HEAD_JSON).is_file():
+        return  # an ONNX head folder (export --format onnx --head): its target judges it
     if path.is_dir():
         raise ModelFileError(
             f"--head {path} is a folder (a Hugging Face checkpoint?): run and serve take a "
@@ -94,8 +97,9 @@ def open_head(target: Runtime, target_path: Path, head_path: Path) -> DraftHead:
     """The head on this target, where the target's back-end can run one (hidden_states)."""
     if not target.hidden_states:
         raise EdgespecError(
-            f"--head {head_path}: heads run on the llama.cpp back-end only, and {target_path} "
-            f"runs on {type(target).__name__}; give the target as a GGUF file, or drop --head"
+            f"--head {head_path}: {target_path} outputs no hidden states for a head to read "
+            f"({type(target).__name__}); give the target as a GGUF file, or export an ONNX "
+            "bundle with the head (edgespec export --format onnx --head), or drop --head"
         )
     return target.open_head(str(head_path))
 

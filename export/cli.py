@@ -71,7 +71,8 @@ def add_export_parser(sub) -> None:
         "--head",
         help="an EAGLE-3 draft head for the target: a .gguf file, or a Hugging Face EAGLE-3 "
         "checkpoint folder (converted to GGUF f16); checked against the target and put into "
-        "the bundle (--format gguf)",
+        "the bundle (--format gguf: as GGUF; --format onnx: as ONNX graphs, the target "
+        "exported with outputs for the head's layers)",
     )
     p.add_argument("--out", required=True, help="bundle folder to create")
     p.add_argument("--format", default="gguf", choices=["gguf", "onnx", "tensorrt"])

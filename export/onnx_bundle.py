@@ -12,8 +12,12 @@ from pathlib import Path
 from edgespec.bundle import ModelEntry, sha256_path, size_of
 from edgespec.errors import EdgespecError
 from edgespec.export.checkpoint import Checkpoint, read_checkpoint
+from edgespec.export.eagle3_convert import convert_eagle3
+from edgespec.export.eagle3_onnx import export_head_onnx, read_head
+from edgespec.export.hf_to_gguf import convert_hf_to_gguf
 from edgespec.export.onnx_export import head_ranges, model_info, write_onnx_model
 from edgespec.export.options import BuiltModels, ExportOptions
+from edgespec.pair import check_head_path
 from edgespec.quant.policy import resolve_onnx_precision
 from edgespec.runtime import VocabInfo, check_compatible
 from edgespec.runtimes.shared import logit_count
@@ -38,6 +42,8 @@ def build_onnx(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
         check_compatible(vocabs["target"], vocabs["draft"], str(opts.target), str(opts.draft))
     choice = resolve_onnx_precision(opts.device, opts.target_quant, opts.draft_quant, opts.force)
     compute = "fp32" if opts.device == "cpu" else "fp16"
+    head = head_gguf(opts, work_dir)
+    head_layers = read_head(head)[0]["layers"] if head is not None else None
     entries, errors = [], {}
     kept = None  # token ids the draft's output layer keeps
     for role, ckpt in sources.items():
@@ -47,12 +53,18 @@ def build_onnx(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
         folder = staging / f"{role}.{quant}"
         t0 = time.perf_counter()
         ranges = draft_head(ckpt, vocabs[role], opts.draft_vocab) if role == "draft" else None
-        info = write_onnx_model(ckpt, folder, quant, compute, opts.int4_block, logit_ranges=ranges)
+        hidden = head_layers if role == "target" else None  # what the head reads
+        info = write_onnx_model(ckpt, folder, quant, compute, opts.int4_block,
+                                logit_ranges=ranges, hidden_layers=hidden)  # fmt: skip
         if ranges is not None:
             kept = logit_count(ranges)
         errors[role] = info.weight_error
         log.info("%s: %s -> %s in %.1fs", role, ckpt.source, folder.name, time.perf_counter() - t0)
         entries.append(model_entry(role, folder, quant, ckpt, vocabs[role]))
+    if head is not None:
+        folder = staging / f"head.{compute}"
+        export_head_onnx(head, sources["target"], folder, compute=compute)
+        entries.append(model_entry("head", folder, compute, sources["target"], vocabs["target"]))
     policy = {
         "compute": compute,
         "int4_block": opts.int4_block,
@@ -61,6 +73,20 @@ def build_onnx(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
         "weight_error": errors,
     }
     return BuiltModels(tuple(entries), vocabs["target"], choice, policy)
+
+
+def head_gguf(opts: ExportOptions, work_dir: Path) -> Path | None:
+    """--head as a GGUF file: as given, or a Hugging Face EAGLE-3 folder converted against
+    the target's GGUF (a target given as an HF folder is converted first)."""
+    if opts.head is None:
+        return None
+    if not opts.head.is_dir():
+        check_head_path(opts.head)
+        return opts.head
+    target = opts.target
+    if target.is_dir():
+        target = convert_hf_to_gguf(target, work_dir / "target.f16.gguf", outtype="f16")
+    return convert_eagle3(opts.head, target, work_dir / "head.f16.gguf")
 
 
 def draft_head(

@@ -71,10 +71,10 @@ def check_draft_vocab(opts: ExportOptions) -> None:
 
 
 def check_head(opts: ExportOptions) -> None:
-    if opts.head is not None and opts.format != "gguf":
+    if opts.head is not None and opts.format == "tensorrt":
         raise EdgespecError(
-            f"--head {opts.head}: heads run on the llama.cpp back-end only; export with "
-            f"--format gguf, or drop --head"
+            f"--head {opts.head}: heads run on llama.cpp and ONNX Runtime, not TensorRT yet; "
+            "export with --format gguf or onnx, or drop --head"
         )
 
 

@@ -194,6 +194,7 @@ class OnnxRuntime(ExportedModelFolder):
         if HIDDEN_STATES in outputs:
             width = len(self.info["hidden_layers"]) * int(self.info["n_embd"])
             self.kept = KeptFeatures(self.cache_len, width)
+        self.hidden_states = self.kept is not None  # open_head: a head reads features
         self.sampling_head = None  # forward_dists runs it (dists_on_device)
         if options.sampling_head and self.binds_steps:
             head_providers = [without_cuda_graph(p) for p in self.providers]
@@ -336,10 +337,18 @@ class OnnxRuntime(ExportedModelFolder):
         self.n_past += n
         return step, slice(n - wanted, n) if width != n else slice(0, wanted)
 
+    def open_head(self, path: str):
+        """An EAGLE-3 head folder (export/eagle3_onnx.py) whose extract layers are the ones
+        this graph outputs (runtimes/onnx_heads.py)."""
+        from edgespec.runtimes.onnx_heads import OnnxEagleHead, check_head_fits, read_head_json
+
+        folder = Path(path)
+        info = read_head_json(folder)
+        check_head_fits(folder, info, self)
+        return OnnxEagleHead(folder, self, info)
+
     def features(self, start: int, end: int) -> np.ndarray:
-        """The graph's hidden_states rows at cache positions start..end-1 (Runtime.features;
-        the head that reads them on ONNX Runtime is not built yet, so hidden_states, the
-        open_head capability, stays False: docs/design.md)."""
+        """The graph's hidden_states rows at cache positions start..end-1 (Runtime.features)."""
         if self.kept is None:
             raise ValueError(
                 f"{self.path.name} outputs no hidden states; export it with hidden_layers"

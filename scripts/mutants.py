@@ -885,6 +885,27 @@ MUTANTS = (
         "self.kept.write(self.n_past + 1, step.values",
         ("tests/test_onnx_features.py",),
     ),
+    Mutant(  # q and k left in llama.cpp's pair order under rotate-half RoPE
+        "onnx-head-rope-as-stored",
+        "export/eagle3_onnx.py",
+        "self.entries[name] = unpermute_from_interleaved_rope(self.entries[name], heads)",
+        "self.entries[name] = self.entries[name]",
+        ("tests/test_onnx_head.py",),
+    ),
+    Mutant(  # a rejected draft's rows stay in the head's cache
+        "onnx-head-keeps-rejected-rows",
+        "runtimes/onnx_heads.py",
+        "self.n_past = min(self.n_past, n_past)",
+        "self.n_past = self.n_past",
+        ("tests/test_onnx_head.py",),
+    ),
+    Mutant(  # draft columns placed one id early
+        "onnx-head-d2t-shifted",
+        "runtimes/onnx_heads.py",
+        "out[self.columns] = row",
+        "out[self.columns - 1] = row",
+        ("tests/test_onnx_head.py",),
+    ),
 )
 
 

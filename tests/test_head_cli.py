@@ -239,20 +239,59 @@ def test_a_head_on_an_onnx_target_is_refused(capsys, files, tmp_path):
     onnx = export_onnx(make_tiny_hf(tmp_path / "hf", seed=3), tmp_path / "onnx")
     argv = ["--target", str(onnx), "--head", str(files[1]), "--prompt", "hi"]
     assert error_line(capsys, *argv) == (
-        f"--head {files[1]}: heads run on the llama.cpp back-end only, and {onnx} runs on "
-        "OnnxRuntime; give the target as a GGUF file, or drop --head"
+        f"--head {files[1]}: {onnx} outputs no hidden states for a head to read "
+        "(OnnxRuntime); give the target as a GGUF file, or export an ONNX bundle with the "
+        "head (edgespec export --format onnx --head), or drop --head"
     )
 
 
-def test_export_refuses_a_head_for_onnx_and_tensorrt(capsys, files, tmp_path):
-    for fmt in ("onnx", "tensorrt"):
-        out = tmp_path / fmt
-        argv = ["--target", str(files[0]), "--head", str(files[1]), "--out", str(out)]
-        assert error_line(capsys, *argv, "--format", fmt, command="export") == (
-            f"--head {files[1]}: heads run on the llama.cpp back-end only; export with "
-            "--format gguf, or drop --head"
-        )
-        assert not out.exists()
+def test_export_refuses_a_head_for_tensorrt(capsys, files, tmp_path):
+    out = tmp_path / "trt"
+    argv = ["--target", str(files[0]), "--head", str(files[1]), "--out", str(out)]
+    assert error_line(capsys, *argv, "--format", "tensorrt", command="export") == (
+        f"--head {files[1]}: heads run on llama.cpp and ONNX Runtime, not TensorRT yet; export "
+        "with --format gguf or onnx, or drop --head"
+    )
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def onnx_bundle(files, tmp_path_factory) -> Path:
+    """An ONNX bundle exported with the head: the target outputs the head's layers' inputs,
+    the head is an ONNX folder (export/eagle3_onnx.py)."""
+    pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime")
+    from tests.tiny_gguf import random_weights, vocabulary, write_gguf
+
+    root = tmp_path_factory.mktemp("onnx-bundle")
+    weights = random_weights(TARGET, len(vocabulary()[0]), 0)  # files[0]'s, its tokenizer
+    target = write_gguf(root / "t.gguf", TARGET, weights, pre="gpt-2")  # rebuilt for ONNX
+    code = main(["export", "--target", str(target), "--head", str(files[1]), "--format", "onnx",
+                 "--device", "cpu", "--target-quant", "fp32", "--draft-quant", "fp32",
+                 "--out", str(root / "b")])  # fmt: skip
+    assert code == 0
+    return root / "b"
+
+
+def test_an_onnx_bundle_with_a_head_runs_with_it(capsys, onnx_bundle):
+    b = read_bundle(onnx_bundle)
+    target, head = b.models
+    assert (target.role, target.format, head.role, head.format, head.path) == (
+        "target",
+        "onnx",
+        "head",
+        "onnx",
+        "head.fp32",
+    )
+    assert head.vocab_hash == target.vocab_hash
+    target_json = json.loads((onnx_bundle / target.path / "model.json").read_text())
+    assert target_json["hidden_layers"] == [1, 2, 3]
+    for sampling in (GREEDY, SEEDED[0]):
+        want = plain_tokens(capsys, onnx_bundle, sampling)
+        args = ("--target", str(onnx_bundle), *sampling)
+        fixed = run_json(capsys, *args, "--drafter", "eagle", "--k", "4")
+        assert fixed["tokens"] == want
+        assert fixed["stats"]["drafted_by_drafter"]["eagle"] > 0
+        assert run_json(capsys, *args)["tokens"] == want
 
 
 def test_serve_hands_off_no_head(capsys, files):
@@ -318,3 +357,27 @@ def test_a_target_whose_llama_cpp_graph_keeps_no_layer_inputs_is_refused(capsys,
         "does not keep, so no EAGLE-3 head can read them (it runs on llama, qwen3, gpt-oss and "
         "other targets); drop --head"
     )
+
+
+def test_an_onnx_bundle_takes_a_hugging_face_head_converted(capsys, onnx_bundle, tmp_path):
+    """--head FOLDER with --format onnx: converted against the target's GGUF, then exported
+    as the ONNX head; its layers are the ones the target outputs."""
+    from tests.test_eagle3_convert import LAYERS, write_hf_head
+
+    target = onnx_bundle.parent / "t.gguf"
+    hf = write_hf_head(tmp_path / "hf", layers=LAYERS)
+    out = tmp_path / "b"
+    code = main(["export", "--target", str(target), "--head", str(hf), "--format", "onnx",
+                 "--device", "cpu", "--target-quant", "fp32", "--draft-quant", "fp32",
+                 "--out", str(out)])  # fmt: skip
+    assert code == 0
+    capsys.readouterr()  # the export's report
+    target_folder = read_bundle(out).models[0].path
+    assert json.loads((out / target_folder / "model.json").read_text())["hidden_layers"] == [
+        2,
+        1,
+        3,
+    ]
+    want = plain_tokens(capsys, out, GREEDY)
+    fixed = run_json(capsys, "--target", str(out), "--drafter", "eagle", "--k", "2")
+    assert fixed["tokens"] == want and fixed["stats"]["drafted_by_drafter"]["eagle"] > 0

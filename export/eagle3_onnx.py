@@ -1,0 +1,272 @@
+"""An EAGLE-3 head's GGUF (export/eagle3_gguf.py's layout) -> the ONNX folder ONNX Runtime
+drafts with beside an ONNX target exported with the head's extract layers (hidden_layers).
+
+Two graphs, as llama.cpp runs the head (runtimes/llama_heads.py):
+
+    encode.onnx   features [1, n, 3 * n_embd_tgt] float32 -> g [1, n, n_embd] float32 (fc)
+    model.onnx    the decoder, at head position P the pair (input_ids P, g P):
+                  input_ids [1, n] int64, g [1, n, n_embd] float32, seqlens_k,
+                  total_sequence_length, logits_start, past_key_values.0.key/value ->
+                  logits [1, rows, n_out] float32 (n_out: the draft vocabulary, head.json's
+                  d2t maps its columns to target ids), prenorm [1, rows, n_embd] float32
+                  (the pre-norm state: the next position's g while drafting), present.0.*
+
+The decoder normalizes the token embedding (attn_norm) and g (attn_norm_2), attends over
+their concatenation [2 * n_embd] with GroupQueryAttention (its own cache, in place as the
+target's), adds g back, then a Llama MLP; output_norm and the output layer on the kept rows.
+The token embedding is the target's (the head has none): its rows are written into the
+decoder as the target's were, so the head needs nothing from the target's graph. q and k are
+stored for llama.cpp's adjacent-pair RoPE; they are written back in Hugging Face's order for
+GroupQueryAttention's rotate-half RoPE, as a GGUF target's are (export/checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.errors import ModelFileError
+from edgespec.export.checkpoint import (
+    Checkpoint,
+    LazyTensors,
+    Rows,
+    unpermute_from_interleaved_rope,
+)
+from edgespec.export.eagle3_gguf import ARCH
+from edgespec.export.onnx_export import (
+    COMPUTES,
+    DATA_FILE,
+    MODEL_FILE,
+    GraphBuilder,
+    ModelInfo,
+    attention,
+    rms_norm,
+    swiglu,
+)
+
+HEAD_JSON = "head.json"
+ENCODE_FILE = "encode.onnx"
+HEAD_FORMAT = "edgespec-onnx-head/1"
+# GGUF tensor -> the Hugging Face name attention() and swiglu() read (layer 0)
+LAYER_NAMES = {
+    "blk.0.attn_q.weight": "model.layers.0.self_attn.q_proj.weight",
+    "blk.0.attn_k.weight": "model.layers.0.self_attn.k_proj.weight",
+    "blk.0.attn_v.weight": "model.layers.0.self_attn.v_proj.weight",
+    "blk.0.attn_output.weight": "model.layers.0.self_attn.o_proj.weight",
+    "blk.0.ffn_gate.weight": "model.layers.0.mlp.gate_proj.weight",
+    "blk.0.ffn_up.weight": "model.layers.0.mlp.up_proj.weight",
+    "blk.0.ffn_down.weight": "model.layers.0.mlp.down_proj.weight",
+}
+
+
+@dataclass(frozen=True)
+class HeadInfo:
+    """head.json: what the runtime needs to know of a head folder."""
+
+    layers: list[int]  # the target layers whose inputs it reads (eagle3.target_layers)
+    n_embd: int
+    n_embd_tgt: int
+    n_head: int
+    n_kv_head: int
+    head_dim: int
+    n_vocab: int  # the target's vocabulary
+    n_out: int  # output columns (the draft vocabulary)
+    d2t: list[int] | None  # each column's target token id; None: column = id
+    context_length: int
+    compute: str
+    format: str = HEAD_FORMAT
+
+
+class HeadTensors(LazyTensors):
+    """The head's layer weights under the names attention() and swiglu() read, q and k back in
+    Hugging Face's row order."""
+
+    def __init__(self, weights: dict[str, np.ndarray], n_head: int, n_kv_head: int) -> None:
+        self.entries = {hf: weights[name] for name, hf in LAYER_NAMES.items()}
+        for kind, heads in (("q", n_head), ("k", n_kv_head)):
+            name = f"model.layers.0.self_attn.{kind}_proj.weight"
+            self.entries[name] = unpermute_from_interleaved_rope(self.entries[name], heads)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.entries[name].shape)
+
+    def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        return self.entries[name][start:stop]
+
+
+def export_head_onnx(
+    head_gguf: Path, target: Checkpoint, out_dir: Path, *, compute: str = "fp32"
+) -> HeadInfo:
+    """Write out_dir/{encode.onnx, model.onnx, model.onnx.data, head.json} for the head in
+    head_gguf, checked against the target it drafts for (refused as one line, nothing
+    written). Weights are stored in the compute type: a head is small, drafted gently."""
+    meta, weights = read_head(head_gguf)
+    info = head_info(head_gguf, meta, weights, target, compute)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    quant = "fp32" if compute == "fp32" else "fp16"
+    dtype = COMPUTES[compute]
+    encode = GraphBuilder(quant, dtype)
+    encode_graph(encode, weights["fc.weight"])
+    save(encode, out_dir / ENCODE_FILE)
+    with (out_dir / DATA_FILE).open("w+b") as data:
+        decode = GraphBuilder(quant, dtype, data=data)
+        config = {"rope_theta": meta["rope_theta"]}
+        decode_graph(decode, info, config, meta["rms_eps"], weights, target)
+    save(decode, out_dir / MODEL_FILE)
+    (out_dir / HEAD_JSON).write_text(json.dumps(asdict(info)) + "\n")
+    return info
+
+
+def save(g: GraphBuilder, path: Path) -> None:
+    import onnx
+
+    onnx.save_model(g.model(), str(path))
+
+
+def read_head(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """The head GGUF's hyperparameters and its tensors (float32; d2t int64)."""
+    import gguf
+
+    from edgespec.quant.gguf_quant import read_rows
+
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except (OSError, ValueError) as e:
+        raise ModelFileError(f"cannot read the draft head {path.name} as GGUF: {e}") from e
+
+    def field(key: str):
+        f = reader.fields.get(key)
+        return None if f is None else f.contents()
+
+    arch = field("general.architecture")
+    if arch != ARCH:
+        raise ModelFileError(
+            f"{path.name} is a {arch!r} model, not an EAGLE-3 head (general.architecture "
+            "'eagle3'); give the head's GGUF"
+        )
+    meta = {
+        "layers": [int(i) for i in field(f"{ARCH}.target_layers") or []],
+        "hidden": field(f"{ARCH}.target_hidden_size"),
+        "n_head": int(field(f"{ARCH}.attention.head_count")),
+        "n_kv_head": int(field(f"{ARCH}.attention.head_count_kv")),
+        "n_ctx": int(field(f"{ARCH}.context_length")),
+        "rope_theta": float(field(f"{ARCH}.rope.freq_base") or 10000.0),
+        "rms_eps": float(field(f"{ARCH}.attention.layer_norm_rms_epsilon")),
+        "n_tokens": len(field("tokenizer.ggml.tokens") or []),
+    }
+    weights = {}
+    for t in reader.tensors:
+        if t.name == "d2t":
+            weights[t.name] = np.array(t.data, dtype=np.int64).reshape(-1)
+        else:
+            shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+            weights[t.name] = read_rows(path, t, 0, t.data.shape[0]).reshape(shape)
+    if "rope_freqs.weight" in weights:
+        raise ModelFileError(
+            f"{path.name} scales its RoPE (rope_freqs, Llama 3.1), which the ONNX head does not "
+            "yet; draft with it on a llama.cpp target"
+        )
+    return meta, weights
+
+
+def head_info(
+    path: Path, meta: dict, weights: dict[str, np.ndarray], target: Checkpoint, compute: str
+) -> HeadInfo:
+    """The head's shape, refused where it does not fit the target."""
+    config = target.config
+    n_embd_tgt, n_layer_tgt = config["hidden_size"], config["num_hidden_layers"]
+    n_vocab = config["vocab_size"]
+    name, target_name = path.name, Path(target.source).name
+    if meta["hidden"] is None or int(meta["hidden"]) != n_embd_tgt:
+        raise ModelFileError(
+            f"{name} reads hidden states of size {meta['hidden']} but {target_name} has "
+            f"{n_embd_tgt}; use the head trained for this target"
+        )
+    layers = meta["layers"]
+    if len(layers) != 3 or not all(0 <= i < n_layer_tgt for i in layers):
+        raise ModelFileError(
+            f"{name} extracts layers {layers} but {target_name} has layers "
+            f"0..{n_layer_tgt - 1}; use the head trained for this target"
+        )
+    if meta["n_tokens"] != n_vocab:
+        raise ModelFileError(
+            f"{name} has a vocabulary of {meta['n_tokens']} tokens but {target_name} has "
+            f"{n_vocab}; use the head trained for this target"
+        )
+    n_embd, n_out = weights["fc.weight"].shape[0], weights["output.weight"].shape[0]
+    d2t = weights.get("d2t")
+    return HeadInfo(
+        layers=layers,
+        n_embd=int(n_embd),
+        n_embd_tgt=int(n_embd_tgt),
+        n_head=meta["n_head"],
+        n_kv_head=meta["n_kv_head"],
+        head_dim=int(n_embd) // meta["n_head"],
+        n_vocab=int(n_vocab),
+        n_out=int(n_out),
+        d2t=None if d2t is None else [int(i) for i in d2t],
+        context_length=meta["n_ctx"],
+        compute=compute,
+    )
+
+
+def encode_graph(g: GraphBuilder, fc: np.ndarray) -> None:
+    """features [1, n, 3 * n_embd_tgt] float32 -> g [1, n, n_embd] float32."""
+    from onnx import TensorProto, helper
+
+    g.inputs.append(
+        helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, "n", fc.shape[1]])
+    )
+    x = "features" if g.dtype == np.float32 else g.cast("features", g.dtype)
+    out = g.matmul(x, Rows.of(fc), "fc.weight")
+    out = out if g.dtype == np.float32 else g.cast(out, np.float32)
+    g.nodes.append(helper.make_node("Identity", [out], ["g"], name="g"))
+    g.outputs.append(helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, "n", fc.shape[0]]))
+
+
+def decode_graph(
+    g: GraphBuilder,
+    info: HeadInfo,
+    config: dict,
+    eps: float,
+    weights: dict[str, np.ndarray],
+    target: Checkpoint,
+) -> None:
+    """The head's decoder layer, norm and output layer (module docstring)."""
+    from onnx import TensorProto, helper
+
+    d = info.n_embd
+    layer = ModelInfo(
+        arch=ARCH, n_layer=1, n_head=info.n_head, n_kv_head=info.n_kv_head,
+        head_dim=info.head_dim, n_embd=d, n_vocab=info.n_vocab,
+        context_length=info.context_length, quant=g.quant, compute=info.compute,
+        block_size=None, accuracy_level=None, bos_id=None, eos_id=None, sliding_window=None,
+    )  # fmt: skip
+    g.inputs += g.step_inputs(layer)
+    g.inputs.append(
+        helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, "sequence_length", d])
+    )
+    g.prepare(layer, config)
+    g.const("eps", np.array(eps, np.float32))
+    g.const("two", np.array(2.0, np.float32))
+    g.const("axis_last", np.array([-1], np.int64))
+    embd = g.gather(target.weights.rows("model.embed_tokens.weight"), "input_ids",
+                    "model.embed_tokens.weight")  # fmt: skip
+    state = "g" if g.dtype == np.float32 else g.cast("g", g.dtype)
+    x = rms_norm(g, embd, weights["blk.0.attn_norm.weight"], "attn_norm.weight")
+    fused = rms_norm(g, state, weights["blk.0.attn_norm_2.weight"], "attn_norm_2.weight")
+    w = HeadTensors(weights, info.n_head, info.n_kv_head)
+    attn = attention(g, g.op("Concat", x, fused, axis=-1), layer, w, 0)
+    o_proj = g.matmul(attn, w.rows("model.layers.0.self_attn.o_proj.weight"), "o_proj")
+    ffn_inp = g.op("Add", o_proj, state)
+    h = rms_norm(g, ffn_inp, weights["blk.0.ffn_norm.weight"], "ffn_norm.weight")
+    out = g.keep_rows(g.op("Add", ffn_inp, swiglu(g, h, w, "model.layers.0.")))
+    normed = rms_norm(g, out, weights["output_norm.weight"], "output_norm.weight")
+    logits = g.matmul(normed, Rows.of(weights["output.weight"]), "output.weight")
+    for name, value, width in (("logits", logits, info.n_out), ("prenorm", out, d)):
+        value = value if g.dtype == np.float32 else g.cast(value, np.float32)
+        g.nodes.append(helper.make_node("Identity", [value], [name], name=name))
+        g.outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, "rows", width]))

@@ -1,0 +1,130 @@
+"""A trained draft head (EAGLE-3) on ONNX Runtime, beside an OnnxRuntime target that outputs
+the head's extract layers' inputs (hidden_states): the DraftHead protocol over a head folder
+written by export/eagle3_onnx.py (encode.onnx, model.onnx, head.json).
+
+The head keeps its own cache of one layer, bound in place as the target's is (the same buffer
+in and out of GroupQueryAttention), so rollback is only a shorter seqlens_k. Its output
+columns are its draft vocabulary; head.json's d2t places them at their target ids, every
+other id at -inf, as llama.cpp's eagle3 graph does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgespec.errors import ModelFileError
+
+HEAD_JSON = "head.json"  # export/eagle3_onnx.py writes these
+ENCODE_FILE = "encode.onnx"
+DECODE_FILE = "model.onnx"
+
+
+def read_head_json(folder: Path) -> dict:
+    try:
+        return json.loads((folder / HEAD_JSON).read_text())
+    except (OSError, ValueError) as e:
+        raise ModelFileError(
+            f"{folder.name} is not an ONNX draft head (no readable {HEAD_JSON}); export the head "
+            "with its ONNX target (export/eagle3_onnx.py)"
+        ) from e
+
+
+def check_head_fits(folder: Path, info: dict, target: Any) -> None:
+    """Refuse a head folder whose extract layers, hidden size or vocabulary are not the
+    target's (target: an OnnxRuntime)."""
+    from edgespec.runtimes.llama_heads import HeadMismatchError
+
+    name, target_name = folder.name, target.path.name
+    if info.get("layers") != target.info.get("hidden_layers"):
+        raise HeadMismatchError(
+            f"{name} extracts layers {info.get('layers')} but {target_name} outputs the inputs "
+            f"of layers {target.info.get('hidden_layers')}; export the target with this head"
+        )
+    if info.get("n_embd_tgt") != int(target.info["n_embd"]):
+        raise HeadMismatchError(
+            f"{name} reads hidden states of size {info.get('n_embd_tgt')} but {target_name} has "
+            f"{target.info['n_embd']}; use the head trained for this target"
+        )
+    if info.get("n_vocab") != target.n_vocab:
+        raise HeadMismatchError(
+            f"{name} has a vocabulary of {info.get('n_vocab')} tokens but {target_name} has "
+            f"{target.n_vocab}; use the head trained for this target"
+        )
+
+
+class OnnxEagleHead:
+    """An EAGLE-3 head's two graphs on the target's providers, with its own KV cache."""
+
+    def __init__(self, folder: Path, target: Any, info: dict) -> None:
+        """target: the OnnxRuntime whose hidden states the head reads (it checked the fit)."""
+        ort = target.ort
+        self.ort, self.path, self.info = ort, folder, info
+        self.n_vocab = target.n_vocab
+        self.n_ctx = min(target.n_ctx, int(info["context_length"]))
+        self.n_batch = target.n_batch
+        self.n_embd = int(info["n_embd"])
+        self.n_past = 0
+        d2t = info.get("d2t")
+        self.columns = None if d2t is None else np.asarray(d2t, dtype=np.int64)
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        self.encoder = ort.InferenceSession(str(folder / ENCODE_FILE), opts,
+                                            providers=target.providers)  # fmt: skip
+        self.decoder = ort.InferenceSession(str(folder / DECODE_FILE), opts,
+                                            providers=target.providers)  # fmt: skip
+        shape = (1, int(info["n_kv_head"]), self.n_ctx, int(info["head_dim"]))
+        kv_dtype = np.float32 if info["compute"] == "fp32" else np.float16
+        self.kv = {kind: ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, kv_dtype))
+                   for kind in ("key", "value")}  # fmt: skip
+
+    def encode(self, features: np.ndarray) -> np.ndarray:
+        """features [n, 3 * n_embd_tgt] float32 -> g [n, n_embd] float32 (the fc layer)."""
+        x = np.ascontiguousarray(features, dtype=np.float32)[None]
+        return self.encoder.run(["g"], {"features": x})[0][0]
+
+    def decode(self, tokens: Sequence[int], g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Append (tokens[i], g[i]) at n_past + i; the last row's logits [n_vocab] (target ids)
+        and pre-norm state [n_embd]."""
+        n = len(tokens)
+        if not 0 < n <= self.n_batch or self.n_past + n > self.n_ctx:
+            raise ValueError(
+                f"the head holds {self.n_ctx} positions: cannot add {n} at {self.n_past}"
+            )
+        binding = self.decoder.io_binding()
+        feeds = {
+            "input_ids": np.asarray(tokens, dtype=np.int64)[None],
+            "g": np.ascontiguousarray(g, dtype=np.float32)[None],
+            "seqlens_k": np.array([self.n_past + n - 1], np.int32),
+            "total_sequence_length": np.array(self.n_past + n, np.int32),
+            "logits_start": np.array([n - 1], np.int64),
+        }
+        for name, array in feeds.items():
+            binding.bind_cpu_input(name, array)
+        binding.bind_output("logits")  # outputs come back in the order they were bound
+        binding.bind_output("prenorm")
+        for kind, value in self.kv.items():  # the same buffer in and out: updated in place
+            binding.bind_ortvalue_input(f"past_key_values.0.{kind}", value)
+            binding.bind_ortvalue_output(f"present.0.{kind}", value)
+        self.decoder.run_with_iobinding(binding)
+        logits, prenorm = (out.numpy()[0, -1] for out in binding.get_outputs()[:2])
+        self.n_past += n
+        return self.target_logits(logits), prenorm
+
+    def target_logits(self, row: np.ndarray) -> np.ndarray:
+        """Output columns at their target ids ([n_vocab] float32; -inf where no column)."""
+        if self.columns is None:
+            return np.asarray(row, dtype=np.float32)
+        out = np.full(self.n_vocab, -np.inf, dtype=np.float32)
+        out[self.columns] = row
+        return out
+
+    def rollback(self, n_past: int) -> None:
+        self.n_past = min(self.n_past, n_past)  # later entries are ignored, then overwritten
+
+    def reset(self) -> None:
+        self.n_past = 0

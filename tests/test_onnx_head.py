@@ -1,0 +1,185 @@
+"""EAGLE-3 heads on ONNX Runtime (export/eagle3_onnx.py, runtimes/onnx_heads.py): a tiny
+random head exported beside a tiny target exported with the head's extract layers; the head's
+fc and decoder against the numpy reference of llama.cpp's eagle3 graph, speculative output
+equal to plain decoding (greedy and seeded, k = 1..8), the head's state after every rollback
+equal to a fresh head's, and refusals."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from edgespec.controller import FixedPolicy  # noqa: E402
+from edgespec.drafters.eagle import EagleDrafter  # noqa: E402
+from edgespec.engine import SpeculativeDecoder  # noqa: E402
+from edgespec.errors import ModelFileError  # noqa: E402
+from edgespec.export.checkpoint import read_checkpoint  # noqa: E402
+from edgespec.export.eagle3_onnx import export_head_onnx  # noqa: E402
+from edgespec.export.onnx_export import export_onnx  # noqa: E402
+from edgespec.runtimes.llama_heads import HeadMismatchError  # noqa: E402
+from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
+from edgespec.sampling import SamplingParams  # noqa: E402
+from tests.test_eagle import PROMPT, SEEDED, drafter_after, put_target_at  # noqa: E402
+from tests.tiny_eagle import TARGET, head_weights, reference_logits, write_head  # noqa: E402
+from tests.tiny_gguf import random_weights, vocabulary, write_gguf  # noqa: E402
+
+LAYERS = (1, 2, 3)  # write_head's default
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(target ONNX folder, head ONNX folder, head GGUF)."""
+    root = tmp_path_factory.mktemp("onnx-head")
+    weights = random_weights(TARGET, len(vocabulary()[0]), 0)
+    gguf = write_gguf(root / "target.gguf", TARGET, weights, pre="gpt-2")
+    head_gguf = write_head(root / "head.gguf", TARGET)
+    target = export_onnx(gguf, root / "target", hidden_layers=LAYERS)
+    export_head_onnx(head_gguf, read_checkpoint(gguf), root / "head")
+    return target, root / "head", head_gguf
+
+
+@pytest.fixture(scope="module")
+def pair(folders):
+    target = OnnxRuntime(folders[0], n_ctx=256, n_threads=1)
+    return target, target.open_head(str(folders[1]))
+
+
+@pytest.fixture(scope="module")
+def reference(pair):
+    target, _ = pair
+    tokens = target.tokenize(PROMPT, special=True)
+    ref = SpeculativeDecoder(target).generate(tokens, max_tokens=40, speculative=False)
+    assert len(ref.tokens) >= 16, "the tiny model should not stop at once"
+    return tokens, ref
+
+
+def test_the_head_passes_equal_the_numpy_reference(pair, reference):
+    """fc over the target's features, then the decoder's last row for one pass over many
+    rows and for the same rows in two passes: eagle3.cpp's graph in numpy (float64; bound
+    1e-3, float32 here)."""
+    target, head = pair
+    tokens, _ = reference
+    n = len(tokens)
+    put_target_at(target, tokens)
+    features = target.features(0, n - 1)
+    w = head_weights(TARGET.n_embd, head.n_vocab, 7)
+    g = head.encode(features)
+    np.testing.assert_allclose(g, features @ w["fc.weight"].T, rtol=0, atol=1e-4)
+    embd = random_weights(TARGET, head.n_vocab, 0)["token_embd.weight"]
+    want = reference_logits(w, embd, tokens[1:], g.astype(np.float64), TARGET)
+    head.reset()
+    whole, _ = head.decode(tokens[1:], g)
+    np.testing.assert_allclose(whole, want[-1], rtol=0, atol=1e-3)
+    head.reset()
+    head.decode(tokens[1:5], g[:4])
+    split, _ = head.decode(tokens[5:], g[4:])
+    np.testing.assert_allclose(split, want[-1], rtol=0, atol=1e-3)
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_greedy_and_seeded_output_equal_plain(pair, reference, k):
+    target, head = pair
+    tokens, ref = reference
+    drafter = EagleDrafter(target, head)
+    out = SpeculativeDecoder(target, [drafter], FixedPolicy("eagle", k)).generate(
+        tokens, max_tokens=40
+    )
+    assert out.tokens == ref.tokens
+    assert out.stats.n_draft_tokens > 0
+    for sp in SEEDED:
+        plain = SpeculativeDecoder(target).generate(tokens, max_tokens=32, sp=sp, speculative=False)
+        out = SpeculativeDecoder(target, [drafter], FixedPolicy("eagle", k)).generate(
+            tokens, max_tokens=32, sp=sp
+        )
+        assert out.tokens == plain.tokens, sp
+        assert out.stats.n_draft_tokens > 0
+
+
+@pytest.mark.parametrize("sp", [SamplingParams(0.0), SEEDED[0]])
+def test_rollback_at_every_position_leaves_a_fresh_heads_state(pair, folders, reference, sp):
+    target, head = pair
+    tokens, ref = reference
+    text = tokens + ref.tokens
+    n0 = len(tokens) + 2
+    fresh = EagleDrafter(target, target.open_head(str(folders[1])))
+    drafter = EagleDrafter(target, head)
+    for n_kept in range(9):
+        after = text[: n0 + n_kept + 1]
+        put_target_at(target, after)
+        fresh.reset(np.random.default_rng(0))
+        want = fresh.propose(after, 8, sp).tokens.tolist()
+        assert drafter_after(drafter, text[:n0], after, sp) == want, n_kept
+
+
+def test_a_head_for_other_layers_is_refused(folders, tmp_path):
+    """The target outputs the inputs of layers 1, 2, 3; a head reading 0, 1, 3 does not fit."""
+    other = write_head(tmp_path / "other.gguf", TARGET, layers=(0, 1, 3))
+    export_head_onnx(other, read_checkpoint(folders[2].with_name("target.gguf")), tmp_path / "h")
+    target = OnnxRuntime(folders[0], n_ctx=64, n_threads=1)
+    with pytest.raises(HeadMismatchError, match=r"^h extracts layers \[0, 1, 3\] but target "
+                       r"outputs the inputs of layers \[1, 2, 3\]; export the target with "
+                       r"this head$"):  # fmt: skip
+        target.open_head(str(tmp_path / "h"))
+
+
+def test_a_folder_without_head_json_is_not_a_head(folders):
+    target = OnnxRuntime(folders[0], n_ctx=64, n_threads=1)
+    with pytest.raises(ModelFileError, match=r"^target is not an ONNX draft head \(no readable "
+                       r"head\.json\)"):  # fmt: skip
+        target.open_head(str(folders[0]))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"hidden": 32}, r"^bad\.gguf reads hidden states of size 32 but target\.gguf has 64"),
+        (
+            {"layers": (1, 2, 4)},
+            r"^bad\.gguf extracts layers \[1, 2, 4\] but target\.gguf has "
+            r"layers 0\.\.3",
+        ),  # fmt: skip
+        ({"n_vocab": 270}, r"^bad\.gguf has a vocabulary of 270 tokens but target\.gguf has 279"),
+    ],
+)
+def test_exporting_a_head_that_does_not_fit_is_refused_before_writing(folders, tmp_path, kwargs,
+                                                                      message):  # fmt: skip
+    bad = write_head(tmp_path / "bad.gguf", TARGET, **kwargs)
+    with pytest.raises(ModelFileError, match=message):
+        export_head_onnx(bad, read_checkpoint(folders[2].with_name("target.gguf")), tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_reduced_draft_vocabulary_maps_through_d2t(folders, tmp_path):
+    """A head drafting over 200 of the 279 ids (an HF head converted, then exported): its
+    logits are the full head's at those ids and -inf elsewhere; output still equals plain.
+    Layers (2, 1, 3), as tests/test_eagle3_convert.py's HF heads name them."""
+    from edgespec.export.eagle3_convert import convert_eagle3
+    from tests.test_eagle3_convert import LAYERS as HF_LAYERS
+    from tests.test_eagle3_convert import write_hf_head
+
+    gguf = folders[2].with_name("target.gguf")
+    ckpt = read_checkpoint(gguf)
+    target = OnnxRuntime(export_onnx(gguf, tmp_path / "t", hidden_layers=HF_LAYERS), n_ctx=256,
+                         n_threads=1)  # fmt: skip
+    draft_ids = np.sort(np.random.default_rng(3).choice(target.n_vocab, 200, replace=False))
+    hf = write_hf_head(tmp_path / "hf", layers=HF_LAYERS, draft_ids=draft_ids)
+    reduced_gguf = convert_eagle3(hf, gguf, tmp_path / "reduced.gguf", outtype="f32")
+    full_gguf = write_head(tmp_path / "full.gguf", TARGET, layers=HF_LAYERS)
+    heads = []
+    for name, head_gguf in (("reduced", reduced_gguf), ("full", full_gguf)):
+        export_head_onnx(head_gguf, ckpt, tmp_path / name)
+        heads.append(target.open_head(str(tmp_path / name)))
+    tokens = target.tokenize(PROMPT, special=True)
+    put_target_at(target, tokens)
+    features = target.features(0, len(tokens) - 1)
+    logits = []
+    for head in heads:
+        head.reset()
+        logits.append(head.decode(tokens[1:], head.encode(features))[0])
+    np.testing.assert_allclose(logits[0][draft_ids], logits[1][draft_ids], rtol=0, atol=1e-4)
+    assert np.isneginf(np.delete(logits[0], draft_ids)).all()
+    plain = SpeculativeDecoder(target).generate(tokens, max_tokens=32, speculative=False)
+    spec = SpeculativeDecoder(target, [EagleDrafter(target, heads[0])], FixedPolicy("eagle", 4))
+    assert spec.generate(tokens, max_tokens=32).tokens == plain.tokens
