@@ -57,30 +57,41 @@ def check_head_fits(folder: Path, info: dict, target: Any) -> None:
         )
 
 
+def kv_buffer(ort, shape: tuple[int, ...], dtype: type, on_cuda: bool):
+    """A zeroed cache buffer where the head runs (on CUDA: device memory, written in place)."""
+    zeros: np.ndarray = np.zeros(shape, dtype)
+    if not on_cuda:
+        return ort.OrtValue.ortvalue_from_numpy(zeros)
+    value = ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, "cuda", 0)
+    value.update_inplace(zeros)
+    return value
+
+
 class OnnxEagleHead:
     """An EAGLE-3 head's two graphs on the target's providers, with its own KV cache."""
 
-    def __init__(self, folder: Path, target: Any, info: dict) -> None:
-        """target: the OnnxRuntime whose hidden states the head reads (it checked the fit)."""
+    def __init__(self, folder: Path, target: Any, info: dict, providers: list) -> None:
+        """target: the OnnxRuntime whose hidden states the head reads (it checked the fit);
+        providers: the target's, without CUDA graphs (the head's inputs are bound afresh)."""
         ort = target.ort
         self.ort, self.path, self.info = ort, folder, info
         self.n_vocab = target.n_vocab
         self.n_ctx = min(target.n_ctx, int(info["context_length"]))
         self.n_batch = target.n_batch
         self.n_embd = int(info["n_embd"])
+        self.layers = list(info["layers"])  # the target layers whose inputs it reads
         self.n_past = 0
         d2t = info.get("d2t")
         self.columns = None if d2t is None else np.asarray(d2t, dtype=np.int64)
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
-        self.encoder = ort.InferenceSession(str(folder / ENCODE_FILE), opts,
-                                            providers=target.providers)  # fmt: skip
-        self.decoder = ort.InferenceSession(str(folder / DECODE_FILE), opts,
-                                            providers=target.providers)  # fmt: skip
+        self.encoder = ort.InferenceSession(str(folder / ENCODE_FILE), opts, providers=providers)
+        self.decoder = ort.InferenceSession(str(folder / DECODE_FILE), opts, providers=providers)
         shape = (1, int(info["n_kv_head"]), self.n_ctx, int(info["head_dim"]))
         kv_dtype = np.float32 if info["compute"] == "fp32" else np.float16
-        self.kv = {kind: ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, kv_dtype))
-                   for kind in ("key", "value")}  # fmt: skip
+        self.kv = {
+            kind: kv_buffer(ort, shape, kv_dtype, target.on_cuda) for kind in ("key", "value")
+        }
 
     def encode(self, features: np.ndarray) -> np.ndarray:
         """features [n, 3 * n_embd_tgt] float32 -> g [n, n_embd] float32 (the fc layer)."""

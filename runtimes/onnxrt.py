@@ -190,11 +190,14 @@ class OnnxRuntime(ExportedModelFolder):
         self.top_outputs = TOP_OUTPUTS.keys() <= outputs  # edgespec.runtime.forward_top reads them
         # a graph exported with hidden_layers: every pass keeps their rows by position
         # (features), for a trained draft head; None: no such output
-        self.kept: KeptFeatures | None = None
+        # a graph exported with hidden_layers outputs their inputs at every row (bound on
+        # every step: a CUDA graph needs fixed outputs); from keep_features (open_head) on,
+        # each pass's rows are copied out and kept by position (features)
+        self.hidden_width = 0
         if HIDDEN_STATES in outputs:
-            width = len(self.info["hidden_layers"]) * int(self.info["n_embd"])
-            self.kept = KeptFeatures(self.cache_len, width)
-        self.hidden_states = self.kept is not None  # open_head: a head reads features
+            self.hidden_width = len(self.info["hidden_layers"]) * int(self.info["n_embd"])
+        self.hidden_states = self.hidden_width > 0  # open_head: a head reads features
+        self.kept: KeptFeatures | None = None
         self.sampling_head = None  # forward_dists runs it (dists_on_device)
         if options.sampling_head and self.binds_steps:
             head_providers = [without_cuda_graph(p) for p in self.providers]
@@ -345,14 +348,23 @@ class OnnxRuntime(ExportedModelFolder):
         folder = Path(path)
         info = read_head_json(folder)
         check_head_fits(folder, info, self)
-        return OnnxEagleHead(folder, self, info)
+        head = OnnxEagleHead(folder, self, info, [without_cuda_graph(p) for p in self.providers])
+        self.keep_features()
+        return head
+
+    def keep_features(self) -> None:
+        """From now on keep every pass's hidden_states rows by position (open_head)."""
+        if not self.hidden_width:
+            raise ValueError(
+                f"{self.path.name} outputs no hidden states; export it with hidden_layers"
+            )
+        if self.kept is None:
+            self.kept = KeptFeatures(self.cache_len, self.hidden_width)
 
     def features(self, start: int, end: int) -> np.ndarray:
         """The graph's hidden_states rows at cache positions start..end-1 (Runtime.features)."""
         if self.kept is None:
-            raise ValueError(
-                f"{self.path.name} outputs no hidden states; export it with hidden_layers"
-            )
+            raise ValueError(f"no hidden states kept for positions {start}..{end - 1}")
         return self.kept.read(start, end, self.n_past)
 
     def capture_graphs(self, shapes: Iterable[tuple[int, int]]) -> int:
@@ -421,8 +433,8 @@ class OnnxRuntime(ExportedModelFolder):
         values["logits"] = self.output_value((1, rows, self.n_logits), np.float32, logits)
         for name, dtype in TOP_OUTPUTS.items() if self.top_outputs else ():
             values[name] = self.output_value((1, rows), dtype)
-        if self.kept is not None:
-            hidden_shape = (1, width, self.kept.rows.shape[1])
+        if self.hidden_width:
+            hidden_shape = (1, width, self.hidden_width)
             values[HIDDEN_STATES] = self.output_value(hidden_shape, np.float32)
         for name, value in values.items():
             if name == "logits" or name in TOP_OUTPUTS or name == HIDDEN_STATES:

@@ -58,12 +58,12 @@ class StandardOnnxRuntime(OnnxRuntime):
             out = self.ort.OrtValue.ortvalue_from_numpy(np.empty(shape, np.float32))
         binding.bind_ortvalue_output("logits", out)
         hidden = None
-        if self.kept is not None:
-            hidden = self.output_value((1, n, self.kept.rows.shape[1]), np.float32)
+        if self.hidden_width:
+            hidden = self.output_value((1, n, self.hidden_width), np.float32)
             binding.bind_ortvalue_output(HIDDEN_STATES, hidden)
         self.session.run_with_iobinding(binding)
         logits = out.numpy()
-        if hidden is not None:
+        if hidden is not None and self.kept is not None:
             self.kept.write(self.n_past, hidden.numpy()[0])
         past = self.kv
         self.kv = self.spare  # this step's buffers hold the cache now

@@ -126,6 +126,12 @@ def test_the_kit_smoke_run_measures_both_back_ends(tmp_path):
         assert all(o["acceptance_rate"] == 1.0 for o in fixed if o["identical"])
         assert all(o["identical"] for o in report["oracle"])
         assert "loop_overhead_at_most_5pct_of_verify" in report["goals"]
+    head = json.loads((out / "tiny-onnx.json").read_text())["head"]  # exported with --head
+    assert (head["file"], head["layers"], len(head["propose_ms_by_k"])) == (
+        "head.fp32",
+        [0, 1, 1],
+        8,
+    )
     table = (out / "table.txt").read_text()
     assert "## tiny on llama" in table and "## tiny on onnx" in table
 

@@ -14,7 +14,8 @@ opening (what a process's first request pays per width); plain steps and n-token
 alternating against each in a run of its own shape (llama.cpp's CUDA graph is rebuilt when
 the shape changes); the target's verify cost curve
 t(n)/t(1) for n = 1..17; the draft's per-token cost; where the bundle holds an EAGLE-3 head
-(make_gguf.py --head) and the back-end is llama.cpp, the head's cost per drafted token; the
+(make_gguf.py --head beside a GGUF pair; an ONNX bundle exported with --head), the head's cost
+per drafted token; the
 loop's own time per step (greedy and
 sampled) against the verify pass; speedup over plain decoding for acceptance 1.0/0.9/0.8/0.6
 at k = 1..8 and with the adaptive controller; and whether every speculative output equals the
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.acceptance import ByPosition
-from edgespec.bundle import read_bundle
+from edgespec.bundle import is_bundle, read_bundle, size_of
 from edgespec.calibrate import measure_curve, replayed, time_pass, warm_at_prefix
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Draft, ModelDrafter
@@ -432,6 +433,14 @@ def switch_recovery(
     return out
 
 
+def bundle_head(bundle: Path) -> Path | None:
+    """The bundle's EAGLE-3 head: make_gguf.py's HEAD_FILE beside a GGUF pair, or the head
+    an export wrote (an ONNX bundle's head folder); None where it has none."""
+    if (bundle / HEAD_FILE).is_file():
+        return bundle / HEAD_FILE
+    return read_bundle(bundle).path("head") if is_bundle(bundle) else None
+
+
 def head_cost(target: Runtime, path: Path, context: Sequence[int], reps: int) -> dict:
     """An EAGLE-3 head's proposals of k = 1..8 tokens through EagleDrafter at one context,
     each k timed reps times after a warm-up round (ms, medians): a proposal rewrites the
@@ -462,7 +471,7 @@ def head_cost(target: Runtime, path: Path, context: Sequence[int], reps: int) ->
     with_head = 1e3 * measure_curve(target, 1, reps=reps)[0]
     target.reset()
     return {
-        "file": path.name, "gigabytes": round(path.stat().st_size / 1e9, 3),
+        "file": path.name, "gigabytes": round(size_of(path) / 1e9, 3),
         "layers": list(head.layers), "n_embd": head.n_embd,  # type: ignore[attr-defined]
         "propose_ms_by_k": [round(t, 4) for t in by_k],
         "token_ms": round(float(slope), 4), "first_ms": round(float(slope + intercept), 4),
@@ -517,8 +526,8 @@ def measure(args: argparse.Namespace) -> dict:
                     "k": k, "speedup": round(run.tokens_per_second / plain.tokens_per_second, 4),
                     **run.__dict__,
                 })  # fmt: skip
-    head_path = Path(args.bundle) / HEAD_FILE
-    if args.backend == "llama" and head_path.is_file():
+    head_path = bundle_head(Path(args.bundle))
+    if head_path is not None:
         head = head_cost(target, head_path, bench.prompt + reference, settings.curve_reps)
         report["head"] = head
         report["head_token_ms"] = head["token_ms"]

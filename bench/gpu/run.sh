@@ -92,8 +92,9 @@ if [ "$SMOKE" = 1 ]; then
   "$PY" bench/gpu/make_models.py --shape tiny-draft --out "$T/hf-draft" --seed 2
   "$PY" -m edgespec export --target "$T/hf-target" --draft "$T/hf-draft" --out "$T/gguf" \
     --target-quant q4_k_m --draft-quant q8_0
+  "$PY" bench/gpu/make_gguf.py --shape tiny --head --out "$T/head.gguf"
   "$PY" -m edgespec export --format onnx --target "$T/hf-target" --draft "$T/hf-draft" \
-    --out "$T/onnx" --target-quant int4 --draft-quant fp16
+    --head "$T/head.gguf" --out "$T/onnx" --target-quant int4 --draft-quant fp16
   "$PY" bench/gpu/measure.py --smoke --device cpu --backend llama --bundle "$T/gguf" \
     --label tiny --json "$OUT/tiny-llama.json"
   "$PY" bench/gpu/measure.py --smoke --device cpu --backend onnx --graphs off \
@@ -177,21 +178,41 @@ make_model() {  # make_model SHAPE
   fi
 }
 
-export_bundle() {  # export_bundle NAME FORMAT TARGET DRAFT TARGET_QUANT DRAFT_QUANT [FLAG...]
-  local name=$1 format=$2
+export_bundle() {  # export_bundle NAME FORMAT TARGET DRAFT TARGET_QUANT DRAFT_QUANT [HEAD.gguf]
+  # with the head where one is given (its target then outputs the head's layers' inputs);
+  # should that fail, the bundle is exported without it, so the head never costs a bundle
+  local name=$1 head=${7:-}
   is_done "bundle-$name" && return
-  say "export $name"
-  rm -rf "${WORK:?}/bundles/$name"  # what a failed try left: export refuses a non-empty folder
-  local extra=("${@:7}")
-  [ "$format" = onnx ] && extra+=(--device cuda)
-  if "$PY" -m edgespec export --format "$format" --target "$WORK/hf/$3" --draft "$WORK/hf/$4" \
-    --out "$WORK/bundles/$name" --target-quant "$5" --draft-quant "$6" --force "${extra[@]}" \
-    > "$KIT/logs/export-$name.log" 2>&1; then
+  say "export $name${head:+ with its EAGLE-3 head}"
+  if { [ -n "$head" ] && [ -f "$head" ] && export_once "$@" --head "$head"; } \
+    || { [ -n "$head" ] && say "export $name without its head" && export_once "${@:1:6}"; } \
+    || { [ -z "$head" ] && export_once "$@"; }; then
     done_mark "bundle-$name"
     say "exported $name"
   else
     done_mark "failed-bundle-$name"
     say "export $name failed: $(tail -2 "$KIT/logs/export-$name.log")"
+  fi
+}
+
+export_once() {  # export_once NAME FORMAT TARGET DRAFT TARGET_QUANT DRAFT_QUANT [HEAD FLAG...]
+  local name=$1 format=$2
+  rm -rf "${WORK:?}/bundles/$name"  # what a failed try left: export refuses a non-empty folder
+  local extra=("${@:8}")
+  [ "$format" = onnx ] && extra+=(--device cuda)
+  "$PY" -m edgespec export --format "$format" --target "$WORK/hf/$3" --draft "$WORK/hf/$4" \
+    --out "$WORK/bundles/$name" --target-quant "$5" --draft-quant "$6" --force "${extra[@]}" \
+    >> "$KIT/logs/export-$name.log" 2>&1
+}
+
+make_head() {  # make_head SHAPE: its random EAGLE-3 head beside its HF folder (unless --no-head)
+  [ "$HEADS" = 1 ] || return 0
+  is_done "head-$1" && return
+  if "$PY" bench/gpu/make_gguf.py --shape "$1" --head --tokenizer "$KIT/up1/qwen2.5-tokenizer" \
+    --out "$WORK/hf/$1.head.gguf" > "$KIT/logs/head-$1.log" 2>&1; then
+    done_mark "head-$1"
+  else
+    say "make $1's head failed: $(tail -2 "$KIT/logs/head-$1.log")"
   fi
 }
 
@@ -224,7 +245,9 @@ models_and_exports() {  # ONNX exports need no llama.cpp: they run while it buil
     pids+=($!)
     # on an H200 the INT4 target's 2-token pass cost 5.2 of its 1-token pass (MatMulNBits);
     # an fp16 target has no MatMulNBits
-    export_bundle demo-onnx-fp16 onnx qwen2.5-1.5b qwen2.5-0.5b fp16 fp16 &
+    make_head qwen2.5-1.5b  # the fp16 bundle carries it: the kit measures its cost there
+    export_bundle demo-onnx-fp16 onnx qwen2.5-1.5b qwen2.5-0.5b fp16 fp16 \
+      "$WORK/hf/qwen2.5-1.5b.head.gguf" &
     pids+=($!)
     if [ $WITH_7B = 1 ]; then
       make_model qwen2.5-7b
