@@ -61,10 +61,12 @@ def build_onnx(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
         errors[role] = info.weight_error
         log.info("%s: %s -> %s in %.1fs", role, ckpt.source, folder.name, time.perf_counter() - t0)
         entries.append(model_entry(role, folder, quant, ckpt, vocabs[role]))
-    if head is not None:
-        folder = staging / f"head.{compute}"
-        export_head_onnx(head, sources["target"], folder, compute=compute)
-        entries.append(model_entry("head", folder, compute, sources["target"], vocabs["target"]))
+    if head is not None:  # drafted gently: the draft's precision
+        quant = "fp16" if compute == "fp16" and choice.draft_quant == "fp32" else choice.draft_quant
+        folder = staging / f"head.{quant}"
+        export_head_onnx(head, sources["target"], folder, quant=quant, compute=compute,
+                         block_size=opts.int4_block)  # fmt: skip
+        entries.append(model_entry("head", folder, quant, sources["target"], vocabs["target"]))
     policy = {
         "compute": compute,
         "int4_block": opts.int4_block,

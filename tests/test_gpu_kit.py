@@ -128,7 +128,7 @@ def test_the_kit_smoke_run_measures_both_back_ends(tmp_path):
         assert "loop_overhead_at_most_5pct_of_verify" in report["goals"]
     head = json.loads((out / "tiny-onnx.json").read_text())["head"]  # exported with --head
     assert (head["file"], head["layers"], len(head["propose_ms_by_k"])) == (
-        "head.fp32",
+        "head.fp16",
         [0, 1, 1],
         8,
     )

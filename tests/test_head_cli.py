@@ -381,3 +381,23 @@ def test_an_onnx_bundle_takes_a_hugging_face_head_converted(capsys, onnx_bundle,
     want = plain_tokens(capsys, out, GREEDY)
     fixed = run_json(capsys, "--target", str(out), "--drafter", "eagle", "--k", "2")
     assert fixed["tokens"] == want and fixed["stats"]["drafted_by_drafter"]["eagle"] > 0
+
+
+def test_bench_head_cost_times_a_bundles_head(capsys, onnx_bundle, tmp_path, monkeypatch):
+    """bench/head_cost.py: the head's proposals of k = 1..8 and its cost against the target's
+    one-token pass, as a table and JSON (timings themselves are not asserted)."""
+    from tests.bench_scripts import load_bench_script
+
+    bench = load_bench_script("head_cost.py", "bench_head_cost")
+    out = tmp_path / "head.json"
+    argv = ["head_cost.py", str(onnx_bundle), "--threads", "1", "--reps", "2", "--json", str(out)]
+    monkeypatch.setattr("sys.argv", argv)
+    bench.main()
+    report = json.loads(out.read_text())
+    assert (report["file"], report["layers"], len(report["propose_ms_by_k"])) == (
+        "head.fp32",
+        [1, 2, 3],
+        8,
+    )
+    assert report["head_over_target"] == round(report["token_ms"] / report["target_token_ms"], 4)
+    assert "| target t(1) ms |" in capsys.readouterr().out
