@@ -11,10 +11,11 @@ as a ModelDrafter's passes. Speedups are against plain decoding on the same cloc
     python bench/replay_grid.py --kit docs/results/gpu-h100-2026-11-26/demo-llama-graphs-on.json \
         [--tokens 128,1024] [--json out.json]
 
---draft-ratio prices the real-cost drafter at that many one-token target passes a token
-instead of the kit's draft model (a trained head: the kit's head_over_target, issue 46's
-price goal), and --acceptance replays other rates than the kit's (0.2, 0.4: a head on text
-it was not trained for):
+--curve replays a stored curve of bench/replay_curves.json instead of a kit run (a CPU's,
+with --draft-ratio). --draft-ratio prices the real-cost drafter at that many one-token
+target passes a token instead of the kit's draft model (a trained head: head_over_target of
+the kit or bench/head_cost.py, issue 46's price goal), and --acceptance replays other rates
+than the kit's (0.2, 0.4: a head on text it was not trained for):
 
     python bench/replay_grid.py --kit docs/results/gpu-h200-2026-11-26/7b-llama-graphs-on.json \
         --draft-ratio 0.1 --acceptance 1.0,0.6,0.4,0.2 --tokens 128,1024
@@ -102,9 +103,20 @@ def grid(
     return rows
 
 
+def curve_run(name: str) -> replay.KitRun:
+    """A stored curve (bench/replay_curves.json) as a kit run: its ratios, one graph none."""
+    curves = json.loads(replay.CURVES_FILE.read_text())
+    if name not in curves:
+        raise SystemExit(f"--curve {name}: not in {replay.CURVES_FILE.name} ({', '.join(curves)})")
+    return replay.KitRun(name, list(curves[name]["ratios"]), None, None)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kit", required=True, help="a GPU kit run's JSON (bench/gpu/measure.py)")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--kit", help="a GPU kit run's JSON (bench/gpu/measure.py)")
+    where.add_argument("--curve", help="a curve of bench/replay_curves.json (a CPU's: no "
+                       "draft price of its own, give --draft-ratio)")  # fmt: skip
     ap.add_argument("--tokens", default="128", help="comma-separated generation lengths")
     ap.add_argument(
         "--draft-ratio",
@@ -114,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--acceptance", help="comma-separated rates (default: the kit's grid)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    kit = replay.kit_run(args.kit)
+    kit = replay.kit_run(args.kit) if args.kit else curve_run(args.curve)
     if args.draft_ratio is not None:
         kit = replace(kit, draft_ratio=args.draft_ratio)
     rates = (

@@ -346,6 +346,15 @@ def test_the_grid_replay_prices_a_head_at_a_given_ratio_and_rates(tmp_path, caps
     assert rows[1]["fixed"]["1"] == cheaper["speedup"]
 
 
+def test_the_grid_replay_takes_a_stored_cpu_curve(capsys):
+    """--curve: a curve of bench/replay_curves.json (no one graph, no draft price of its own)."""
+    grid = load_bench_script("replay_grid.py", "bench_replay_grid")
+    grid.main(["--curve", "onnx-cpu", "--draft-ratio", "0.1", "--acceptance", "1.0"])
+    assert "onnx-cpu: draft 0.1 one-token passes, one graph None" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="^--curve nope: not in replay_curves.json \\(llama-cpu, "):
+        grid.main(["--curve", "nope"])
+
+
 def test_in_the_grid_replay_auto_moves_to_the_width_that_repays_its_switch():
     """At acceptance 0.9 over 1024 tokens on the H100 llama.cpp kit, k = 7 pays 2.46x, k = 4
     2.28x; each step charged its whole switch, `auto` stayed at k = 4 (279 steps); rent-or-buy
