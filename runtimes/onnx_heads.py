@@ -50,11 +50,26 @@ def check_head_fits(folder: Path, info: dict, target: Any) -> None:
             f"{name} reads hidden states of size {info.get('n_embd_tgt')} but {target_name} has "
             f"{target.info['n_embd']}; use the head trained for this target"
         )
+    if info.get("compute") != target.info.get("compute"):
+        raise HeadMismatchError(
+            f"{name} computes in {info.get('compute')} but {target_name} in "
+            f"{target.info.get('compute')}; export the head with its target"
+        )
     if info.get("n_vocab") != target.n_vocab:
         raise HeadMismatchError(
             f"{name} has a vocabulary of {info.get('n_vocab')} tokens but {target_name} has "
             f"{target.n_vocab}; use the head trained for this target"
         )
+
+
+def open_session(ort, path: Path, opts, providers: list):
+    try:
+        return ort.InferenceSession(str(path), opts, providers=providers)
+    except Exception as e:  # noqa: BLE001 - ORT raises several pybind types for bad files
+        raise ModelFileError(
+            f"cannot load the draft head's {path.name} in {path.parent.name}: "
+            f"{str(e).strip().splitlines()[0][:200]}; export the head again"
+        ) from e
 
 
 def kv_buffer(ort, shape: tuple[int, ...], dtype: type, on_cuda: bool):
@@ -85,8 +100,9 @@ class OnnxEagleHead:
         self.columns = None if d2t is None else np.asarray(d2t, dtype=np.int64)
         opts = ort.SessionOptions()
         opts.log_severity_level = 3
-        self.encoder = ort.InferenceSession(str(folder / ENCODE_FILE), opts, providers=providers)
-        self.decoder = ort.InferenceSession(str(folder / DECODE_FILE), opts, providers=providers)
+        self.encoder, self.decoder = (
+            open_session(ort, folder / name, opts, providers) for name in (ENCODE_FILE, DECODE_FILE)
+        )
         shape = (1, int(info["n_kv_head"]), self.n_ctx, int(info["head_dim"]))
         kv_dtype = np.float32 if info["compute"] == "fp32" else np.float16
         self.kv = {

@@ -183,3 +183,25 @@ def test_a_reduced_draft_vocabulary_maps_through_d2t(folders, tmp_path):
     plain = SpeculativeDecoder(target).generate(tokens, max_tokens=32, speculative=False)
     spec = SpeculativeDecoder(target, [EagleDrafter(target, heads[0])], FixedPolicy("eagle", 4))
     assert spec.generate(tokens, max_tokens=32).tokens == plain.tokens
+
+
+def test_a_head_folder_missing_a_graph_is_refused_in_one_line(folders, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(folders[1], broken)
+    (broken / "encode.onnx").unlink()
+    target = OnnxRuntime(folders[0], n_ctx=64, n_threads=1)
+    with pytest.raises(ModelFileError, match=r"^cannot load the draft head's encode\.onnx in "
+                       r"broken: .*; export the head again$"):  # fmt: skip
+        target.open_head(str(broken))
+
+
+def test_a_head_exported_for_another_compute_is_refused(folders, tmp_path):
+    """A float16-compute head (the CUDA export's) beside a float32 target."""
+    gguf = folders[2].with_name("target.gguf")
+    export_head_onnx(folders[2], read_checkpoint(gguf), tmp_path / "h16", compute="fp16")
+    target = OnnxRuntime(folders[0], n_ctx=64, n_threads=1)
+    with pytest.raises(HeadMismatchError, match=r"^h16 computes in fp16 but target in fp32; "
+                       r"export the head with its target$"):  # fmt: skip
+        target.open_head(str(tmp_path / "h16"))
