@@ -47,7 +47,11 @@ def pair(files):
 
 @pytest.fixture(scope="module")
 def reference(pair):
-    target, _ = pair
+    return plain_reference(pair[0])
+
+
+def plain_reference(target: Runtime):
+    """PROMPT's tokens and the target's plain greedy decoding of them (40 tokens)."""
     tokens = target.tokenize(PROMPT, special=True)
     ref = SpeculativeDecoder(target).generate(tokens, max_tokens=40, speculative=False)
     assert len(ref.tokens) >= 16, "the tiny model should not stop at once"
@@ -80,26 +84,38 @@ def test_head_passes_equal_the_numpy_reference(pair, reference):
     """The head's logits for one pass over many rows, and for the same rows in two passes,
     equal src/models/eagle3.cpp's decoder in numpy (pairs (token P + 1, g P))."""
     target, head = pair
-    tokens, _ = reference
+    check_head_matches_reference(target, head, reference[0], atol=0.02)
+
+
+def check_head_matches_reference(target: Runtime, head, tokens: list[int], atol: float) -> None:
+    """fc over the target's features, then the decoder's last row for one pass over many
+    rows and for the same rows in two passes, against tiny_eagle's numpy reference."""
     n = len(tokens)
     put_target_at(target, tokens)
-    g = head.encode(target.features(0, n - 1))
+    features = target.features(0, n - 1)
     w = head_weights(CFG.n_embd, head.n_vocab, 7)
+    g = head.encode(features)
+    np.testing.assert_allclose(g, features @ w["fc.weight"].T, rtol=1e-4, atol=1e-4)
     embd = random_weights(CFG, head.n_vocab, 0)["token_embd.weight"]
     want = reference_logits(w, embd, tokens[1:], g.astype(np.float64), CFG)
     head.reset()
     whole, _ = head.decode(tokens[1:], g)
-    np.testing.assert_allclose(whole, want[-1], rtol=0, atol=0.02)
+    np.testing.assert_allclose(whole, want[-1], rtol=0, atol=atol)
     head.reset()
     head.decode(tokens[1:5], g[:4])
     split, _ = head.decode(tokens[5:], g[4:])
-    np.testing.assert_allclose(split, want[-1], rtol=0, atol=0.02)
+    np.testing.assert_allclose(split, want[-1], rtol=0, atol=atol)
 
 
 @pytest.mark.parametrize("k", range(1, 9))
 def test_greedy_and_seeded_output_equal_plain(pair, reference, k):
     target, head = pair
-    tokens, ref = reference
+    check_output_equals_plain(target, head, *reference, k)
+
+
+def check_output_equals_plain(target: Runtime, head, tokens: list[int], ref, k: int) -> None:
+    """Greedy output drafted by the head at k equals ref (plain greedy decoding's); seeded
+    output equals plain decoding's with the same seed; the head drafted in each."""
     drafter = EagleDrafter(target, head)
     out = SpeculativeDecoder(target, [drafter], FixedPolicy("eagle", k)).generate(
         tokens, max_tokens=40
@@ -126,10 +142,15 @@ def test_rollback_at_every_position_leaves_a_fresh_heads_state(pair, files, refe
     """Each outcome of a k = 8 proposal (0..8 kept, then the recovered or bonus token): the
     next proposal equals a fresh head's on the same context, token for token."""
     target, head = pair
+    check_rollback_leaves_a_fresh_state(target, head, target.open_head(str(files[1])),
+                                        reference, sp)  # fmt: skip
+
+
+def check_rollback_leaves_a_fresh_state(target: Runtime, head, fresh_head, reference, sp) -> None:
     tokens, ref = reference
     text = tokens + ref.tokens
     n0 = len(tokens) + 2
-    fresh = EagleDrafter(target, target.open_head(str(files[1])))
+    fresh = EagleDrafter(target, fresh_head)
     drafter = EagleDrafter(target, head)
     for n_kept in range(9):
         after = text[: n0 + n_kept + 1]

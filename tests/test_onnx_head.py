@@ -21,8 +21,16 @@ from edgespec.export.onnx_export import export_onnx  # noqa: E402
 from edgespec.runtimes.llama_heads import HeadMismatchError  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
 from edgespec.sampling import SamplingParams  # noqa: E402
-from tests.test_eagle import PROMPT, SEEDED, drafter_after, put_target_at  # noqa: E402
-from tests.tiny_eagle import TARGET, head_weights, reference_logits, write_head  # noqa: E402
+from tests.test_eagle import (  # noqa: E402
+    PROMPT,
+    SEEDED,
+    check_head_matches_reference,
+    check_output_equals_plain,
+    check_rollback_leaves_a_fresh_state,
+    plain_reference,
+    put_target_at,
+)
+from tests.tiny_eagle import TARGET, write_head  # noqa: E402
 from tests.tiny_gguf import random_weights, vocabulary, write_gguf  # noqa: E402
 
 LAYERS = (1, 2, 3)  # write_head's default
@@ -48,69 +56,25 @@ def pair(folders):
 
 @pytest.fixture(scope="module")
 def reference(pair):
-    target, _ = pair
-    tokens = target.tokenize(PROMPT, special=True)
-    ref = SpeculativeDecoder(target).generate(tokens, max_tokens=40, speculative=False)
-    assert len(ref.tokens) >= 16, "the tiny model should not stop at once"
-    return tokens, ref
+    return plain_reference(pair[0])
 
 
 def test_the_head_passes_equal_the_numpy_reference(pair, reference):
-    """fc over the target's features, then the decoder's last row for one pass over many
-    rows and for the same rows in two passes: eagle3.cpp's graph in numpy (float64; bound
-    1e-3, float32 here)."""
-    target, head = pair
-    tokens, _ = reference
-    n = len(tokens)
-    put_target_at(target, tokens)
-    features = target.features(0, n - 1)
-    w = head_weights(TARGET.n_embd, head.n_vocab, 7)
-    g = head.encode(features)
-    np.testing.assert_allclose(g, features @ w["fc.weight"].T, rtol=0, atol=1e-4)
-    embd = random_weights(TARGET, head.n_vocab, 0)["token_embd.weight"]
-    want = reference_logits(w, embd, tokens[1:], g.astype(np.float64), TARGET)
-    head.reset()
-    whole, _ = head.decode(tokens[1:], g)
-    np.testing.assert_allclose(whole, want[-1], rtol=0, atol=1e-3)
-    head.reset()
-    head.decode(tokens[1:5], g[:4])
-    split, _ = head.decode(tokens[5:], g[4:])
-    np.testing.assert_allclose(split, want[-1], rtol=0, atol=1e-3)
+    """fc and the decoder against eagle3.cpp's graph in numpy (float64; bound 1e-3: float32
+    here, where llama.cpp's f16 K/V needs 0.02)."""
+    check_head_matches_reference(*pair, reference[0], atol=1e-3)
 
 
 @pytest.mark.parametrize("k", range(1, 9))
 def test_greedy_and_seeded_output_equal_plain(pair, reference, k):
-    target, head = pair
-    tokens, ref = reference
-    drafter = EagleDrafter(target, head)
-    out = SpeculativeDecoder(target, [drafter], FixedPolicy("eagle", k)).generate(
-        tokens, max_tokens=40
-    )
-    assert out.tokens == ref.tokens
-    assert out.stats.n_draft_tokens > 0
-    for sp in SEEDED:
-        plain = SpeculativeDecoder(target).generate(tokens, max_tokens=32, sp=sp, speculative=False)
-        out = SpeculativeDecoder(target, [drafter], FixedPolicy("eagle", k)).generate(
-            tokens, max_tokens=32, sp=sp
-        )
-        assert out.tokens == plain.tokens, sp
-        assert out.stats.n_draft_tokens > 0
+    check_output_equals_plain(*pair, *reference, k)
 
 
 @pytest.mark.parametrize("sp", [SamplingParams(0.0), SEEDED[0]])
 def test_rollback_at_every_position_leaves_a_fresh_heads_state(pair, folders, reference, sp):
     target, head = pair
-    tokens, ref = reference
-    text = tokens + ref.tokens
-    n0 = len(tokens) + 2
-    fresh = EagleDrafter(target, target.open_head(str(folders[1])))
-    drafter = EagleDrafter(target, head)
-    for n_kept in range(9):
-        after = text[: n0 + n_kept + 1]
-        put_target_at(target, after)
-        fresh.reset(np.random.default_rng(0))
-        want = fresh.propose(after, 8, sp).tokens.tolist()
-        assert drafter_after(drafter, text[:n0], after, sp) == want, n_kept
+    check_rollback_leaves_a_fresh_state(target, head, target.open_head(str(folders[1])),
+                                        reference, sp)  # fmt: skip
 
 
 def test_a_head_for_other_layers_is_refused(folders, tmp_path):
