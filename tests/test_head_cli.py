@@ -317,10 +317,14 @@ def test_bench_runs_the_head_as_method_eagle_and_within_auto(files):
     assert report["head"] == str(files[1])
 
 
-def test_serve_drafts_with_a_bundles_head_across_requests(capsys, bundle):
+@pytest.mark.parametrize("kind", ["gguf", "onnx"])
+def test_serve_drafts_with_a_bundles_head_across_requests(capsys, request, kind):
     """A server's decoder keeps the target's cache from request to request (the head's is
-    rebuilt from the kept hidden states): each answer is plain decoding's."""
+    rebuilt from the kept hidden states): each answer is plain decoding's, on llama.cpp and
+    on ONNX Runtime."""
     pytest.importorskip("uvicorn", reason="edgespec serve needs edgespec[serve]")
+    bundle = request.getfixturevalue("bundle" if kind == "gguf" else "onnx_bundle")
+    capsys.readouterr()  # an export's report, where the bundle was made just now
     import httpx
 
     from edgespec.backends import RuntimeOptions
