@@ -46,9 +46,8 @@ from edgespec.export.onnx_export import (
     rms_norm,
     swiglu,
 )
+from edgespec.runtimes.onnx_heads import ENCODE_FILE, HEAD_JSON
 
-HEAD_JSON = "head.json"
-ENCODE_FILE = "encode.onnx"
 HEAD_FORMAT = "edgespec-onnx-head/1"
 # GGUF tensor -> the Hugging Face name attention() and swiglu() read (layer 0)
 LAYER_NAMES = {

@@ -19,7 +19,8 @@ import numpy as np
 
 from edgespec.errors import ModelFileError
 
-HEAD_JSON = "head.json"  # export/eagle3_onnx.py writes these
+# a head folder's files (export/eagle3_onnx.py writes them; edgespec.pair knows HEAD_JSON)
+HEAD_JSON = "head.json"
 ENCODE_FILE = "encode.onnx"
 DECODE_FILE = "model.onnx"
 
@@ -30,7 +31,7 @@ def read_head_json(folder: Path) -> dict:
     except (OSError, ValueError) as e:
         raise ModelFileError(
             f"{folder.name} is not an ONNX draft head (no readable {HEAD_JSON}); export the head "
-            "with its ONNX target (export/eagle3_onnx.py)"
+            "with its target: edgespec export --format onnx --head HEAD"
         ) from e
 
 
