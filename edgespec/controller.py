@@ -231,6 +231,11 @@ def best_choice(
     plain_s = curve.target(1) + (switch_s[0] if switch_s else 0.0)
     best = Choice(None, 0, 1.0 / (plain_s + plain_leaves_s))
     for option in options:
+        # a step emits at most k_max + 1 tokens and pays the catch-up first: a drafter far
+        # behind cannot win, and is not priced (a draft model left behind by plain steps
+        # cost ~10 us a step to price, every step)
+        if option.catch_up_s * best.tokens_per_second >= k_max + 1:
+            continue
         for k, rate in enumerate(draft_rates(curve, option, k_max, switch_s), start=1):
             if rate > best.tokens_per_second:
                 best = Choice(option.drafter, k, rate)

@@ -885,6 +885,14 @@ MUTANTS = (
         "self.kept.write(self.n_past + 1, step.values",
         ("tests/test_onnx_features.py",),
     ),
+    Mutant(  # a drafter whose catch-up alone loses is priced all the same (or one that can win
+        # is skipped: the bound one token off)
+        "price-a-drafter-too-far-behind",
+        "edgespec/controller.py",
+        "if option.catch_up_s * best.tokens_per_second >= k_max + 1:",
+        "if option.catch_up_s * best.tokens_per_second >= k_max + 2:",
+        ("tests/test_controller.py",),
+    ),
     Mutant(  # q and k left in llama.cpp's pair order under rotate-half RoPE
         "onnx-head-rope-as-stored",
         "export/eagle3_onnx.py",

@@ -42,6 +42,25 @@ def test_memory_bound_curve_drafts_long():
     assert (choice.drafter, choice.k) == (m, 8)
 
 
+def test_a_drafter_whose_catch_up_alone_loses_is_not_priced(monkeypatch):
+    """Free and always right, a drafter 9 target tokens behind at k_max 8 cannot beat plain
+    decoding (at most 9 tokens for more than 9 passes): best_choice skips it unpriced; 8.9
+    behind it is priced (and loses all the same on this curve: 9 tokens for 9.9 passes)."""
+    import edgespec.controller as controller
+
+    flat = CostCurve([1.0] * 9)
+    priced = []
+    real = controller.draft_rates
+    monkeypatch.setattr(
+        controller, "draft_rates", lambda c, o, *a: priced.append(o) or real(c, o, *a)
+    )
+    far, near = (Option(model(), [1.0] * 8, 0.0, catch_up_s=s) for s in (9.0, 8.9))
+    assert best_choice(flat, [far], k_max=8) == Choice(None, 0, 1.0)
+    assert priced == []
+    assert best_choice(flat, [near], k_max=8) == Choice(None, 0, 1.0)
+    assert priced == [near]
+
+
 def test_linear_curve_with_expensive_draft_turns_the_model_off():
     linear = CostCurve([float(n) for n in range(1, 10)])  # 2-core CPU-like
     choice = best_choice(linear, [Option(model(), [0.95] * 8, token_s=0.7)], k_max=8)
