@@ -231,15 +231,28 @@ def best_choice(
     plain_s = curve.target(1) + (switch_s[0] if switch_s else 0.0)
     best = Choice(None, 0, 1.0 / (plain_s + plain_leaves_s))
     for option in options:
-        # a step emits at most k_max + 1 tokens and pays the catch-up first: a drafter far
-        # behind cannot win, and is not priced (a draft model left behind by plain steps
-        # cost ~10 us a step to price, every step)
-        if option.catch_up_s * best.tokens_per_second >= k_max + 1:
+        # one that cannot win is not priced (draft_rates ran for prompt lookup's one-token
+        # matches and for a draft model left behind on every step of random text)
+        if rate_bound(curve, option, k_max) <= best.tokens_per_second:
             continue
         for k, rate in enumerate(draft_rates(curve, option, k_max, switch_s), start=1):
             if rate > best.tokens_per_second:
                 best = Choice(option.drafter, k, rate)
     return best
+
+
+def rate_bound(curve: CostCurve, option: Option, k_max: int) -> float:
+    """An upper bound on every rate draft_rates gives option: a step emits at most
+    1 / (1 - a) tokens with every acceptance at most a (and at most k_max + 1), and costs at
+    least the catch-up, a one-token draft and the cheapest verify pass (switches, a longer
+    draft and what it leaves behind only add; a draft that ends early costs one of those)."""
+    n = min(k_max, len(option.alphas))
+    if n == 0:
+        return 0.0
+    a = max(max(option.alphas[:n]), max(option.alphas_sure[:n], default=0.0))
+    tokens = n + 1.0 if a >= 1.0 else min(n + 1.0, 1.0 / (1.0 - a))
+    least_s = option.catch_up_s + option.draft_s(1) + min(curve.targets(n + 1)[1:])
+    return tokens / least_s if least_s > 0 else math.inf
 
 
 def draft_rates(

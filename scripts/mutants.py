@@ -885,12 +885,18 @@ MUTANTS = (
         "self.kept.write(self.n_past + 1, step.values",
         ("tests/test_onnx_features.py",),
     ),
-    Mutant(  # a drafter whose catch-up alone loses is priced all the same (or one that can win
-        # is skipped: the bound one token off)
-        "price-a-drafter-too-far-behind",
+    Mutant(  # a drafter that cannot win is priced all the same
+        "price-a-drafter-that-cannot-win",
         "edgespec/controller.py",
-        "if option.catch_up_s * best.tokens_per_second >= k_max + 1:",
-        "if option.catch_up_s * best.tokens_per_second >= k_max + 2:",
+        "if rate_bound(curve, option, k_max) <= best.tokens_per_second:",
+        "if rate_bound(curve, option, k_max) < 0.0:",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(  # the bound takes the dearest verify pass: one that could win is skipped
+        "rate-bound-below-a-rate",
+        "edgespec/controller.py",
+        "option.draft_s(1) + min(curve.targets(n + 1)[1:])",
+        "option.draft_s(1) + max(curve.targets(n + 1)[1:])",
         ("tests/test_controller.py",),
     ),
     Mutant(  # q and k left in llama.cpp's pair order under rotate-half RoPE

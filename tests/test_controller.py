@@ -42,10 +42,12 @@ def test_memory_bound_curve_drafts_long():
     assert (choice.drafter, choice.k) == (m, 8)
 
 
-def test_a_drafter_whose_catch_up_alone_loses_is_not_priced(monkeypatch):
-    """Free and always right, a drafter 9 target tokens behind at k_max 8 cannot beat plain
-    decoding (at most 9 tokens for more than 9 passes): best_choice skips it unpriced; 8.9
-    behind it is priced (and loses all the same on this curve: 9 tokens for 9.9 passes)."""
+def test_a_drafter_that_cannot_win_is_not_priced(monkeypatch):
+    """rate_bound: free and always right, a drafter 8 target tokens behind at k_max 8 cannot
+    beat plain decoding (at most 9 tokens for at least 8 + 1 passes) and is skipped unpriced;
+    7.9 behind it is priced, and wins (9 tokens for 8.9 passes). Right 20% of the time and
+    in step, on a curve whose 2-token pass costs 1.33 one-token passes, it cannot win either
+    (at most 1.25 tokens a step)."""
     import edgespec.controller as controller
 
     flat = CostCurve([1.0] * 9)
@@ -54,11 +56,37 @@ def test_a_drafter_whose_catch_up_alone_loses_is_not_priced(monkeypatch):
     monkeypatch.setattr(
         controller, "draft_rates", lambda c, o, *a: priced.append(o) or real(c, o, *a)
     )
-    far, near = (Option(model(), [1.0] * 8, 0.0, catch_up_s=s) for s in (9.0, 8.9))
+    far, near = (Option(model(), [1.0] * 8, 0.0, catch_up_s=s) for s in (8.0, 7.9))
     assert best_choice(flat, [far], k_max=8) == Choice(None, 0, 1.0)
     assert priced == []
-    assert best_choice(flat, [near], k_max=8) == Choice(None, 0, 1.0)
+    assert best_choice(flat, [near], k_max=8).drafter is near.drafter
     assert priced == [near]
+    steep = CostCurve([1.0, 1.33] + [1.33 + 0.2 * n for n in range(1, 8)])
+    unlikely = Option(model(), [0.2] * 8, 0.0)
+    assert best_choice(steep, [unlikely], k_max=8) == Choice(None, 0, 1.0)
+    assert priced == [near]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_rate_bound_holds_for_random_options(seed):
+    """rate_bound is at least every rate draft_rates gives, whatever the option and curve."""
+    import numpy as np
+
+    from edgespec.controller import rate_bound
+
+    rng = np.random.default_rng(seed)
+    curve = CostCurve(np.cumsum(rng.uniform(0.0, 1.0, 9)).tolist() if seed % 2 else
+                      (1.0 + rng.uniform(0.0, 0.5, 9)).tolist())  # fmt: skip
+    n = int(rng.integers(1, 9))
+    option = Option(
+        model(), rng.uniform(0.0, 1.0, n).tolist(), float(rng.uniform(0.0, 0.5)),
+        catch_up_s=float(rng.uniform(0.0, 2.0)) * (seed % 3 == 0),
+        continues=rng.uniform(0.0, 1.0, n).tolist() if seed % 4 == 1 else (),
+        alphas_sure=rng.uniform(0.0, 1.0, n).tolist() if seed % 4 == 1 else (),
+        leaves_s=float(rng.uniform(0.0, 0.2)), first_s=float(rng.uniform(0.0, 1.0)),
+    )  # fmt: skip
+    switch = rng.uniform(0.0, 0.5, 10).tolist() if seed % 5 == 0 else ()
+    assert max(draft_rates(curve, option, 8, switch)) <= rate_bound(curve, option, 8) + 1e-12
 
 
 def test_linear_curve_with_expensive_draft_turns_the_model_off():
