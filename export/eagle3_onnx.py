@@ -170,6 +170,12 @@ def read_head(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         else:
             shape = tuple(int(d) for d in reversed(t.shape.tolist()))
             weights[t.name] = read_rows(path, t, 0, t.data.shape[0]).reshape(shape)
+    flags = [f for f in ("norm_before_fc", "norm_before_residual") if field(f"{ARCH}.{f}")]
+    if flags:
+        raise ModelFileError(
+            f"{path.name} sets {', '.join(flags)}, which the ONNX head does not compute yet; "
+            "draft with it on a llama.cpp target"
+        )
     if "rope_freqs.weight" in weights:
         raise ModelFileError(
             f"{path.name} scales its RoPE (rope_freqs, Llama 3.1), which the ONNX head does not "

@@ -82,6 +82,23 @@ def convert_hf_to_gguf(hf_dir: Path, out_path: Path, *, outtype: str = "f16") ->
     return out_path
 
 
+def write_metadata_gguf(hf_dir: Path, out_path: Path) -> Path:
+    """A GGUF of the checkpoint's hyperparameters and tokenizer and no tensors: what
+    convert_eagle3 reads of a target (an ONNX export of a Hugging Face target needs no full
+    GGUF of it: a 7B's f16 is 15 GB)."""
+    import gguf
+
+    ckpt = read_hf_checkpoint(hf_dir)
+    spec = ARCHS[ckpt.config["architectures"][0]]
+    writer = gguf.GGUFWriter(str(out_path), spec.gguf_arch)
+    write_hparams(writer, ckpt.config, "f16")
+    write_tokenizer(writer, ckpt, spec)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    return out_path
+
+
 class StreamedTensor:
     """What GGUFWriter.write_tensor_data uses of an array (nbytes, tofile), cast and written a
     block of rows at a time: 2-D weights in f16 when asked, norms and biases in float32, as

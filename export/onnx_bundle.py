@@ -14,7 +14,7 @@ from edgespec.errors import EdgespecError
 from edgespec.export.checkpoint import Checkpoint, read_checkpoint
 from edgespec.export.eagle3_convert import convert_eagle3
 from edgespec.export.eagle3_onnx import export_head_onnx, read_head
-from edgespec.export.hf_to_gguf import convert_hf_to_gguf
+from edgespec.export.hf_to_gguf import write_metadata_gguf
 from edgespec.export.onnx_export import head_ranges, model_info, write_onnx_model
 from edgespec.export.options import BuiltModels, ExportOptions
 from edgespec.pair import check_head_path
@@ -79,15 +79,15 @@ def build_onnx(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
 
 def head_gguf(opts: ExportOptions, work_dir: Path) -> Path | None:
     """--head as a GGUF file: as given, or a Hugging Face EAGLE-3 folder converted against
-    the target's GGUF (a target given as an HF folder is converted first)."""
+    the target's GGUF (of a target given as an HF folder, its metadata alone)."""
     if opts.head is None:
         return None
     if not opts.head.is_dir():
         check_head_path(opts.head)
         return opts.head
     target = opts.target
-    if target.is_dir():
-        target = convert_hf_to_gguf(target, work_dir / "target.f16.gguf", outtype="f16")
+    if target.is_dir():  # convert_eagle3 reads a target's metadata and tokenizer alone
+        target = write_metadata_gguf(target, work_dir / "target.metadata.gguf")
     return convert_eagle3(opts.head, target, work_dir / "head.f16.gguf")
 
 

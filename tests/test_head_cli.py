@@ -6,6 +6,7 @@ that carries its head and runs with it, and every refusal as one exact line."""
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgespec.app.cli import main
@@ -405,3 +406,33 @@ def test_bench_head_cost_times_a_bundles_head(capsys, onnx_bundle, tmp_path, mon
     )
     assert report["head_over_target"] == round(report["token_ms"] / report["target_token_ms"], 4)
     assert "| target t(1) ms |" in capsys.readouterr().out
+
+
+def test_an_onnx_bundle_from_hugging_face_target_and_head(capsys, tmp_path):
+    """Both as Hugging Face folders: the head is converted against a GGUF of the target's
+    metadata and tokenizer alone (no tensors), then exported; output equals plain."""
+    import gguf
+
+    from edgespec.export.hf_to_gguf import write_metadata_gguf
+    from tests.test_eagle3_convert import LAYERS, write_hf_head
+    from tests.tiny_hf import make_tiny_hf
+
+    target = make_tiny_hf(tmp_path / "target", n_layer=4, seed=3)
+    n_vocab = json.loads((target / "config.json").read_text())["vocab_size"]
+    lm_head = np.random.default_rng(4).standard_normal((n_vocab, 64)).astype(np.float32)
+    hf = write_hf_head(tmp_path / "head", layers=LAYERS, tensors={"lm_head.weight": lm_head},
+                       config={"vocab_size": n_vocab, "draft_vocab_size": n_vocab})  # fmt: skip
+    meta = gguf.GGUFReader(str(write_metadata_gguf(target, tmp_path / "meta.gguf")))
+    assert (
+        len(meta.tensors) == 0 and len(meta.fields["tokenizer.ggml.tokens"].contents()) == n_vocab
+    )
+    out = tmp_path / "b"
+    code = main(["export", "--target", str(target), "--head", str(hf), "--format", "onnx",
+                 "--device", "cpu", "--target-quant", "fp32", "--draft-quant", "fp32",
+                 "--out", str(out)])  # fmt: skip
+    assert code == 0
+    capsys.readouterr()
+    want = run_json(capsys, "--target", str(out), "--drafter", "none", "--max-tokens", "24")
+    fixed = run_json(capsys, "--target", str(out), "--drafter", "eagle", "--k", "2",
+                     "--max-tokens", "24")  # fmt: skip
+    assert fixed["tokens"] == want["tokens"] and fixed["stats"]["drafted_by_drafter"]["eagle"] > 0
