@@ -52,7 +52,7 @@ from edgespec.export.checkpoint import (
 )
 from edgespec.export.hf_to_gguf import StreamedTensor
 from edgespec.progress import progress
-from edgespec.runtimes.llama_heads import HeadMismatchError
+from edgespec.runtimes.shared import HeadMismatchError
 
 log = logging.getLogger(__name__)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +48,7 @@ from edgespec.export.onnx_export import (
     swiglu,
 )
 from edgespec.runtimes.onnx_heads import ENCODE_FILE, HEAD_JSON
+from edgespec.runtimes.shared import check_head_arch, check_head_fit
 
 HEAD_FORMAT = "edgespec-onnx-head/1"
 # GGUF tensor -> the Hugging Face name attention() and swiglu() read (layer 0)
@@ -133,10 +135,25 @@ def save(g: GraphBuilder, path: Path) -> None:
 
 
 def read_head(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """The head GGUF's hyperparameters and its tensors (float32; d2t int64)."""
-    import gguf
-
+    """The head GGUF's hyperparameters (head_metadata) and its tensors (float32; d2t
+    int64)."""
     from edgespec.quant.gguf_quant import read_rows
+
+    reader, meta = head_metadata(path)
+    weights = {}
+    for t in reader.tensors:
+        if t.name == "d2t":
+            weights[t.name] = np.array(t.data, dtype=np.int64).reshape(-1)
+        else:
+            shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+            weights[t.name] = read_rows(path, t, 0, t.data.shape[0]).reshape(shape)
+    return meta, weights
+
+
+def head_metadata(path: Path) -> tuple[Any, dict]:
+    """The head GGUF's reader and hyperparameters, its tensors unread; refused as one line
+    where it is not an EAGLE-3 head or asks for what the ONNX graphs do not compute."""
+    import gguf
 
     try:
         reader = gguf.GGUFReader(str(path))
@@ -147,11 +164,17 @@ def read_head(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         f = reader.fields.get(key)
         return None if f is None else f.contents()
 
-    arch = field("general.architecture")
-    if arch != ARCH:
+    check_head_arch(path.name, field("general.architecture"))
+    flags = [f for f in ("norm_before_fc", "norm_before_residual") if field(f"{ARCH}.{f}")]
+    if flags:
         raise ModelFileError(
-            f"{path.name} is a {arch!r} model, not an EAGLE-3 head (general.architecture "
-            "'eagle3'); give the head's GGUF"
+            f"{path.name} sets {', '.join(flags)}, which the ONNX head does not compute yet; "
+            "draft with it on a llama.cpp target"
+        )
+    if any(t.name == "rope_freqs.weight" for t in reader.tensors):
+        raise ModelFileError(
+            f"{path.name} scales its RoPE (rope_freqs, Llama 3.1), which the ONNX head does not "
+            "yet; draft with it on a llama.cpp target"
         )
     meta = {
         "layers": [int(i) for i in field(f"{ARCH}.target_layers") or []],
@@ -163,61 +186,30 @@ def read_head(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         "rms_eps": float(field(f"{ARCH}.attention.layer_norm_rms_epsilon")),
         "n_tokens": len(field("tokenizer.ggml.tokens") or []),
     }
-    weights = {}
-    for t in reader.tensors:
-        if t.name == "d2t":
-            weights[t.name] = np.array(t.data, dtype=np.int64).reshape(-1)
-        else:
-            shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-            weights[t.name] = read_rows(path, t, 0, t.data.shape[0]).reshape(shape)
-    flags = [f for f in ("norm_before_fc", "norm_before_residual") if field(f"{ARCH}.{f}")]
-    if flags:
-        raise ModelFileError(
-            f"{path.name} sets {', '.join(flags)}, which the ONNX head does not compute yet; "
-            "draft with it on a llama.cpp target"
-        )
-    if "rope_freqs.weight" in weights:
-        raise ModelFileError(
-            f"{path.name} scales its RoPE (rope_freqs, Llama 3.1), which the ONNX head does not "
-            "yet; draft with it on a llama.cpp target"
-        )
-    return meta, weights
+    return reader, meta
 
 
 def head_info(
     path: Path, meta: dict, weights: dict[str, np.ndarray], target: Checkpoint, compute: str
 ) -> HeadInfo:
-    """The head's shape, refused where it does not fit the target."""
+    """The head's shape, refused where it does not fit the target (check_head_fit)."""
     config = target.config
-    n_embd_tgt, n_layer_tgt = config["hidden_size"], config["num_hidden_layers"]
-    n_vocab = config["vocab_size"]
-    name, target_name = path.name, Path(target.source).name
-    if meta["hidden"] is None or int(meta["hidden"]) != n_embd_tgt:
-        raise ModelFileError(
-            f"{name} reads hidden states of size {meta['hidden']} but {target_name} has "
-            f"{n_embd_tgt}; use the head trained for this target"
-        )
-    layers = meta["layers"]
-    if len(layers) != 3 or not all(0 <= i < n_layer_tgt for i in layers):
-        raise ModelFileError(
-            f"{name} extracts layers {layers} but {target_name} has layers "
-            f"0..{n_layer_tgt - 1}; use the head trained for this target"
-        )
-    if meta["n_tokens"] != n_vocab:
-        raise ModelFileError(
-            f"{name} has a vocabulary of {meta['n_tokens']} tokens but {target_name} has "
-            f"{n_vocab}; use the head trained for this target"
-        )
+    check_head_fit(
+        path.name, Path(target.source).name,
+        hidden=meta["hidden"], n_embd_tgt=config["hidden_size"],
+        layers=meta["layers"], n_layer_tgt=config["num_hidden_layers"],
+        n_vocab=meta["n_tokens"], n_vocab_tgt=config["vocab_size"],
+    )  # fmt: skip
     n_embd, n_out = weights["fc.weight"].shape[0], weights["output.weight"].shape[0]
     d2t = weights.get("d2t")
     return HeadInfo(
-        layers=layers,
+        layers=meta["layers"],
         n_embd=int(n_embd),
-        n_embd_tgt=int(n_embd_tgt),
+        n_embd_tgt=int(config["hidden_size"]),
         n_head=meta["n_head"],
         n_kv_head=meta["n_kv_head"],
         head_dim=int(n_embd) // meta["n_head"],
-        n_vocab=int(n_vocab),
+        n_vocab=int(config["vocab_size"]),
         n_out=int(n_out),
         d2t=None if d2t is None else [int(i) for i in d2t],
         context_length=meta["n_ctx"],

@@ -13,7 +13,7 @@ from edgespec.bundle import ModelEntry, sha256_path, size_of
 from edgespec.errors import EdgespecError
 from edgespec.export.checkpoint import Checkpoint, read_checkpoint
 from edgespec.export.eagle3_convert import convert_eagle3
-from edgespec.export.eagle3_onnx import export_head_onnx, read_head
+from edgespec.export.eagle3_onnx import export_head_onnx, head_metadata
 from edgespec.export.hf_to_gguf import write_metadata_gguf
 from edgespec.export.onnx_export import head_ranges, model_info, write_onnx_model
 from edgespec.export.options import BuiltModels, ExportOptions
@@ -43,13 +43,12 @@ def build_onnx(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
     choice = resolve_onnx_precision(opts.device, opts.target_quant, opts.draft_quant, opts.force)
     compute = "fp32" if opts.device == "cpu" else "fp16"
     head = head_gguf(opts, work_dir)
-    head_layers = read_head(head)[0]["layers"] if head is not None else None
+    head_layers = head_metadata(head)[1]["layers"] if head is not None else None
     entries, errors = [], {}
     kept = None  # token ids the draft's output layer keeps
     for role, ckpt in sources.items():
-        quant = choice.target_quant if role == "target" else choice.draft_quant
-        if compute == "fp16" and quant == "fp32":
-            quant = "fp16"  # the CUDA EP's attention runs in half: fp32 weights cannot feed it
+        quant = stored_quant(choice.target_quant if role == "target" else choice.draft_quant,
+                             compute)  # fmt: skip
         folder = staging / f"{role}.{quant}"
         t0 = time.perf_counter()
         ranges = draft_head(ckpt, vocabs[role], opts.draft_vocab) if role == "draft" else None
@@ -62,7 +61,7 @@ def build_onnx(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
         log.info("%s: %s -> %s in %.1fs", role, ckpt.source, folder.name, time.perf_counter() - t0)
         entries.append(model_entry(role, folder, quant, ckpt, vocabs[role]))
     if head is not None:  # drafted gently: the draft's precision
-        quant = "fp16" if compute == "fp16" and choice.draft_quant == "fp32" else choice.draft_quant
+        quant = stored_quant(choice.draft_quant, compute)
         folder = staging / f"head.{quant}"
         export_head_onnx(head, sources["target"], folder, quant=quant, compute=compute,
                          block_size=opts.int4_block)  # fmt: skip
@@ -75,6 +74,12 @@ def build_onnx(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
         "weight_error": errors,
     }
     return BuiltModels(tuple(entries), vocabs["target"], choice, policy)
+
+
+def stored_quant(quant: str, compute: str) -> str:
+    """A role's weight precision as written: the CUDA EP's attention runs in half, so fp32
+    weights cannot feed an fp16-compute graph and are stored fp16."""
+    return "fp16" if compute == "fp16" and quant == "fp32" else quant
 
 
 def head_gguf(opts: ExportOptions, work_dir: Path) -> Path | None:

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.runtimes.shared import check_head_arch, check_head_fit
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +119,6 @@ def check_target_keeps_layer_inputs(arch: str | None, target: str, head: str) ->
 
 class HeadUnsupportedError(ModelFileError):
     """This llama.cpp build cannot run trained draft heads (a symbol is missing)."""
-
-
-class HeadMismatchError(ModelFileError):
-    """A draft head that does not fit its target (hidden size, layers, vocabulary)."""
 
 
 class Ext:
@@ -214,31 +211,13 @@ class EagleHead:
 
     def check_fit(self) -> None:
         """Refuse a head that cannot read this target's hidden states or vocabulary."""
-        arch = self.metadata("general.architecture")
-        n_layer_tgt = int(self.llama.llama_model_n_layer(self.target.model))
-        name = self.path.name
-        if arch != "eagle3":
-            raise HeadMismatchError(
-                f"{name} is a {arch!r} model, not an EAGLE-3 head (general.architecture "
-                "'eagle3'); give the head's GGUF"
-            )
-        hidden = self.metadata("eagle3.target_hidden_size")
-        if hidden is None or int(hidden) != self.n_embd_tgt:
-            raise HeadMismatchError(
-                f"{name} reads hidden states of size {hidden} but {self.target.path.name} has "
-                f"{self.n_embd_tgt}; use the head trained for this target"
-            )
-        if len(self.layers) != 3 or not all(0 <= i < n_layer_tgt for i in self.layers):
-            raise HeadMismatchError(
-                f"{name} extracts layers {self.layers} but {self.target.path.name} has layers "
-                f"0..{n_layer_tgt - 1}; use the head trained for this target"
-            )
-        if self.n_vocab != self.target.n_vocab:
-            raise HeadMismatchError(
-                f"{name} has a vocabulary of {self.n_vocab} tokens but "
-                f"{self.target.path.name} has {self.target.n_vocab}; use the head trained for "
-                "this target"
-            )
+        check_head_arch(self.path.name, self.metadata("general.architecture"))
+        check_head_fit(
+            self.path.name, self.target.path.name,
+            hidden=self.metadata("eagle3.target_hidden_size"), n_embd_tgt=self.n_embd_tgt,
+            layers=self.layers, n_layer_tgt=int(self.llama.llama_model_n_layer(self.target.model)),
+            n_vocab=self.n_vocab, n_vocab_tgt=self.target.n_vocab,
+        )  # fmt: skip
 
     def metadata(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(256)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.runtimes.shared import HeadMismatchError
 
 # a head folder's files (export/eagle3_onnx.py writes them; edgespec.pair knows HEAD_JSON)
 HEAD_JSON = "head.json"
@@ -39,8 +40,6 @@ def read_head_json(folder: Path) -> dict:
 def check_head_fits(folder: Path, info: dict, target: Any) -> None:
     """Refuse a head folder whose extract layers, hidden size or vocabulary are not the
     target's (target: an OnnxRuntime)."""
-    from edgespec.runtimes.llama_heads import HeadMismatchError
-
     name, target_name = folder.name, target.path.name
     if info.get("layers") != target.info.get("hidden_layers"):
         raise HeadMismatchError(

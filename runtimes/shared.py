@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from edgespec.errors import ModelFileError
 from edgespec.runtime import Runtime
 
 
@@ -29,6 +30,50 @@ def check_logit_ranges(ranges: object, n_vocab: int) -> None:
         stop = r[1]
     if stop > n_vocab:
         raise ValueError(f"logit ranges end at {stop}, past the vocabulary of {n_vocab} tokens")
+
+
+class HeadMismatchError(ModelFileError):
+    """A draft head that does not fit its target (hidden size, layers, vocabulary)."""
+
+
+def check_head_arch(name: str, arch: object) -> None:
+    """Refuse a GGUF that is not an EAGLE-3 head (general.architecture "eagle3")."""
+    if arch != "eagle3":
+        raise HeadMismatchError(
+            f"{name} is a {arch!r} model, not an EAGLE-3 head (general.architecture "
+            "'eagle3'); give the head's GGUF"
+        )
+
+
+def check_head_fit(
+    name: str,
+    target_name: str,
+    *,
+    hidden: int | str | None,
+    n_embd_tgt: int,
+    layers: Sequence[int],
+    n_layer_tgt: int,
+    n_vocab: int,
+    n_vocab_tgt: int,
+) -> None:
+    """Refuse a head that cannot read its target's hidden states or vocabulary: its
+    eagle3.target_hidden_size (hidden), its three extract layers, its vocabulary size. The one
+    rule llama.cpp's EagleHead and the ONNX head export judge a head by."""
+    if hidden is None or int(hidden) != n_embd_tgt:
+        raise HeadMismatchError(
+            f"{name} reads hidden states of size {hidden} but {target_name} has {n_embd_tgt}; "
+            "use the head trained for this target"
+        )
+    if len(layers) != 3 or not all(0 <= i < n_layer_tgt for i in layers):
+        raise HeadMismatchError(
+            f"{name} extracts layers {list(layers)} but {target_name} has layers "
+            f"0..{n_layer_tgt - 1}; use the head trained for this target"
+        )
+    if n_vocab != n_vocab_tgt:
+        raise HeadMismatchError(
+            f"{name} has a vocabulary of {n_vocab} tokens but {target_name} has {n_vocab_tgt}; "
+            "use the head trained for this target"
+        )
 
 
 class KeptFeatures:

@@ -13,8 +13,9 @@ from edgespec.controller import FixedPolicy
 from edgespec.drafters.eagle import EagleDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.runtime import Runtime
-from edgespec.runtimes.llama_heads import HeadMismatchError, ext
+from edgespec.runtimes.llama_heads import ext
 from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
+from edgespec.runtimes.shared import HeadMismatchError
 from edgespec.sampling import SamplingParams
 from tests.tiny_eagle import (
     TARGET,

@@ -17,7 +17,7 @@ from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ModelFileError
 from edgespec.export.checkpoint import unpermute_from_interleaved_rope
 from edgespec.export.eagle3_convert import convert_eagle3
-from edgespec.runtimes.llama_heads import HeadMismatchError
+from edgespec.runtimes.shared import HeadMismatchError
 from edgespec.sampling import SamplingParams
 from tests.test_eagle import CFG, PROMPT, SEEDED, open_target, put_target_at
 from tests.tiny_eagle import head_weights, write_head

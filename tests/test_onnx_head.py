@@ -18,8 +18,8 @@ from edgespec.errors import ModelFileError  # noqa: E402
 from edgespec.export.checkpoint import read_checkpoint  # noqa: E402
 from edgespec.export.eagle3_onnx import export_head_onnx  # noqa: E402
 from edgespec.export.onnx_export import export_onnx  # noqa: E402
-from edgespec.runtimes.llama_heads import HeadMismatchError  # noqa: E402
 from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
+from edgespec.runtimes.shared import HeadMismatchError  # noqa: E402
 from edgespec.sampling import SamplingParams  # noqa: E402
 from tests.test_eagle import (  # noqa: E402
     PROMPT,
