@@ -21,7 +21,7 @@ import edgespec.interrupts as interrupts
 from edgespec.errors import ModelFileError
 from edgespec.runtime import Runtime, VocabInfo
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
-from edgespec.runtimes.shared import KeptFeatures, forward_in_chunks, token_text_hash
+from edgespec.runtimes.shared import KeptFeatures, forward_in_chunks, kept_rows, token_text_hash
 from edgespec.runtimes.threads import LoadAwareThreads, default_threads
 
 log = logging.getLogger(__name__)
@@ -319,13 +319,12 @@ class LlamaCppRuntime(Runtime):
 
         assert self.kept is not None
         width = int(self.llama.llama_model_n_embd(self.model))
-        layers = [ext(self.llama).get_embeddings_layer_inp(self.ctx, lid) for lid in self.extracted]  # type: ignore[attr-defined]
-        self.kept.write(self.n_past, np.hstack([rows(ptr, n, width) for ptr in layers]))
+        for i, lid in enumerate(self.extracted):
+            ptr = ext(self.llama).get_embeddings_layer_inp(self.ctx, lid)  # type: ignore[attr-defined]
+            self.kept.write(self.n_past, rows(ptr, n, width), column=i * width)
 
     def features(self, start: int, end: int) -> np.ndarray:
-        if self.kept is None:
-            raise ValueError(f"no hidden states kept for positions {start}..{end - 1}")
-        return self.kept.read(start, end, self.n_past)
+        return kept_rows(self.kept, start, end, self.n_past)
 
     def choose_threads(self) -> None:
         """Threads for this pass (--exact: the same logits at any count; docs/exactness.md)."""

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ModelFileError
-from edgespec.runtimes.shared import HeadMismatchError
+from edgespec.runtimes.shared import HeadMismatchError, check_head_fit, zeroed_value
 
 # a head folder's files (export/eagle3_onnx.py writes them; edgespec.pair knows HEAD_JSON)
 HEAD_JSON = "head.json"
@@ -38,28 +38,24 @@ def read_head_json(folder: Path) -> dict:
 
 
 def check_head_fits(folder: Path, info: dict, target: Any) -> None:
-    """Refuse a head folder whose extract layers, hidden size or vocabulary are not the
-    target's (target: an OnnxRuntime)."""
+    """Refuse a head folder whose extract layers, hidden size, vocabulary or compute are
+    not the target's (target: an OnnxRuntime)."""
     name, target_name = folder.name, target.path.name
     if info.get("layers") != target.info.get("hidden_layers"):
         raise HeadMismatchError(
             f"{name} extracts layers {info.get('layers')} but {target_name} outputs the inputs "
             f"of layers {target.info.get('hidden_layers')}; export the target with this head"
         )
-    if info.get("n_embd_tgt") != int(target.info["n_embd"]):
-        raise HeadMismatchError(
-            f"{name} reads hidden states of size {info.get('n_embd_tgt')} but {target_name} has "
-            f"{target.info['n_embd']}; use the head trained for this target"
-        )
+    check_head_fit(
+        name, target_name,
+        hidden=info.get("n_embd_tgt"), n_embd_tgt=int(target.info["n_embd"]),
+        layers=info["layers"], n_layer_tgt=int(target.info["n_layer"]),
+        n_vocab=info.get("n_vocab"), n_vocab_tgt=target.n_vocab,
+    )  # fmt: skip
     if info.get("compute") != target.info.get("compute"):
         raise HeadMismatchError(
             f"{name} computes in {info.get('compute')} but {target_name} in "
             f"{target.info.get('compute')}; export the head with its target"
-        )
-    if info.get("n_vocab") != target.n_vocab:
-        raise HeadMismatchError(
-            f"{name} has a vocabulary of {info.get('n_vocab')} tokens but {target_name} has "
-            f"{target.n_vocab}; use the head trained for this target"
         )
 
 
@@ -117,22 +113,12 @@ def open_session(ort, path: Path, opts, providers: list):
         ) from e
 
 
-def kv_buffer(ort, shape: tuple[int, ...], dtype: type, on_cuda: bool):
-    """A zeroed cache buffer where the head runs (on CUDA: device memory, written in place)."""
-    zeros: np.ndarray = np.zeros(shape, dtype)
-    if not on_cuda:
-        return ort.OrtValue.ortvalue_from_numpy(zeros)
-    value = ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, "cuda", 0)
-    value.update_inplace(zeros)
-    return value
-
-
 class OnnxEagleHead:
     """An EAGLE-3 head's two graphs on the target's providers, with its own KV cache."""
 
     def __init__(self, folder: Path, target: Any, info: dict, providers: list) -> None:
         """target: the OnnxRuntime whose hidden states the head reads (it checked the fit);
-        providers: the target's, without CUDA graphs (the head's inputs are bound afresh)."""
+        providers: the target's, without CUDA graphs (the head's inputs are host arrays)."""
         ort = target.ort
         self.ort, self.path, self.info = ort, folder, info
         self.n_vocab = target.n_vocab
@@ -151,7 +137,7 @@ class OnnxEagleHead:
         shape = (1, int(info["n_kv_head"]), self.n_ctx, int(info["head_dim"]))
         kv_dtype = np.float32 if info["compute"] == "fp32" else np.float16
         self.kv = {
-            kind: kv_buffer(ort, shape, kv_dtype, target.on_cuda) for kind in ("key", "value")
+            kind: zeroed_value(ort, shape, kv_dtype, target.on_cuda) for kind in ("key", "value")
         }
         self.n_out = int(info["n_out"])
         self.steps: dict[int, HeadStep] = {}  # rows -> the decoder bound for them

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import EdgespecError, ModelFileError
-from edgespec.hugepages import lazy_zeros
 from edgespec.runtime import MAX_VERIFY_WIDTH, TopRows
 from edgespec.runtimes.model_folder import (
     MODEL_JSON,
@@ -38,7 +37,14 @@ from edgespec.runtimes.model_folder import (
     read_logit_ranges,
 )
 from edgespec.runtimes.sampling_head import SamplingHead, head_dists
-from edgespec.runtimes.shared import KeptFeatures, check_room, forward_in_chunks, logit_count
+from edgespec.runtimes.shared import (
+    KeptFeatures,
+    check_room,
+    forward_in_chunks,
+    kept_rows,
+    logit_count,
+    zeroed_value,
+)
 from edgespec.runtimes.threads import default_threads
 from edgespec.sampling import SamplingParams, TokenDist
 
@@ -188,8 +194,6 @@ class OnnxRuntime(ExportedModelFolder):
         self.kv_dtype = kv_dtype(self.session)
         outputs = {o.name for o in self.session.get_outputs()}
         self.top_outputs = TOP_OUTPUTS.keys() <= outputs  # edgespec.runtime.forward_top reads them
-        # a graph exported with hidden_layers: every pass keeps their rows by position
-        # (features), for a trained draft head; None: no such output
         # a graph exported with hidden_layers outputs their inputs at every row (bound on
         # every step: a CUDA graph needs fixed outputs); from keep_features (open_head) on,
         # each pass's rows are copied out and kept by position (features)
@@ -250,19 +254,11 @@ class OnnxRuntime(ExportedModelFolder):
     def allocate_cache(self) -> dict[str, Any]:
         """One [1, n_kv, n_ctx, head_dim] buffer per layer and kind, zeroed once."""
         shape = (1, int(self.info["n_kv_head"]), self.cache_len, int(self.info["head_dim"]))
-        kv = {}
-        for i in range(int(self.info["n_layer"])):
-            for kind in ("key", "value"):
-                zeros: np.ndarray = lazy_zeros(shape, self.kv_dtype)
-                if self.on_cuda:
-                    value = self.ort.OrtValue.ortvalue_from_shape_and_type(
-                        shape, self.kv_dtype, "cuda", 0
-                    )
-                    value.update_inplace(zeros)  # no NaN garbage beyond n_past, ever
-                else:
-                    value = self.ort.OrtValue.ortvalue_from_numpy(zeros)
-                kv[f"{i}.{kind}"] = value
-        return kv
+        return {
+            f"{i}.{kind}": zeroed_value(self.ort, shape, self.kv_dtype, self.on_cuda)
+            for i in range(int(self.info["n_layer"]))
+            for kind in ("key", "value")
+        }
 
     # --- the Runtime protocol ---------------------------------------------------------------
 
@@ -363,9 +359,7 @@ class OnnxRuntime(ExportedModelFolder):
 
     def features(self, start: int, end: int) -> np.ndarray:
         """The graph's hidden_states rows at cache positions start..end-1 (Runtime.features)."""
-        if self.kept is None:
-            raise ValueError(f"no hidden states kept for positions {start}..{end - 1}")
-        return self.kept.read(start, end, self.n_past)
+        return kept_rows(self.kept, start, end, self.n_past)
 
     def capture_graphs(self, shapes: Iterable[tuple[int, int]]) -> int:
         """Run once each step shape (width, rows returned) this session captures and has not

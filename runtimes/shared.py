@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.hugepages import lazy_zeros
 from edgespec.runtime import Runtime
 
 
@@ -84,15 +85,29 @@ class KeptFeatures:
     def __init__(self, positions: int, width: int) -> None:
         self.rows = np.zeros((positions, width), dtype=np.float32)
 
-    def write(self, n_past: int, rows: np.ndarray) -> None:
-        """A pass's rows, the first at cache position n_past."""
-        self.rows[n_past : n_past + len(rows)] = rows
+    def write(self, n_past: int, rows: np.ndarray, column: int = 0) -> None:
+        """A pass's rows, the first at cache position n_past (from `column` on: one layer's
+        block of a runtime that reads its layers apart)."""
+        self.rows[n_past : n_past + len(rows), column : column + rows.shape[1]] = rows
 
-    def read(self, start: int, end: int, n_past: int) -> np.ndarray:
-        """Runtime.features: positions start..end-1, all inside the cache's n_past."""
-        if not 0 <= start <= end <= n_past:
-            raise ValueError(f"no hidden states kept for positions {start}..{end - 1}")
-        return self.rows[start:end].copy()
+
+def kept_rows(kept: KeptFeatures | None, start: int, end: int, n_past: int) -> np.ndarray:
+    """Runtime.features: positions start..end-1, all inside the cache's n_past, of what a
+    runtime keeps (None: nothing yet, no head open)."""
+    if kept is None or not 0 <= start <= end <= n_past:
+        raise ValueError(f"no hidden states kept for positions {start}..{end - 1}")
+    return kept.rows[start:end].copy()
+
+
+def zeroed_value(ort, shape: tuple[int, ...], dtype: type, on_cuda: bool):
+    """A zeroed OrtValue where the model runs (a cache buffer, written in place): on CUDA
+    device memory, zeroed once, so there is no NaN garbage beyond n_past, ever."""
+    zeros: np.ndarray = lazy_zeros(shape, dtype)
+    if not on_cuda:
+        return ort.OrtValue.ortvalue_from_numpy(zeros)
+    value = ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, "cuda", 0)
+    value.update_inplace(zeros)
+    return value
 
 
 def logit_count(ranges: Sequence[Sequence[int]]) -> int:

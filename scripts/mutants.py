@@ -761,9 +761,9 @@ MUTANTS = (
     ),
     Mutant(
         "onnx-kv-cache-from-numpy",
-        "runtimes/onnxrt.py",
-        "zeros: np.ndarray = lazy_zeros(shape, self.kv_dtype)",
-        "zeros: np.ndarray = np.zeros(shape, self.kv_dtype)",
+        "runtimes/shared.py",
+        "zeros: np.ndarray = lazy_zeros(shape, dtype)",
+        "zeros: np.ndarray = np.zeros(shape, dtype)",
         ("tests/test_hugepages.py",),
     ),
     Mutant(
