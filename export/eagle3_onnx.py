@@ -44,6 +44,7 @@ from edgespec.export.onnx_export import (
     GraphBuilder,
     ModelInfo,
     attention,
+    norm_constants,
     rms_norm,
     swiglu,
 )
@@ -254,9 +255,7 @@ def decode_graph(
         helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, "sequence_length", d])
     )
     g.prepare(layer, config)
-    g.const("eps", np.array(eps, np.float32))
-    g.const("two", np.array(2.0, np.float32))
-    g.const("axis_last", np.array([-1], np.int64))
+    norm_constants(g, eps)
     embd = g.gather(target.weights.rows("model.embed_tokens.weight"), "input_ids",
                     "model.embed_tokens.weight")  # fmt: skip
     state = "g" if g.dtype == np.float32 else g.cast("g", g.dtype)

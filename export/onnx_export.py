@@ -584,9 +584,7 @@ def build_decoder(
     eps = float(config.get("rms_norm_eps", 1e-6))
     g.inputs += g.step_inputs(info)
     g.prepare(info, config)
-    g.const("eps", np.array(eps, np.float32))
-    g.const("two", np.array(2.0, np.float32))
-    g.const("axis_last", np.array([-1], np.int64))
+    norm_constants(g, eps)
     x = g.gather(w.rows("model.embed_tokens.weight"), "input_ids", "model.embed_tokens.weight")
     layer_inputs: dict[int, str] = {}
     for i in progress(range(info.n_layer), desc, unit="layer"):
@@ -673,6 +671,13 @@ def first_max(g: GraphBuilder, x: str, n_columns: int) -> tuple[str, str]:
     width = g.const(g.name("block_width"), np.array(MAX_BLOCK))
     first = g.op("Add", g.op("Mul", block, width), column)  # [1, rows, 1] int64
     return peak, g.op("Squeeze", first, last)
+
+
+def norm_constants(g: GraphBuilder, eps: float) -> None:
+    """The constants rms_norm reads by name: eps, two (the square's exponent), axis_last."""
+    g.const("eps", np.array(eps, np.float32))
+    g.const("two", np.array(2.0, np.float32))
+    g.const("axis_last", np.array([-1], np.int64))
 
 
 def rms_norm(g: GraphBuilder, x: str, weight: np.ndarray, name: str) -> str:
