@@ -3,7 +3,7 @@ machine: the GPU kit's head measure (bench/gpu/measure.py head_cost) on any bund
 a head, on the CPU (or a GPU) without the rest of the kit.
 
 The bundle's target and head are opened as `edgespec run` opens them (edgespec.pair); the
-head proposes k = 1..8 tokens at one real context through EagleDrafter, each k timed after a
+head proposes k = 1..8 tokens at one real context through HeadDrafter, each k timed after a
 warm-up; the fitted slope is the cost of a drafted token, the intercept plus one slope the
 first token's (which also rewrites the boundary row from the target's features). Prints a
 table and writes JSON.

@@ -28,6 +28,9 @@ class RuntimeOptions:
     # descheduled thread stalls the rest at every op's barrier); False: n_threads always.
     # ONNX Runtime sizes its thread pool once, so it keeps n_threads either way.
     load_aware_threads: bool = True
+    # llama.cpp: load the target's MTP layers where its GGUF has them (an MTP drafter may run;
+    # they cost one layer's memory)
+    mtp: bool = False
 
     def __post_init__(self) -> None:
         from edgespec.runtimes.threads import bounded_threads
@@ -110,7 +113,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
             n_threads=opts.n_threads,
             n_gpu_layers=opts.gpu_layers(),
             load_aware_threads=opts.load_aware_threads,
-            options=LlamaOptions(**(EXACT_LLAMA if opts.exact else {})),
+            options=LlamaOptions(**(EXACT_LLAMA if opts.exact else {}), mtp=opts.mtp),
         )
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}; check the path")

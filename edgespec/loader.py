@@ -10,7 +10,7 @@ from typing import Any
 from edgespec.backends import RuntimeOptions
 from edgespec.calibrate import cost_curve
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
-from edgespec.drafters import Drafter, EagleDrafter, ModelDrafter, NgramDrafter
+from edgespec.drafters import Drafter, HeadDrafter, ModelDrafter, NgramDrafter
 from edgespec.drafters.model import STEP_SHAPES
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError
@@ -19,7 +19,7 @@ from edgespec.runtime import K_MAX
 
 log = logging.getLogger(__name__)
 
-DRAFTER_CHOICES = ("auto", "model", "eagle", "ngram", "none")
+DRAFTER_CHOICES = ("auto", "model", "eagle", "mtp", "ngram", "none")
 # 0.5-0.8 gave the same within 0.5% on open, chat, edit and code replayed on a CPU's curve,
 # 0.7-0.8 the most on a GPU-like one (f7269df:docs/benchmarks.md)
 DRAFT_CONFIDENCE = 0.7
@@ -31,12 +31,13 @@ class SpecOptions:
 
     k = None: the adaptive controller chooses k per step (0 = plain), up to k_max, and with
     drafter "auto" also which drafter (the draft model, the draft head, prompt lookup, or
-    none). k = N: drafter "model", "eagle" (the draft head, --head) or "ngram" drafts N
+    none). k = N: drafter "model", "eagle" (the draft head, --head), "mtp" (the target's
+    own MTP layer) or "ngram" drafts N
     tokens every step (N = 0: plain decoding); "auto" chooses per step, so it refuses a
     fixed k.
     """
 
-    drafter: str = "auto"  # auto | model | eagle | ngram | none
+    drafter: str = "auto"  # auto | model | eagle | mtp | ngram | none
     k: int | None = None  # fixed draft length; None = chosen per step
     k_max: int = K_MAX  # longest draft the adaptive controller tries
     max_ngram: int = 4
@@ -80,8 +81,8 @@ class SpecOptions:
         if self.k is not None and self.drafter == "auto":
             raise EdgespecError(
                 f"--k {self.k} fixes the draft length, which needs one drafter: add --drafter "
-                f"model, --drafter eagle or --drafter ngram (with --drafter auto, k is chosen per "
-                "step up to --k-max)"
+                "model, eagle, mtp or ngram (with --drafter auto, k is chosen per step up to "
+                "--k-max)"
             )
 
     def within(self, n_ctx: int) -> SpecOptions:
@@ -120,6 +121,10 @@ class SpecOptions:
     def uses_head(self) -> bool:
         return self.drafter in ("auto", "eagle")
 
+    @property
+    def uses_mtp(self) -> bool:
+        return self.drafter in ("auto", "mtp")
+
 
 def load_decoder(
     target: str | Path,
@@ -136,14 +141,21 @@ def load_decoder(
     reuse_cache: keep the KV caches across requests (see SpeculativeDecoder).
     capture_graphs: see build_decoder."""
     pair = open_pair(
-        target, draft, runtime, open_draft=spec.uses_model, head=head, use_head=spec.uses_head
-    )
+        target, draft, runtime, open_draft=spec.uses_model, head=head,
+        use_head=spec.uses_head, use_mtp=spec.uses_mtp,
+    )  # fmt: skip
     if spec.drafter == "model" and pair.draft is None:
         raise EdgespecError("--drafter model needs a draft model: pass --draft DRAFT.gguf")
     if spec.drafter == "eagle" and pair.head is None:
         raise EdgespecError(
             "--drafter eagle needs a draft head: pass --head HEAD.gguf (an EAGLE-3 head "
             "trained for the target)"
+        )
+    if spec.drafter == "mtp" and (pair.head is None or pair.head.kind != "mtp"):
+        raise EdgespecError(
+            f"--drafter mtp needs a target with MTP layers: {pair.target_path.name} has none "
+            "this llama.cpp drafts with (GLM-4.5 and DeepSeek-V3 GGUFs keep theirs); choose "
+            "another --drafter"
         )
     return build_decoder(pair, spec, reuse_cache=reuse_cache, capture_graphs=capture_graphs)
 
@@ -196,8 +208,9 @@ def make_drafters(
                 n_ids=pair.target.n_vocab,
             )
         )
-    if pair.head is not None and spec.uses_head:  # its cost is learned from its drafts
-        drafters.append(EagleDrafter(pair.target, pair.head))
+    head = pair.head  # its cost is learned from its drafts
+    if head is not None and spec.drafter in ("auto", head.kind):
+        drafters.append(HeadDrafter(pair.target, head))
     if spec.drafter in ("auto", "ngram"):
         drafters.append(NgramDrafter(max_ngram=spec.max_ngram, history=spec.lookup_history))
     return drafters

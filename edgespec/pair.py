@@ -28,8 +28,9 @@ class ModelPair:
     draft_path: Path | None  # None when no draft was opened
     options: RuntimeOptions
     bundle_tune: dict | None = None  # the cost curve a bundle carries (`export --tune`)
-    head: DraftHead | None = None  # a trained draft head (EAGLE-3) reading target's states
-    head_path: Path | None = None  # None when no head was opened
+    # a draft head reading the target's states: an EAGLE-3 head, or the target's MTP layer
+    head: DraftHead | None = None
+    head_path: Path | None = None  # the EAGLE-3 head's file; None for none or an MTP layer
 
     def backend_names(self) -> str:
         """ "LlamaCppRuntime+OnnxRuntime": the back-ends of the target and its draft."""
@@ -112,17 +113,21 @@ def open_pair(
     open_draft: bool = True,
     head: str | Path | None = None,
     use_head: bool = True,
+    use_mtp: bool = False,
 ) -> ModelPair:
     """Open the target, the draft (given, or the bundle's) unless open_draft is False, and
     the head (given, or the bundle's) unless use_head is False; refuse a draft whose
     vocabulary differs from the target's (VocabularyMismatchError) and a head that does not
-    fit the target (its hidden size, extract layers, vocabulary) or its back-end."""
+    fit the target (its hidden size, extract layers, vocabulary) or its back-end. use_mtp:
+    where no EAGLE-3 head is opened, the target's MTP layer is the head if it has one (the
+    target then loads it: one layer's memory)."""
     paths = resolve_bundle(target, draft, head)
     target_path, draft_path, tune = paths.target, paths.draft, paths.tune
     head_path = paths.head if use_head else None
     if head_path is not None:
         check_head_path(head_path)
-    target_rt = open_runtime(target_path, options)
+    use_mtp = use_mtp and head_path is None
+    target_rt = open_runtime(target_path, replace(options, mtp=use_mtp))
     kept = target_rt.logit_ids
     if kept is not None:
         raise EdgespecError(
@@ -131,6 +136,8 @@ def open_pair(
             "as --draft, and a model exported in full as --target"
         )
     head_rt = open_head(target_rt, target_path, head_path) if head_path is not None else None
+    if use_mtp and target_rt.mtp_layers:
+        head_rt = target_rt.open_mtp()
     if draft_path is None or not open_draft:
         return ModelPair(target_rt, None, target_path, None, options, tune, head_rt, head_path)
     # batch-invariant kernels matter for the target alone: the draft keeps the fast ones; and

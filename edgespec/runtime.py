@@ -63,6 +63,9 @@ class Runtime(Protocol):
     # open_head: a trained draft head (EAGLE-3) that reads this runtime's hidden states at its
     # extract layers, kept for every position the cache holds (llama.cpp)
     hidden_states: bool = False
+    # open_mtp: the multi-token-prediction layers the target's own file carries and this
+    # back-end can run (llama.cpp, loaded with RuntimeOptions.mtp): 0 where none
+    mtp_layers: int = 0
 
     @property
     def dists_on_device(self) -> bool:
@@ -121,18 +124,26 @@ class Runtime(Protocol):
         states (features). Only where hidden_states."""
         raise NotImplementedError(f"{type(self).__name__} cannot run a trained draft head")
 
+    def open_mtp(self) -> DraftHead:
+        """The target's own first MTP layer as a draft head (kind "mtp"); from now on every
+        pass keeps the target's final hidden state, the MTP layer's features. Only where
+        mtp_layers, and not beside an open_head head (one head reads features at a time)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run MTP layers")
+
     def features(self, start: int, end: int) -> np.ndarray:
-        """The open head's extract layers' hidden states at cache positions start..end-1:
-        [end - start, n_layers * n_embd] float32, the layers side by side. Only where
-        hidden_states, after open_head."""
+        """The open head's features at cache positions start..end-1: an EAGLE-3 head's extract
+        layers' hidden states side by side [end - start, n_layers * n_embd], an MTP layer's
+        the final hidden state [end - start, n_embd]; float32. Only after open_head or
+        open_mtp."""
         raise NotImplementedError(f"{type(self).__name__} keeps no hidden states")
 
 
 class DraftHead(Protocol):
-    """A trained head (EAGLE-3) with its own KV cache of one sequence: at head position P it
-    reads the pair (token P + 1, g P), g being the target's features through the head's fc
-    layer (encode) or, while drafting, the head's own pre-norm state at P - 1."""
+    """A trained head with its own KV cache of one sequence: at head position P it reads the
+    pair (token P + 1, g P), g being the target's features through encode (an EAGLE-3 head's
+    fc layer; an MTP layer's identity) or, while drafting, the head's own state at P - 1."""
 
+    kind: str  # the drafter's name: "eagle" (an EAGLE-3 head) or "mtp" (the target's MTP layer)
     n_vocab: int
     n_ctx: int
     n_batch: int  # the most rows one encode or decode takes

@@ -161,9 +161,109 @@ def rows(ptr, n: int, width: int) -> np.ndarray:
     return np.ctypeslib.as_array(ptr, shape=(n, width)).copy()
 
 
-class EagleHead:
-    """An EAGLE-3 head's model and context beside a LlamaCppRuntime target (`target`), with
-    its own KV cache of one sequence. It never touches the target's cache."""
+class HeadContext:
+    """A llama.cpp context of one sequence that drafts from the target's features: its KV
+    cache, the decoder batch (token ids and embd rows together) and rollback. It never
+    touches the target's cache. Subclasses load or borrow the model and make the context."""
+
+    kind: str
+    outputs_all_rows = True  # every decoded row an output (see fill)
+
+    def __init__(self, target, model, n_embd: int) -> None:
+        self.llama = target.llama
+        self.ext = ext(self.llama)
+        self.target = target
+        self.model = model
+        self.n_embd = n_embd
+        self.n_vocab = int(self.llama.llama_vocab_n_tokens(self.llama.llama_model_get_vocab(model)))
+        self.n_ctx = target.n_ctx
+        self.n_batch = target.n_batch
+        self.ctx = None
+        self.n_past = 0
+
+    def open_context(self, params: Any) -> None:
+        """Create the context from params (n_ctx, batch and threads are set here) and the
+        decoder batch."""
+        lib = self.llama
+        params.n_ctx = self.n_ctx
+        params.n_batch = params.n_ubatch = self.n_batch
+        params.n_seq_max = 1
+        params.no_perf = True
+        if self.target.flash_attn is not None:
+            on, off = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED, lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            params.flash_attn_type = on if self.target.flash_attn else off
+        self.ctx = lib.llama_init_from_model(self.model, params)
+        if not self.ctx:
+            raise ModelFileError(f"cannot create a llama.cpp context for the {self.kind} head")
+        self.memory = lib.llama_get_memory(self.ctx)
+        # masked: the states of output rows only (all rows here), else of every row
+        masked = self.outputs_all_rows
+        self.ext.set_embeddings_nextn(self.ctx, True, masked)  # type: ignore[attr-defined]
+        self.dec_batch = lib.llama_batch_init(self.n_batch, self.n_embd, 1)
+        # llama_batch_init allocates embd or token, not both; the decoder reads both
+        self.dec_tokens = (lib.llama_token * self.n_batch)()
+        self.dec_batch.token = self.dec_tokens
+
+    def fill(self, b: Any, embd: np.ndarray, tokens: Sequence[int] | None) -> None:
+        """Put embd's rows (and tokens, where given) into batch b at n_past + i: llama.cpp
+        checks positions against the head's cache. Every row an output where
+        outputs_all_rows: with the last alone, this llama.cpp's eagle3 graph gives a multi-row
+        pass's last row wrong logits (tests/test_eagle.py, the numpy reference)."""
+        ctypes.memmove(b.embd, embd.ctypes.data, embd.nbytes)
+        n = len(embd)
+        for i in range(n):
+            if tokens is not None:
+                b.token[i] = int(tokens[i])
+            b.pos[i] = self.n_past + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = self.outputs_all_rows or i == n - 1
+        b.n_tokens = n
+
+    def decode(self, tokens: Sequence[int], g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Append (tokens[i], g[i]) at n_past + i; the last row's logits [n_vocab] and hidden
+        state [n_embd] (the next position's g when it drafts on)."""
+        n = len(tokens)
+        assert g.shape == (n, self.n_embd) and 0 < n <= self.n_batch
+        g = np.ascontiguousarray(g, dtype=np.float32)
+        b = self.dec_batch
+        self.fill(b, g, tokens)
+        status = self.llama.llama_decode(self.ctx, b)
+        if status != 0:
+            raise RuntimeError(f"llama_decode of the {self.kind} head failed with status {status}")
+        self.n_past += n
+        logits = rows(self.llama.llama_get_logits_ith(self.ctx, -1), 1, self.n_vocab)[0]
+        last = -1 if self.outputs_all_rows else n - 1  # the last output, or the last row
+        state = rows(self.ext.get_embeddings_nextn_ith(self.ctx, last), 1, self.n_embd)[0]  # type: ignore[attr-defined]
+        return logits, state
+
+    def rollback(self, n_past: int) -> None:
+        if n_past < self.n_past:
+            self.llama.llama_memory_seq_rm(self.memory, 0, n_past, -1)
+            self.n_past = n_past
+
+    def reset(self) -> None:
+        self.llama.llama_memory_clear(self.memory, True)
+        self.n_past = 0
+
+    def close(self) -> None:
+        if self.ctx:
+            self.dec_batch.token = None  # ours, not llama_batch_init's: not freed by it
+            self.llama.llama_batch_free(self.dec_batch)
+            self.llama.llama_free(self.ctx)
+            self.ctx = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class EagleHead(HeadContext):
+    """An EAGLE-3 head's model and context beside a LlamaCppRuntime target."""
+
+    kind = "eagle"
 
     def __init__(
         self,
@@ -176,38 +276,28 @@ class EagleHead:
         """target: the LlamaCppRuntime (which checked path is a GGUF file); last_error: the
         first error llama.cpp logged (llamacpp.last_llama_error)."""
         self.path = Path(path)
-        self.llama = target.llama
-        self.ext = ext(self.llama)
-        self.target = target
-        lib = self.llama
+        lib = target.llama
         params = lib.llama_model_default_params()
         params.use_extra_bufts = target.repack
         # where the target is: llama.cpp's default offloads every layer on a GPU build, which
         # beside a target kept on the CPU would copy the features across every draft
         self.n_gpu_layers = params.n_gpu_layers = -1 if target.n_gpu_layers else 0
-        self.model = lib.llama_model_load_from_file(str(self.path).encode(), params)
-        self.ctx = None
-        if not self.model:
+        model = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        if not model:
+            self.ctx = self.model = None
             raise ModelFileError(
                 f"cannot load the draft head {self.path}: "
                 f"{last_error() or 'llama.cpp could not read it'}"
             )
+        super().__init__(target, model, int(lib.llama_model_n_embd(model)))
         self.layers = self.ext.layer_ids(self.model)
-        self.n_embd = int(lib.llama_model_n_embd(self.model))
         self.n_embd_tgt = int(lib.llama_model_n_embd(target.model))
-        self.n_vocab = int(lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model)))
         self.check_fit()
-        self.n_ctx = target.n_ctx
-        self.n_batch = target.n_batch
-        self.ctx = self.new_context(n_threads)
-        self.memory = lib.llama_get_memory(self.ctx)
-        self.ext.set_embeddings_nextn(self.ctx, True, True)  # type: ignore[attr-defined]
+        params = lib.llama_context_default_params()
+        params.n_threads = params.n_threads_batch = n_threads
+        params.ctx_other = target.ctx  # the head borrows the target's token embeddings
+        self.open_context(params)
         self.enc_batch = lib.llama_batch_init(self.n_batch, len(self.layers) * self.n_embd_tgt, 1)
-        self.dec_batch = lib.llama_batch_init(self.n_batch, self.n_embd, 1)
-        # llama_batch_init allocates embd or token, not both; the decoder reads both
-        self.dec_tokens = (lib.llama_token * self.n_batch)()
-        self.dec_batch.token = self.dec_tokens
-        self.n_past = 0
 
     def check_fit(self) -> None:
         """Refuse a head that cannot read this target's hidden states or vocabulary."""
@@ -224,23 +314,6 @@ class EagleHead:
         n = self.llama.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
         return buf.value.decode("utf-8", "replace") if n >= 0 else None
 
-    def new_context(self, n_threads: int):
-        lib = self.llama
-        params = lib.llama_context_default_params()
-        params.n_ctx = self.n_ctx
-        params.n_batch = params.n_ubatch = self.n_batch
-        params.n_seq_max = 1
-        params.n_threads = params.n_threads_batch = n_threads
-        params.no_perf = True
-        params.ctx_other = self.target.ctx  # the head borrows the target's token embeddings
-        if self.target.flash_attn is not None:
-            on, off = lib.LLAMA_FLASH_ATTN_TYPE_ENABLED, lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            params.flash_attn_type = on if self.target.flash_attn else off
-        ctx = lib.llama_init_from_model(self.model, params)
-        if not ctx:
-            raise ModelFileError(f"cannot create a llama.cpp context for the head {self.path}")
-        return ctx
-
     def encode(self, features: np.ndarray) -> np.ndarray:
         """features [n, 3 * n_embd_tgt] float32 -> g [n, n_embd] float32 (the fc layer)."""
         n, width = features.shape
@@ -253,59 +326,50 @@ class EagleHead:
             raise RuntimeError(f"llama_encode of the head failed with status {status}")
         return rows(self.ext.get_embeddings_nextn(self.ctx), n, self.n_embd)  # type: ignore[attr-defined]
 
-    def fill(self, b: Any, embd: np.ndarray, tokens: Sequence[int] | None) -> None:
-        """Put embd's rows (and tokens, where given) into batch b at n_past + i: llama.cpp
-        checks positions against the head's cache. Every row an output: with the last alone,
-        this llama.cpp's eagle3 graph gives a multi-row pass's last row wrong logits
-        (tests/test_eagle.py, the numpy reference)."""
-        ctypes.memmove(b.embd, embd.ctypes.data, embd.nbytes)
-        for i in range(len(embd)):
-            if tokens is not None:
-                b.token[i] = int(tokens[i])
-            b.pos[i] = self.n_past + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = True
-        b.n_tokens = len(embd)
-
-    def decode(self, tokens: Sequence[int], g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Append (tokens[i], g[i]) at n_past + i; the last row's logits [n_vocab] and pre-norm
-        hidden state [n_embd] (the next position's g when it drafts on)."""
-        n = len(tokens)
-        assert g.shape == (n, self.n_embd) and 0 < n <= self.n_batch
-        g = np.ascontiguousarray(g, dtype=np.float32)
-        b = self.dec_batch
-        self.fill(b, g, tokens)
-        status = self.llama.llama_decode(self.ctx, b)
-        if status != 0:
-            raise RuntimeError(f"llama_decode of the head failed with status {status}")
-        self.n_past += n
-        logits = rows(self.llama.llama_get_logits_ith(self.ctx, -1), 1, self.n_vocab)[0]
-        prenorm = rows(self.ext.get_embeddings_nextn_ith(self.ctx, -1), 1, self.n_embd)[0]  # type: ignore[attr-defined]
-        return logits, prenorm
-
-    def rollback(self, n_past: int) -> None:
-        if n_past < self.n_past:
-            self.llama.llama_memory_seq_rm(self.memory, 0, n_past, -1)
-            self.n_past = n_past
-
-    def reset(self) -> None:
-        self.llama.llama_memory_clear(self.memory, True)
-        self.n_past = 0
-
     def close(self) -> None:
         if self.ctx:
-            self.dec_batch.token = None  # ours, not llama_batch_init's: not freed by it
-            self.llama.llama_batch_free(self.dec_batch)
             self.llama.llama_batch_free(self.enc_batch)
-            self.llama.llama_free(self.ctx)
-            self.ctx = None
+        super().close()
         if self.model:
             self.llama.llama_model_free(self.model)
             self.model = None
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+
+# The target architectures whose MTP (NextN) layers this llama.cpp runs as a draft context
+# (a graph_mtp in src/models/) and whose cache rolls back token by token: the hybrid ones
+# with a graph_mtp (qwen35, qwen35moe, qwen3next, nemotron_h_moe, bailingmoe3, deepseek4)
+# keep recurrent state, which llama_memory_seq_rm cannot cut back to a verified prefix.
+MTP_ARCHS = frozenset({
+    "cohere2moe", "deepseek2", "deepseek32", "glm-dsa", "glm4moe", "hy_v3", "mimo2", "step35",
+})  # fmt: skip
+
+
+class MtpHead(HeadContext):
+    """The target's own first MTP (NextN) layer as a draft head: a context of type MTP on the
+    target's model (loaded with its MTP layers: LlamaOptions.mtp), so the weights are not
+    loaded twice. At head position P it reads (token P + 1, h P), h the target's final hidden
+    state (llama.cpp's h_nextn) at P, as DeepSeek-V3's MTP module was trained; while drafting,
+    h is the MTP layer's own state at the position before (llama-server's draft-mtp). A target
+    with several MTP layers (step35) drafts with the first alone."""
+
+    kind = "mtp"
+    # the output projection (vocabulary-wide) for the last row alone: its logits are right
+    # (tested against the numpy reference); the states are read unmasked, by row, since this
+    # llama.cpp's masked copy takes the graph's first rows, not the output rows
+    outputs_all_rows = False
+
+    def __init__(self, target, *, n_threads: int = 1) -> None:
+        lib = target.llama
+        super().__init__(target, target.model, int(lib.llama_model_n_embd(target.model)))
+        params = lib.llama_context_default_params()
+        params.n_threads = params.n_threads_batch = n_threads
+        params.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
+        self.open_context(params)
+
+    def encode(self, features: np.ndarray) -> np.ndarray:
+        """The MTP layer reads the target's final hidden state as it is: [n, n_embd]."""
+        return features
+
+    def close(self) -> None:
+        super().close()
+        self.model = None  # the target's, freed by it

@@ -113,13 +113,16 @@ class LlamaOptions:
     dummy rows (dropped after it) to at least min_width tokens; tiled False turns off ggml's
     tiled K-quant matmul (taken from 8 rows up) through GGML_CPU_TILED_MM, which ggml reads
     once per process: it must be set before the process's first pass (None: as it is).
-    n_batch: the most tokens one pass takes (longer prompts are decoded in chunks)."""
+    n_batch: the most tokens one pass takes (longer prompts are decoded in chunks).
+    mtp: load the model's MTP layers where its file has them (for open_mtp; they cost one
+    layer's memory, so only where an MTP drafter may run)."""
 
     repack: bool = True
     flash_attn: bool | None = None
     min_width: int = 1
     tiled: bool | None = None
     n_batch: int = 512
+    mtp: bool = False
 
 
 class LlamaCppRuntime(Runtime):
@@ -153,7 +156,7 @@ class LlamaCppRuntime(Runtime):
         self.repack, self.flash_attn = options.repack, options.flash_attn
         self.min_width = max(1, options.min_width)
         self.n_gpu_layers = n_gpu_layers  # as loaded (0: every layer on the CPU)
-        self.model = self.load_model(n_gpu_layers, vocab_only)
+        self.model = self.load_model(n_gpu_layers, vocab_only, options.mtp)
         self.keeps_one_graph = n_gpu_layers != 0 and one_graph_build(
             self.llama.llama_print_system_info(), os.environ
         )  # the Runtime capability
@@ -171,7 +174,10 @@ class LlamaCppRuntime(Runtime):
         self.threads_now = self.n_threads  # what the context runs with
         self.hidden_states = not vocab_only  # the Runtime capability (open_head)
         self.extracted: list[int] = []  # layers whose input every pass keeps (open_head)
-        self.kept: KeptFeatures | None = None  # their rows by position (open_head)
+        self.keeps_final_state = False  # every pass keeps the final hidden state (open_mtp)
+        self.kept_for: object = None  # the open heads' features: extract layers, or "mtp"
+        self.kept: KeptFeatures | None = None  # their rows by position (open_head, open_mtp)
+        self.mtp_layers = self.runnable_mtp_layers() if options.mtp and not vocab_only else 0
         if not vocab_only:
             self.ctx = self.new_context()
             self.memory = self.llama.llama_get_memory(self.ctx)
@@ -191,10 +197,11 @@ class LlamaCppRuntime(Runtime):
             return 0
         return n_gpu_layers
 
-    def load_model(self, n_gpu_layers: int, vocab_only: bool):
+    def load_model(self, n_gpu_layers: int, vocab_only: bool, mtp: bool):
         params = self.llama.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        params.load_mtp = mtp
         params.progress_callback = progress = load_progress(self.llama)
         params.use_extra_bufts = self.repack
         _recent_llama_log.clear()
@@ -294,7 +301,7 @@ class LlamaCppRuntime(Runtime):
             status = self.llama.llama_decode(self.ctx, b)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} at n_past={self.n_past}")
-        if self.extracted:
+        if self.kept is not None:
             self.keep_states(n)
         self.n_past += n
 
@@ -306,6 +313,7 @@ class LlamaCppRuntime(Runtime):
         arch = self.metadata("general.architecture")
         check_target_keeps_layer_inputs(arch, self.path.name, Path(path).name)
         head = EagleHead(path, self, n_threads=self.n_threads, last_error=last_llama_error)
+        self.check_features_for(tuple(head.layers), Path(path).name)
         for lid in head.layers:
             ext(self.llama).set_embeddings_layer_inp(self.ctx, lid, True)  # type: ignore[attr-defined]
         self.extracted = head.layers
@@ -313,14 +321,57 @@ class LlamaCppRuntime(Runtime):
         self.kept = KeptFeatures(self.n_ctx + self.min_width, len(head.layers) * n_embd)
         return head
 
+    def runnable_mtp_layers(self) -> int:
+        """The MTP layers this llama.cpp can draft with on this target (llama_heads.MTP_ARCHS)."""
+        from edgespec.runtimes.llama_heads import MTP_ARCHS
+
+        if self.metadata("general.architecture") not in MTP_ARCHS:
+            return 0
+        return max(0, int(self.llama.llama_model_n_layer_nextn(self.model)))
+
+    def open_mtp(self):
+        """The target's first MTP layer (runtimes/llama_heads.py MtpHead); this context keeps
+        its final hidden state for every row of every pass."""
+        from edgespec.runtimes.llama_heads import MtpHead, ext
+
+        if not self.mtp_layers:
+            arch = self.metadata("general.architecture")
+            raise ModelFileError(
+                f"{self.path.name} carries no MTP layers this llama.cpp drafts with (a {arch!r} "
+                "model; MTP drafting runs on GLM-4.5, DeepSeek-V3 and the other "
+                "llama_heads.MTP_ARCHS with their nextn layers in the GGUF); drop --drafter mtp"
+            )
+        self.check_features_for("mtp", "its MTP layer")
+        head = MtpHead(self, n_threads=self.n_threads)
+        ext(self.llama).set_embeddings_nextn(self.ctx, True, False)  # type: ignore[attr-defined]
+        self.keeps_final_state = True
+        n_embd = int(self.llama.llama_model_n_embd(self.model))
+        self.kept = KeptFeatures(self.n_ctx + self.min_width, n_embd)
+        return head
+
+    def check_features_for(self, features: object, head: str) -> None:
+        """Refuse a head that reads other features than an open one: each pass keeps one
+        kind (the same extract layers, or the final state for MTP)."""
+        if self.kept is not None and features != self.kept_for:
+            raise ModelFileError(
+                f"{head}: {self.path.name} already feeds a draft head that reads other hidden "
+                "states; open one kind of head on a target"
+            )
+        self.kept_for = features
+
     def keep_states(self, n: int) -> None:
-        """The extracted layers' inputs of the pass just run, at positions n_past..+n."""
+        """The open head's features of the pass just run, at positions n_past..+n: the
+        extracted layers' inputs, or the final hidden state."""
         from edgespec.runtimes.llama_heads import ext, rows
 
         assert self.kept is not None
+        lib = ext(self.llama)
         width = int(self.llama.llama_model_n_embd(self.model))
+        if self.keeps_final_state:
+            ptr = lib.get_embeddings_nextn(self.ctx)  # type: ignore[attr-defined]
+            self.kept.write(self.n_past, rows(ptr, n, width))
         for i, lid in enumerate(self.extracted):
-            ptr = ext(self.llama).get_embeddings_layer_inp(self.ctx, lid)  # type: ignore[attr-defined]
+            ptr = lib.get_embeddings_layer_inp(self.ctx, lid)  # type: ignore[attr-defined]
             self.kept.write(self.n_past, rows(ptr, n, width), column=i * width)
 
     def features(self, start: int, end: int) -> np.ndarray:

@@ -116,6 +116,8 @@ def open_session(ort, path: Path, opts, providers: list):
 class OnnxEagleHead:
     """An EAGLE-3 head's two graphs on the target's providers, with its own KV cache."""
 
+    kind = "eagle"
+
     def __init__(self, folder: Path, target: Any, info: dict, providers: list) -> None:
         """target: the OnnxRuntime whose hidden states the head reads (it checked the fit);
         providers: the target's, without CUDA graphs (the head's inputs are host arrays)."""

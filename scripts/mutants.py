@@ -474,7 +474,7 @@ MUTANTS = (
     ),
     Mutant(
         "a-heads-first-token-unmeasured",
-        "edgespec/drafters/eagle.py",
+        "edgespec/drafters/head.py",
         "t_first=0.0 if t_catch_up else t_first",
         "t_first=0.0",
         ("tests/test_eagle.py",),

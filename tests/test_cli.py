@@ -214,9 +214,8 @@ def test_a_fixed_k_with_the_auto_drafter_is_refused_by_name(capsys, tmp_path):
     )
     assert code == 2
     assert one_error_line(err) == (
-        "--k 4 fixes the draft length, which needs one drafter: add --drafter model, "
-        "--drafter eagle or --drafter ngram (with --drafter auto, k is chosen per step up to "
-        "--k-max)"
+        "--k 4 fixes the draft length, which needs one drafter: add --drafter model, eagle, "
+        "mtp or ngram (with --drafter auto, k is chosen per step up to --k-max)"
     )
 
 

@@ -1,4 +1,4 @@
-"""EAGLE-3 heads on llama.cpp (runtimes/llama_heads.py, edgespec/drafters/eagle.py), on a tiny
+"""EAGLE-3 heads on llama.cpp (runtimes/llama_heads.py, edgespec/drafters/head.py), on a tiny
 target and a tiny random head made in the test: the target's kept hidden states, the head's
 fc layer, speculative output equal to plain decoding (greedy and seeded, k = 1..8, --exact
 kernels), the head's state after every rollback equal to a fresh head's, and refusals."""
@@ -10,7 +10,7 @@ import pytest
 
 from edgespec.backends import EXACT_LLAMA
 from edgespec.controller import FixedPolicy
-from edgespec.drafters.eagle import EagleDrafter
+from edgespec.drafters.head import HeadDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.runtime import Runtime
 from edgespec.runtimes.llama_heads import ext
@@ -117,15 +117,15 @@ def test_greedy_and_seeded_output_equal_plain(pair, reference, k):
 def check_output_equals_plain(target: Runtime, head, tokens: list[int], ref, k: int) -> None:
     """Greedy output drafted by the head at k equals ref (plain greedy decoding's); seeded
     output equals plain decoding's with the same seed; the head drafted in each."""
-    drafter = EagleDrafter(target, head)
-    out = SpeculativeDecoder(target, [drafter], FixedPolicy("eagle", k)).generate(
+    drafter = HeadDrafter(target, head)
+    out = SpeculativeDecoder(target, [drafter], FixedPolicy(drafter.name, k)).generate(
         tokens, max_tokens=40
     )
     assert out.tokens == ref.tokens
     assert out.stats.n_draft_tokens > 0
     for sp in SEEDED:
         plain = SpeculativeDecoder(target).generate(tokens, max_tokens=32, sp=sp, speculative=False)
-        out = SpeculativeDecoder(target, [drafter], FixedPolicy("eagle", k)).generate(
+        out = SpeculativeDecoder(target, [drafter], FixedPolicy(drafter.name, k)).generate(
             tokens, max_tokens=32, sp=sp
         )
         assert out.tokens == plain.tokens, sp
@@ -151,8 +151,8 @@ def check_rollback_leaves_a_fresh_state(target: Runtime, head, fresh_head, refer
     tokens, ref = reference
     text = tokens + ref.tokens
     n0 = len(tokens) + 2
-    fresh = EagleDrafter(target, fresh_head)
-    drafter = EagleDrafter(target, head)
+    fresh = HeadDrafter(target, fresh_head)
+    drafter = HeadDrafter(target, head)
     for n_kept in range(9):
         after = text[: n0 + n_kept + 1]
         put_target_at(target, after)
@@ -178,7 +178,7 @@ def test_sync_then_propose_equals_propose(pair, reference):
     tokens, ref = reference
     context = tokens + ref.tokens[:10]
     put_target_at(target, context)
-    drafter = EagleDrafter(target, head)
+    drafter = HeadDrafter(target, head)
     drafter.reset(np.random.default_rng(0))
     direct = drafter.propose(context, 6, SamplingParams(0.0)).tokens.tolist()
     drafter.reset(np.random.default_rng(0))
@@ -233,7 +233,7 @@ def test_the_head_times_its_first_token_apart_from_a_catch_up(files, reference):
     tokens, _ = reference
     target = open_target(files[0])
     ticks = iter(range(1000))
-    drafter = EagleDrafter(target, target.open_head(str(files[1])), clock=lambda: next(ticks))
+    drafter = HeadDrafter(target, target.open_head(str(files[1])), clock=lambda: next(ticks))
     target.forward(tokens)
     far = drafter.propose(tokens, 2, SamplingParams())
     assert (far.t_catch_up, far.t_first) == (1.0, 0.0)

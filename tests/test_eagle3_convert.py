@@ -12,7 +12,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from edgespec.controller import FixedPolicy
-from edgespec.drafters.eagle import EagleDrafter
+from edgespec.drafters.head import HeadDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ModelFileError
 from edgespec.export.checkpoint import unpermute_from_interleaved_rope
@@ -157,7 +157,7 @@ def test_the_converted_head_drafts_what_tiny_eagles_drafts(heads, outtype, sp):
         drafts = []
         for head in (tiny, converted[outtype]):
             put_target_at(rt, context)
-            drafter = EagleDrafter(rt, head)
+            drafter = HeadDrafter(rt, head)
             drafter.reset(np.random.default_rng(0))
             drafts.append(drafter.propose(context, 8, sp).tokens.tolist())
         assert drafts[0] == drafts[1], n
@@ -167,7 +167,7 @@ def test_speculative_output_with_the_converted_head_equals_plain(heads):
     rt, _, converted = heads
     tokens = rt.tokenize(PROMPT, special=True)
     plain = SpeculativeDecoder(rt).generate(tokens, max_tokens=32, speculative=False)
-    drafter = EagleDrafter(rt, converted["f16"])
+    drafter = HeadDrafter(rt, converted["f16"])
     out = SpeculativeDecoder(rt, [drafter], FixedPolicy("eagle", 4)).generate(tokens, max_tokens=32)
     assert out.tokens == plain.tokens
     assert out.stats.n_draft_tokens > 0  # a random head: drafts are made, rarely accepted
@@ -198,7 +198,7 @@ def test_a_reduced_draft_vocabulary_maps_through_d2t(target, tmp_path):
     for sp in (SamplingParams(0.0), SEEDED[0]):
         plain = SpeculativeDecoder(rt).generate(tokens, max_tokens=24, sp=sp, speculative=False)
         out_tokens = (
-            SpeculativeDecoder(rt, [EagleDrafter(rt, reduced)], FixedPolicy("eagle", 4))
+            SpeculativeDecoder(rt, [HeadDrafter(rt, reduced)], FixedPolicy("eagle", 4))
             .generate(tokens, max_tokens=24, sp=sp)
             .tokens
         )

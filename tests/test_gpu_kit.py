@@ -774,7 +774,7 @@ def test_the_head_writer_makes_an_eagle3_head_that_drafts_beside_its_target(tmp_
     import gguf
 
     from edgespec.bundle import read_bundle
-    from edgespec.drafters.eagle import EagleDrafter
+    from edgespec.drafters.head import HeadDrafter
     from edgespec.export.eagle3_gguf import tensor_plan
     from edgespec.runtimes.llamacpp import LlamaCppRuntime
     from edgespec.sampling import SamplingParams
@@ -800,7 +800,7 @@ def test_the_head_writer_makes_an_eagle3_head_that_drafts_beside_its_target(tmp_
     logits, _ = head.decode(context[1:], head.encode(target.features(0, len(context) - 1)))
     assert np.isfinite(logits).sum() == shape.n_draft_vocab
     assert np.isfinite(logits[: shape.n_draft_vocab]).all()
-    tokens = EagleDrafter(target, head).propose(context, 8, SamplingParams()).tokens
+    tokens = HeadDrafter(target, head).propose(context, 8, SamplingParams()).tokens
     assert len(tokens) == 8 and (tokens < shape.n_draft_vocab).all()
 
 

@@ -212,9 +212,8 @@ def test_the_eagle_drafter_without_a_head_is_refused(capsys, files):
 def test_a_fixed_k_names_the_eagle_drafter(capsys, files):
     argv = ["--target", str(files[0]), "--head", str(files[1]), "--prompt", "hi", "--k", "4"]
     assert error_line(capsys, *argv) == (
-        "--k 4 fixes the draft length, which needs one drafter: add --drafter model, "
-        "--drafter eagle or --drafter ngram (with --drafter auto, k is chosen per step up to "
-        "--k-max)"
+        "--k 4 fixes the draft length, which needs one drafter: add --drafter model, eagle, "
+        "mtp or ngram (with --drafter auto, k is chosen per step up to --k-max)"
     )
 
 

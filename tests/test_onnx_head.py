@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 
 from edgespec.controller import FixedPolicy  # noqa: E402
-from edgespec.drafters.eagle import EagleDrafter  # noqa: E402
+from edgespec.drafters.head import HeadDrafter  # noqa: E402
 from edgespec.engine import SpeculativeDecoder  # noqa: E402
 from edgespec.errors import ModelFileError  # noqa: E402
 from edgespec.export.checkpoint import read_checkpoint  # noqa: E402
@@ -145,7 +145,7 @@ def test_a_reduced_draft_vocabulary_maps_through_d2t(folders, tmp_path):
     np.testing.assert_allclose(logits[0][draft_ids], logits[1][draft_ids], rtol=0, atol=1e-4)
     assert np.isneginf(np.delete(logits[0], draft_ids)).all()
     plain = SpeculativeDecoder(target).generate(tokens, max_tokens=32, speculative=False)
-    spec = SpeculativeDecoder(target, [EagleDrafter(target, heads[0])], FixedPolicy("eagle", 4))
+    spec = SpeculativeDecoder(target, [HeadDrafter(target, heads[0])], FixedPolicy("eagle", 4))
     assert spec.generate(tokens, max_tokens=32).tokens == plain.tokens
 
 

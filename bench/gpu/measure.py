@@ -442,16 +442,16 @@ def bundle_head(bundle: Path) -> Path | None:
 
 
 def head_cost(target: Runtime, path: Path, context: Sequence[int], reps: int) -> dict:
-    """An EAGLE-3 head's proposals of k = 1..8 tokens through EagleDrafter at one context,
+    """An EAGLE-3 head's proposals of k = 1..8 tokens through HeadDrafter at one context,
     each k timed reps times after a warm-up round (ms, medians): a proposal rewrites the
     boundary row from the target's features (fc, then one decoder row: the first token) and
     decodes k - 1 rows more, so the fitted line's slope is the cost per drafted token. Then the
     target's one-token pass while it keeps the head's layers' inputs (as it must beside the
     head). Last: from open_head on, every target pass copies those inputs out."""
-    from edgespec.drafters.eagle import EagleDrafter
+    from edgespec.drafters.head import HeadDrafter
 
     head = target.open_head(str(path))
-    drafter = EagleDrafter(target, head)
+    drafter = HeadDrafter(target, head)
     context = list(context)[: target.n_ctx - max(KS) - 2]
     target.reset()
     target.forward(context[:-1], last_only=True)  # as the engine leaves it before a proposal

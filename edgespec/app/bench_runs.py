@@ -41,8 +41,8 @@ PEER = "llama-cpp-python-pld"
 PEER_PLAIN = "llama-cpp-python"  # the peer's own plain decoding: PEER's baseline
 # Each peer method and its own plain decoding, which it is divided by (peer.py, peer_genai.py)
 PEER_PLAINS = {PEER: PEER_PLAIN, GENAI_DRAFT: GENAI_PLAIN, GENAI_NGRAM: GENAI_PLAIN}
-METHODS = ("plain", "model", "eagle", "ngram", "auto", *PEER_PLAINS)
-FIXED_K_METHODS = ("model", "eagle", "ngram")  # one drafter each, at each --k
+METHODS = ("plain", "model", "eagle", "mtp", "ngram", "auto", *PEER_PLAINS)
+FIXED_K_METHODS = ("model", "eagle", "mtp", "ngram")  # one drafter each, at each --k
 CI_METHOD = (
     "geometric mean of per-prompt paired speedups (method tok/s / baseline tok/s, repeats "
     "pooled per prompt) with a 95% Student t-interval on their logarithms"
@@ -326,7 +326,8 @@ class Bench:
             drafters = self.decoder.drafters
             if method in FIXED_K_METHODS and method not in drafters:
                 raise EdgespecError(
-                    f"method {method} needs its drafter: pass --draft for model, --head for eagle"
+                    f"method {method} needs its drafter: pass --draft for model, --head for "
+                    "eagle, a target with MTP layers for mtp"
                 )
             policy = self.policy(method, k)
             self.decoders[key] = SpeculativeDecoder(self.target, list(drafters.values()), policy)

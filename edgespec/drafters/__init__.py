@@ -1,5 +1,5 @@
 from edgespec.drafters.base import Acceptance, Draft, Drafter, Offer
-from edgespec.drafters.eagle import EagleDrafter
+from edgespec.drafters.head import HeadDrafter
 from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter
 
@@ -7,7 +7,7 @@ __all__ = [
     "Acceptance",
     "Draft",
     "Drafter",
-    "EagleDrafter",
+    "HeadDrafter",
     "ModelDrafter",
     "NgramDrafter",
     "Offer",

@@ -1,4 +1,6 @@
-"""A trained draft head (EAGLE-3) reading the target's own hidden states.
+"""A trained draft head reading the target's own hidden states: an EAGLE-3 head, or the
+target's own MTP layer (the same drafting, with features the target's final hidden state and
+no fc layer: DraftHead.encode is the identity there).
 
 The target keeps its extract layers' hidden states for every position its cache holds
 (Runtime.hidden_states; the verify pass computes them for every row anyway). The head has a
@@ -30,8 +32,7 @@ from edgespec.runtime import DraftHead, Runtime
 from edgespec.sampling import SamplingParams, token_dist
 
 
-class EagleDrafter:
-    name = "eagle"
+class HeadDrafter:
 
     def __init__(
         self,
@@ -46,6 +47,7 @@ class EagleDrafter:
         made the head); token_s: seconds per drafted token where calibrated, else learned."""
         self.target = target
         self.head = head
+        self.name = head.kind  # "eagle" or "mtp"
         self.token_s = token_s
         self.clock = clock
         self.rng = np.random.default_rng(seed)
