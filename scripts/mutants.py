@@ -920,6 +920,34 @@ MUTANTS = (
         "out[self.columns - 1] = row",
         ("tests/test_onnx_head.py",),
     ),
+    Mutant(  # the MTP layer's own state read where this llama.cpp's masked copy puts it
+        "mtp-state-first-row",
+        "runtimes/llama_heads.py",
+        "last = -1 if self.outputs_all_rows else n - 1",
+        "last = -1",
+        ("tests/test_mtp.py",),
+    ),
+    Mutant(  # the MTP layer fed the target's state at the token's own position, not before it
+        "mtp-features-one-late",
+        "edgespec/drafters/head.py",
+        "g = self.head.encode(self.target.features(start, stop))",
+        "g = self.head.encode(self.target.features(min(start + 1, stop - 1), stop))",
+        ("tests/test_mtp.py",),
+    ),
+    Mutant(  # the target's final states kept one position early
+        "mtp-final-state-kept-one-early",
+        "runtimes/llamacpp.py",
+        "self.kept.write(self.n_past, rows(ptr, n, width))",
+        "self.kept.write(max(0, self.n_past - 1), rows(ptr, n, width))",
+        ("tests/test_mtp.py",),
+    ),
+    Mutant(  # an MTP target loaded without its layer whatever was asked
+        "mtp-layers-never-loaded",
+        "runtimes/llamacpp.py",
+        "params.load_mtp = mtp",
+        "params.load_mtp = False",
+        ("tests/test_mtp.py",),
+    ),
 )
 
 

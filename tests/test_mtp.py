@@ -97,3 +97,123 @@ def test_rollback_at_every_position_leaves_a_fresh_layers_state(pair, reference)
     target, head = pair
     check_rollback_leaves_a_fresh_state(target, head, target.open_mtp(), reference,
                                         SamplingParams(0.0))  # fmt: skip
+
+
+# --- the command line, bundles and refusals -----------------------------------------------
+
+COMMON = ["--max-tokens", "40", "--json", "--exact", "--n-ctx", "256", "--threads", "1"]
+PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
+
+
+def run_json(capsys, target: Path, *argv: str) -> dict:
+    import json
+
+    from edgespec.app.cli import main
+
+    code = main(["run", "--target", str(target), "--prompt", PROMPT, *COMMON, *argv])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("sampling", [[], ["--temperature", "1.0", "--seed", "1"]],
+                         ids=["greedy", "seeded"])  # fmt: skip
+def test_run_drafts_with_the_mtp_layer_and_gives_plain_decodings_tokens(
+    capsys, target_file, sampling
+):
+    """--drafter mtp at a fixed k, and --drafter auto (which opens the MTP layer beside
+    prompt lookup): plain decoding's tokens."""
+    want = run_json(capsys, target_file, *sampling, "--drafter", "none")["tokens"]
+    assert len(want) >= 16
+    for k in ("1", "5"):
+        fixed = run_json(capsys, target_file, *sampling, "--drafter", "mtp", "--k", k)
+        assert fixed["tokens"] == want, k
+        assert set(fixed["stats"]["steps_by_drafter"]) == {"mtp"}
+        assert fixed["stats"]["drafted_by_drafter"]["mtp"] > 0
+    assert run_json(capsys, target_file, *sampling)["tokens"] == want
+
+
+def test_auto_chooses_among_the_mtp_layer_and_prompt_lookup(target_file):
+    opts = RuntimeOptions(n_ctx=256, n_threads=1)
+    auto = load_decoder(target_file, None, SpecOptions(), opts)
+    assert list(auto.drafters) == ["mtp", "ngram"]
+    assert auto.target.mtp_layers == 1
+    ngram = load_decoder(target_file, None, SpecOptions("ngram", k=3), opts)
+    assert list(ngram.drafters) == ["ngram"]
+    assert ngram.target.mtp_layers == 0  # not loaded where no MTP drafter may run
+
+
+def test_an_exported_bundle_keeps_the_mtp_layer_and_drafts_with_it(capsys, target_file, tmp_path):
+    """`edgespec export` of a GGUF target with an MTP layer: llama.cpp's quantizer keeps the
+    layer, and the bundle's target drafts with it."""
+    from edgespec.app.cli import main
+
+    out = tmp_path / "bundle"
+    argv = ["export", "--target", str(target_file), "--out", str(out), "--target-quant", "q8_0"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    want = run_json(capsys, out, "--drafter", "none")["tokens"]
+    fixed = run_json(capsys, out, "--drafter", "mtp", "--k", "3")
+    assert fixed["tokens"] == want
+    assert fixed["stats"]["drafted_by_drafter"]["mtp"] > 0
+
+
+@pytest.fixture(scope="module")
+def no_mtp_files(tmp_path_factory) -> list[Path]:
+    """A glm4moe target without its MTP layer and a Llama target (no MTP architecture)."""
+    folder = tmp_path_factory.mktemp("nomtp")
+    return [write_mtp_target(folder / "trunk.gguf", mtp_layers=0),
+            build_tiny_pair(folder)[0]]  # fmt: skip
+
+
+@pytest.mark.parametrize("which, arch", [(0, "glm4moe"), (1, "llama")])
+def test_mtp_on_a_target_without_mtp_layers_is_refused_by_name(no_mtp_files, which, arch):
+    path = no_mtp_files[which]
+    with pytest.raises(EdgespecError) as caught:
+        load_decoder(path, None, SpecOptions("mtp", k=3), RuntimeOptions(n_ctx=256, n_threads=1))
+    assert str(caught.value) == (
+        f"--drafter mtp needs a target with MTP layers: {path.name} has none this llama.cpp "
+        "drafts with (GLM-4.5 and DeepSeek-V3 GGUFs keep theirs); choose another --drafter"
+    )
+    target = open_target(path)
+    with pytest.raises(ModelFileError) as caught:
+        target.open_mtp()
+    assert str(caught.value) == (
+        f"{path.name} carries no MTP layers this llama.cpp drafts with (a {arch!r} model; MTP "
+        "drafting runs on GLM-4.5, DeepSeek-V3 and the other llama_heads.MTP_ARCHS with their "
+        "nextn layers in the GGUF); drop --drafter mtp"
+    )
+
+
+def test_a_target_loaded_without_its_mtp_layer_refuses_to_draft_with_it(target_file):
+    """The layer's weights are skipped unless asked for (LlamaOptions.mtp): no MTP context
+    is made on a model without them (llama.cpp would abort on its missing tensors)."""
+    target = open_target(target_file, mtp=False)
+    assert target.mtp_layers == 0
+    with pytest.raises(ModelFileError, match="carries no MTP layers this llama.cpp drafts with"):
+        target.open_mtp()
+
+
+def test_one_kind_of_head_reads_a_target(target_file, tmp_path):
+    """A target feeds one kind of features: an MTP layer's final states or an EAGLE-3 head's
+    extract layers, not both."""
+    target = open_target(target_file)
+    target.open_mtp()
+    target.open_mtp()  # a second MTP head reads the same
+    assert target.kept_for == "mtp"
+    with pytest.raises(ModelFileError) as caught:
+        target.check_features_for((0, 1, 1), "head.gguf")
+    assert str(caught.value) == (
+        "head.gguf: glm.gguf already feeds a draft head that reads other hidden states; open "
+        "one kind of head on a target"
+    )
+
+
+def test_closing_the_mtp_head_leaves_the_target_whole(target_file, reference):
+    """The MTP context borrows the target's model: closing it frees the context alone."""
+    target = open_target(target_file)
+    head = target.open_mtp()
+    head.close()
+    assert head.model is None and target.model
+    tokens = reference[0]
+    assert target.forward(tokens, last_only=True).shape == (1, target.n_vocab)
