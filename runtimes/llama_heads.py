@@ -178,7 +178,9 @@ class HeadContext:
         self.n_vocab = int(self.llama.llama_vocab_n_tokens(self.llama.llama_model_get_vocab(model)))
         self.n_ctx = target.n_ctx
         self.n_batch = target.n_batch
-        self.ctx = None
+        self.ctx: Any = None
+        self.memory: Any = None
+        self.dec_batch: Any = None
         self.n_past = 0
 
     def open_context(self, params: Any) -> None:

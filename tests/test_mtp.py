@@ -14,7 +14,6 @@ from edgespec.errors import EdgespecError, ModelFileError
 from edgespec.loader import SpecOptions, load_decoder
 from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
 from edgespec.sampling import SamplingParams
-from tests.test_cli import run_cli
 from tests.test_eagle import (
     check_output_equals_plain,
     check_rollback_leaves_a_fresh_state,

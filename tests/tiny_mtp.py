@@ -127,7 +127,9 @@ def reference_mtp(
     h[i]). (logits [n, n_vocab], its own final state [n, d]) float64."""
     il, eps, n = cfg.n_layer, cfg.rms_eps, len(tokens)
     p = f"blk.{il}."
-    e = rms_norm(w["token_embd.weight"][tokens].astype(np.float64), w[p + "nextn.enorm.weight"], eps)
+    e = rms_norm(
+        w["token_embd.weight"][tokens].astype(np.float64), w[p + "nextn.enorm.weight"], eps
+    )
     x = np.concatenate([e, rms_norm(h, w[p + "nextn.hnorm.weight"], eps)], axis=1)
     x = x @ w[p + "nextn.eh_proj.weight"].T
     cur = rms_norm(x, w[p + "attn_norm.weight"], eps)

@@ -33,7 +33,6 @@ from edgespec.sampling import SamplingParams, token_dist
 
 
 class HeadDrafter:
-
     def __init__(
         self,
         target: Runtime,
