@@ -19,7 +19,7 @@ import numpy as np
 
 import edgespec.interrupts as interrupts
 from edgespec.errors import ModelFileError
-from edgespec.runtime import Runtime, VocabInfo
+from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime, VocabInfo
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
 from edgespec.runtimes.shared import KeptFeatures, forward_in_chunks, kept_rows, token_text_hash
 from edgespec.runtimes.threads import LoadAwareThreads, default_threads
@@ -27,6 +27,9 @@ from edgespec.runtimes.threads import LoadAwareThreads, default_threads
 log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
+# a recurrent or hybrid target's state snapshots (llama_context_params.n_rs_seq): one per token
+# of the widest verify pass, so the rollback after any verify is a snapshot, not a replay
+RECURRENT_SNAPSHOTS = MAX_VERIFY_WIDTH
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 _recent_llama_log: collections.deque[str] = collections.deque(maxlen=20)
 _log_callback = None  # the ctypes callback; kept alive for as long as llama.cpp may call it
@@ -178,10 +181,21 @@ class LlamaCppRuntime(Runtime):
         self.kept_for: object = None  # the open heads' features: extract layers, or "mtp"
         self.kept: KeptFeatures | None = None  # their rows by position (open_head, open_mtp)
         self.mtp_layers = self.runnable_mtp_layers() if options.mtp and not vocab_only else 0
+        self.recurrent = not vocab_only and (
+            self.llama.llama_model_is_recurrent(self.model)
+            or self.llama.llama_model_is_hybrid(self.model)
+        )
+        self.max_rollback: int | None = None  # the Runtime capability: any, or (recurrent) this
+        self.snapshot_reach = 0  # tokens a rollback may cut now without a replay
         if not vocab_only:
             self.ctx = self.new_context()
             self.memory = self.llama.llama_get_memory(self.ctx)
             self.batch = self.llama.llama_batch_init(self.n_batch, 0, 1)
+            if self.recurrent:
+                self.max_rollback = int(self.llama.llama_n_rs_seq(self.ctx))
+            # the tokens the cache holds (the first n_past): replayed where a recurrent
+            # state cannot be cut back (rollback)
+            self.cached = np.zeros(self.n_ctx + self.min_width, dtype=np.int32)
 
     # --- loading -------------------------------------------------------------------------
 
@@ -234,6 +248,8 @@ class LlamaCppRuntime(Runtime):
         params.n_threads = self.n_threads
         params.n_threads_batch = self.n_threads
         params.no_perf = True
+        if self.recurrent:  # state snapshots for the rollback after a verify pass
+            params.n_rs_seq = RECURRENT_SNAPSHOTS
         if self.flash_attn is not None:
             on, off = (
                 self.llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -277,8 +293,7 @@ class LlamaCppRuntime(Runtime):
             # the same kernels for every width: dummy rows after the real ones (causal
             # attention keeps them out of the real rows), then dropped from the cache
             self.decode([*tokens, *[tokens[-1]] * pad], all_rows=False, last_row=False, real=n)
-            self.n_past -= pad
-            self.llama.llama_memory_seq_rm(self.memory, 0, self.n_past, -1)
+            self.rollback(self.n_past - pad)
             return self.read_logits(rows)
         self.decode(tokens, all_rows=rows == n, last_row=rows > 0)
         return self.read_logits(rows)
@@ -296,6 +311,7 @@ class LlamaCppRuntime(Runtime):
             b.seq_id[i][0] = 0
             b.logits[i] = all_rows or (last_row and i == n - 1) or i < real
         b.n_tokens = n
+        self.cached[self.n_past : self.n_past + n] = tokens
         self.choose_threads()
         with interrupts.native_call():
             status = self.llama.llama_decode(self.ctx, b)
@@ -304,6 +320,10 @@ class LlamaCppRuntime(Runtime):
         if self.kept is not None:
             self.keep_states(n)
         self.n_past += n
+        # a recurrent state goes back through the snapshots of this pass's rows (but its
+        # first), once: llama.cpp accepts cuts past them and gives a stale state there
+        if self.recurrent:
+            self.snapshot_reach = min(n - 1, self.max_rollback or 0)
 
     def open_head(self, path: str):
         """An EAGLE-3 head (runtimes/llama_heads.py); this context keeps its layers' inputs."""
@@ -395,8 +415,20 @@ class LlamaCppRuntime(Runtime):
         if not 0 <= n_past <= self.n_past:
             raise ValueError(f"cannot roll back to {n_past}: the cache holds {self.n_past}")
         if n_past < self.n_past:
-            self.llama.llama_memory_seq_rm(self.memory, 0, n_past, -1)
+            beyond = self.recurrent and self.n_past - n_past > self.snapshot_reach
+            if beyond or not self.llama.llama_memory_seq_rm(self.memory, 0, n_past, -1):
+                self.replay(n_past)
+            self.snapshot_reach = 0
             self.n_past = n_past
+
+    def replay(self, n_past: int) -> None:
+        """Rebuild the cache from its first n_past tokens: a recurrent state llama.cpp could
+        not cut back (further than its snapshots reach, or twice between passes)."""
+        log.debug("%s: the state is rebuilt from %d tokens", self.path.name, n_past)
+        tokens = self.cached[:n_past].tolist()
+        self.reset()
+        for start in range(0, n_past, self.n_batch):
+            self.decode(tokens[start : start + self.n_batch], all_rows=False, last_row=False)
 
     def reset(self) -> None:
         self.llama.llama_memory_clear(self.memory, True)

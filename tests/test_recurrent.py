@@ -1,0 +1,122 @@
+"""A hybrid target (recurrent state beside a KV cache: LFM2, Qwen3.5, Granite 4) on llama.cpp,
+on a tiny random LFM2 made in the test: a rollback after a verify pass goes through llama.cpp's
+state snapshots, one cut back further (or a second between passes) rebuilds the state from
+the tokens, and speculative output equals plain decoding's. Before, a rejected draft left the
+recurrent state ahead of the cache and the next pass failed ("llama_decode failed")."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.backends import EXACT_LLAMA
+from edgespec.controller import FixedPolicy
+from edgespec.drafters import ModelDrafter, NgramDrafter
+from edgespec.engine import SpeculativeDecoder
+from edgespec.runtime import MAX_VERIFY_WIDTH
+from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
+from edgespec.sampling import SamplingParams
+from tests.tiny_hybrid import write_hybrid_target
+
+PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def target_file(tmp_path_factory) -> Path:
+    return write_hybrid_target(tmp_path_factory.mktemp("hybrid") / "lfm2.gguf")
+
+
+def open_target(path: Path) -> LlamaCppRuntime:
+    return LlamaCppRuntime(path, n_ctx=256, n_threads=1, options=LlamaOptions(**EXACT_LLAMA))
+
+
+@pytest.fixture(scope="module")
+def target(target_file):
+    return open_target(target_file)
+
+
+@pytest.fixture(scope="module")
+def text(target) -> list[int]:
+    """The prompt and 40 tokens of the target's plain greedy decoding."""
+    tokens = target.tokenize(PROMPT, special=True)
+    out = SpeculativeDecoder(target).generate(tokens, max_tokens=40, speculative=False)
+    assert len(out.tokens) == 40
+    return tokens + out.tokens
+
+
+def count_replays(target, monkeypatch) -> list[int]:
+    replays: list[int] = []
+    real = target.replay
+    monkeypatch.setattr(target, "replay", lambda n: (replays.append(n), real(n))[1])
+    return replays
+
+
+def logits_after(target, text: list[int], start: int, end: int) -> np.ndarray:
+    return target.forward(text[start:end])
+
+
+def test_a_hybrid_target_keeps_state_snapshots(target):
+    assert target.recurrent
+    assert target.max_rollback == MAX_VERIFY_WIDTH
+
+
+@pytest.mark.parametrize("cut", [1, 5, MAX_VERIFY_WIDTH - 1])
+def test_a_rollback_within_the_snapshots_needs_no_replay(target, text, cut, monkeypatch):
+    """A verify pass of 17 rows, then a cut of `cut` tokens (at most all rows but the first,
+    as after any verify): the next pass's logits equal a fresh cache's, and the state was not
+    rebuilt."""
+    replays = count_replays(target, monkeypatch)
+    target.reset()
+    target.forward(text[:20])
+    target.forward(text[20 : 20 + MAX_VERIFY_WIDTH])
+    keep = 20 + MAX_VERIFY_WIDTH - cut
+    target.rollback(keep)
+    got = target.forward(text[keep : keep + 4])
+    assert replays == []
+    target.reset()
+    want = target.forward(text[: keep + 4])[keep:]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+# (passes, rollbacks): each a cut llama.cpp's snapshots do not hold; it accepts the last two
+# and leaves a stale state (the snapshots are written for a pass's rows but its first)
+BEYOND = {
+    "beyond the snapshots": ([50], [50 - MAX_VERIFY_WIDTH - 1]),
+    "twice between passes": ([50], [48, 45]),
+    "a whole pass": ([30, 5], [30]),
+    "across passes": ([30, 5, 1], [33]),
+}
+
+
+@pytest.mark.parametrize("how", BEYOND)
+def test_a_rollback_past_the_snapshots_rebuilds_the_state(target, text, how, monkeypatch):
+    replays = count_replays(target, monkeypatch)
+    widths, cuts = BEYOND[how]
+    target.reset()
+    for width in widths:
+        target.forward(text[target.n_past : target.n_past + width])
+    for keep in cuts:
+        target.rollback(keep)
+    assert replays == cuts[-1:] and target.n_past == cuts[-1]
+    keep = cuts[-1]
+    got = target.forward(text[keep : keep + 4])
+    target.reset()
+    want = target.forward(text[: keep + 4])[keep:]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("k", [1, 4, 8, 16])
+@pytest.mark.parametrize("sp", [SamplingParams(0.0), SamplingParams(1.0, seed=3)],
+                         ids=["greedy", "seeded"])  # fmt: skip
+def test_speculative_output_equals_plain_on_a_hybrid_target(target_file, target, k, sp):
+    """A draft model (the hybrid model itself, with its own state snapshots) and prompt
+    lookup at a fixed k: plain decoding's tokens, drafts rejected along the way."""
+    draft = open_target(target_file)
+    tokens = target.tokenize(PROMPT, special=True)
+    plain = SpeculativeDecoder(target).generate(tokens, max_tokens=40, sp=sp, speculative=False)
+    for drafter in (ModelDrafter(draft, n_ids=target.n_vocab), NgramDrafter()):
+        out = SpeculativeDecoder(target, [drafter], FixedPolicy(drafter.name, k)).generate(
+            tokens, max_tokens=40, sp=sp
+        )
+        assert out.tokens == plain.tokens, drafter.name
+        assert out.stats.n_draft_tokens > 0
