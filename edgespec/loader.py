@@ -169,6 +169,7 @@ def build_decoder(
     captures a CUDA graph per shape on first use (ONNX Runtime on CUDA), so that no request
     pays a capture (a server's choice: on an H200 the target's 17 widths and the draft's
     two shapes took about 2 s, which a one-off request would mostly not use)."""
+    spec = speculation_that_can_pay(spec, pair)
     draft_ctx = pair.draft.n_ctx if pair.draft is not None and spec.uses_model else None
     spec = spec.within(min(pair.target.n_ctx, draft_ctx or pair.target.n_ctx))
     curve = cost_curve(pair, n_max=spec.k_max + 1) if spec.adaptive else None
@@ -177,6 +178,23 @@ def build_decoder(
     if capture_graphs:
         capture_loop_graphs(pair, spec, drafters)
     return SpeculativeDecoder(pair.target, drafters, policy, reuse_cache=reuse_cache)
+
+
+def speculation_that_can_pay(spec: SpecOptions, pair: ModelPair) -> SpecOptions:
+    """Plain decoding for a target whose state cannot be rolled back cheaply (a recurrent
+    model llama.cpp keeps no state snapshots for): every rejected draft would re-read the
+    whole context. --drafter auto falls back with a warning; a drafter named is refused."""
+    if spec.drafter == "none" or pair.target.max_rollback != 0:
+        return spec
+    why = (
+        f"{pair.target_path.name} keeps a recurrent state that this llama.cpp cannot roll "
+        "back (no state snapshots for its architecture), so every rejected draft would "
+        "re-read the whole context"
+    )
+    if spec.drafter != "auto":
+        raise EdgespecError(f"{why}; use --drafter none")
+    log.warning("%s: decoding without speculation", why)
+    return replace(spec, drafter="none")
 
 
 def capture_loop_graphs(pair: ModelPair, spec: SpecOptions, drafters: list[Drafter]) -> int:

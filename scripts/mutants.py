@@ -948,6 +948,28 @@ MUTANTS = (
         "params.load_mtp = False",
         ("tests/test_mtp.py",),
     ),
+    Mutant(  # a recurrent state cut back wherever llama.cpp says yes (it says yes to cuts past
+        # the last pass's snapshots and leaves a stale state)
+        "recurrent-cut-trusted",
+        "runtimes/llamacpp.py",
+        "beyond = self.recurrent and self.n_past - n_past > self.snapshot_reach",
+        "beyond = False",
+        ("tests/test_recurrent.py",),
+    ),
+    Mutant(  # no state snapshots asked for: every rollback of a hybrid target a replay
+        "recurrent-no-snapshots",
+        "runtimes/llamacpp.py",
+        "params.n_rs_seq = RECURRENT_SNAPSHOTS",
+        "params.n_rs_seq = 0",
+        ("tests/test_recurrent.py",),
+    ),
+    Mutant(  # speculation on a target that re-reads its context at every rejected draft
+        "speculation-without-snapshots",
+        "edgespec/loader.py",
+        'if spec.drafter == "none" or pair.target.max_rollback != 0:',
+        "if True:",
+        ("tests/test_recurrent.py",),
+    ),
 )
 
 

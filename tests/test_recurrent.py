@@ -120,3 +120,27 @@ def test_speculative_output_equals_plain_on_a_hybrid_target(target_file, target,
         )
         assert out.tokens == plain.tokens, drafter.name
         assert out.stats.n_draft_tokens > 0
+
+
+def test_a_target_without_state_snapshots_decodes_plainly(target_file, caplog):
+    """A recurrent architecture llama.cpp keeps no snapshots for (Mamba, Jamba: n_rs_seq
+    clamped to 0): auto decodes plainly with a warning, a drafter named is refused. The tiny
+    LFM2 has snapshots; its max_rollback is set to what such a target reports."""
+    from edgespec.backends import RuntimeOptions
+    from edgespec.errors import EdgespecError
+    from edgespec.loader import SpecOptions, build_decoder
+    from edgespec.pair import ModelPair
+
+    runtime = open_target(target_file)
+    runtime.max_rollback = 0
+    pair = ModelPair(runtime, None, target_file, None, RuntimeOptions(n_ctx=256, n_threads=1))
+    why = (
+        "lfm2.gguf keeps a recurrent state that this llama.cpp cannot roll back (no state "
+        "snapshots for its architecture), so every rejected draft would re-read the whole context"
+    )
+    auto = build_decoder(pair, SpecOptions())
+    assert list(auto.drafters) == []
+    assert f"{why}: decoding without speculation" in caplog.text
+    with pytest.raises(EdgespecError) as caught:
+        build_decoder(pair, SpecOptions("ngram", k=4))
+    assert str(caught.value) == f"{why}; use --drafter none"
