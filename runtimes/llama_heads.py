@@ -338,11 +338,14 @@ class EagleHead(HeadContext):
 
 
 # The target architectures whose MTP (NextN) layers this llama.cpp runs as a draft context
-# (a graph_mtp in src/models/) and whose cache rolls back token by token: the hybrid ones
-# with a graph_mtp (qwen35, qwen35moe, qwen3next, nemotron_h_moe, bailingmoe3, deepseek4)
-# keep recurrent state, which llama_memory_seq_rm cannot cut back to a verified prefix.
+# (a graph_mtp in src/models/) and whose cache rolls back to a verified prefix: the attention
+# ones, and Qwen3.5's hybrids, whose delta nets roll back through llama.cpp's state snapshots
+# (LlamaCppRuntime.rollback; qwen35 tested, qwen35moe the same delta-net code). Not yet the
+# other hybrids with a graph_mtp (qwen3next: no snapshots; nemotron_h_moe, bailingmoe3,
+# deepseek4: untested).
 MTP_ARCHS = frozenset({
-    "cohere2moe", "deepseek2", "deepseek32", "glm-dsa", "glm4moe", "hy_v3", "mimo2", "step35",
+    "cohere2moe", "deepseek2", "deepseek32", "glm-dsa", "glm4moe", "hy_v3", "mimo2", "qwen35",
+    "qwen35moe", "step35",
 })  # fmt: skip
 
 

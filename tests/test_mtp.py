@@ -216,3 +216,39 @@ def test_closing_the_mtp_head_leaves_the_target_whole(target_file, reference):
     assert head.model is None and target.model
     tokens = reference[0]
     assert target.forward(tokens, last_only=True).shape == (1, target.n_vocab)
+
+
+# --- a hybrid target: Qwen3.5's MTP layer -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qwen_pair(tmp_path_factory):
+    """A tiny Qwen3.5 (gated delta nets, test_recurrent.py) with its MTP layer open."""
+    from tests.tiny_hybrid import write_qwen35_target
+
+    target = open_target(write_qwen35_target(tmp_path_factory.mktemp("q35") / "qwen35.gguf"))
+    return target, target.open_mtp()
+
+
+def test_a_qwen35_targets_features_are_its_final_state(qwen_pair):
+    from tests.tiny_hybrid import QWEN35_SEED, qwen35_weights
+
+    target, _ = qwen_pair
+    tokens = target.tokenize(PROMPT, special=True)
+    target.reset()
+    logits = target.forward(tokens)
+    output = qwen35_weights(QWEN35_SEED, target.n_vocab)["output.weight"]
+    np.testing.assert_allclose(target.features(0, len(tokens)) @ output.T, logits, atol=0.02)
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_qwen35_mtp_output_equals_plain(qwen_pair, k):
+    """Every rejected draft rolls the delta nets' state back through llama.cpp's snapshots."""
+    target, head = qwen_pair
+    check_output_equals_plain(target, head, *plain_reference(target), k)
+
+
+def test_qwen35_mtp_rollback_at_every_position_leaves_a_fresh_state(qwen_pair):
+    target, head = qwen_pair
+    check_rollback_leaves_a_fresh_state(target, head, target.open_mtp(), plain_reference(target),
+                                        SamplingParams(0.0))  # fmt: skip

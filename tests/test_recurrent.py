@@ -1,8 +1,9 @@
 """A hybrid target (recurrent state beside a KV cache: LFM2, Qwen3.5, Granite 4) on llama.cpp,
-on a tiny random LFM2 made in the test: a rollback after a verify pass goes through llama.cpp's
-state snapshots, one cut back further (or a second between passes) rebuilds the state from
-the tokens, and speculative output equals plain decoding's. Before, a rejected draft left the
-recurrent state ahead of the cache and the next pass failed ("llama_decode failed")."""
+on a tiny random LFM2 (short convolutions) and Qwen3.5 (gated delta nets) made in the test: a
+rollback after a verify pass goes through llama.cpp's state snapshots, one cut back further
+(or a second between passes) rebuilds the state from the tokens, and speculative output
+equals plain decoding's. Before, a rejected draft left the recurrent state ahead of the cache
+and the next pass failed ("llama_decode failed")."""
 
 from pathlib import Path
 
@@ -16,14 +17,15 @@ from edgespec.engine import SpeculativeDecoder
 from edgespec.runtime import MAX_VERIFY_WIDTH
 from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
 from edgespec.sampling import SamplingParams
-from tests.tiny_hybrid import write_hybrid_target
+from tests.tiny_hybrid import write_hybrid_target, write_qwen35_target
 
 PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
 
 
-@pytest.fixture(scope="module")
-def target_file(tmp_path_factory) -> Path:
-    return write_hybrid_target(tmp_path_factory.mktemp("hybrid") / "lfm2.gguf")
+@pytest.fixture(scope="module", params=["lfm2", "qwen35"])
+def target_file(tmp_path_factory, request) -> Path:
+    write = {"lfm2": write_hybrid_target, "qwen35": write_qwen35_target}[request.param]
+    return write(tmp_path_factory.mktemp("hybrid") / f"{request.param}.gguf")
 
 
 def open_target(path: Path) -> LlamaCppRuntime:
@@ -125,7 +127,7 @@ def test_speculative_output_equals_plain_on_a_hybrid_target(target_file, target,
 def test_a_target_without_state_snapshots_decodes_plainly(target_file, caplog):
     """A recurrent architecture llama.cpp keeps no snapshots for (Mamba, Jamba: n_rs_seq
     clamped to 0): auto decodes plainly with a warning, a drafter named is refused. The tiny
-    LFM2 has snapshots; its max_rollback is set to what such a target reports."""
+    targets have snapshots; max_rollback is set to what such a target reports."""
     from edgespec.backends import RuntimeOptions
     from edgespec.errors import EdgespecError
     from edgespec.loader import SpecOptions, build_decoder
@@ -135,8 +137,9 @@ def test_a_target_without_state_snapshots_decodes_plainly(target_file, caplog):
     runtime.max_rollback = 0
     pair = ModelPair(runtime, None, target_file, None, RuntimeOptions(n_ctx=256, n_threads=1))
     why = (
-        "lfm2.gguf keeps a recurrent state that this llama.cpp cannot roll back (no state "
-        "snapshots for its architecture), so every rejected draft would re-read the whole context"
+        f"{target_file.name} keeps a recurrent state that this llama.cpp cannot roll back (no "
+        "state snapshots for its architecture), so every rejected draft would re-read the whole "
+        "context"
     )
     auto = build_decoder(pair, SpecOptions())
     assert list(auto.drafters) == []
