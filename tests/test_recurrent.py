@@ -1,5 +1,5 @@
-"""A hybrid target (recurrent state beside a KV cache: LFM2, Qwen3.5, Granite 4) on llama.cpp,
-on a tiny random LFM2 (short convolutions) and Qwen3.5 (gated delta nets) made in the test: a
+"""A hybrid target (recurrent state beside a KV cache: LFM2, Qwen3.5) on llama.cpp, on a
+tiny random LFM2 (short convolutions) and Qwen3.5 (gated delta nets) made in the test: a
 rollback after a verify pass goes through llama.cpp's state snapshots, one cut back further
 (or a second between passes) rebuilds the state from the tokens, and speculative output
 equals plain decoding's. Before, a rejected draft left the recurrent state ahead of the cache
