@@ -252,3 +252,43 @@ def test_qwen35_mtp_rollback_at_every_position_leaves_a_fresh_state(qwen_pair):
     target, head = qwen_pair
     check_rollback_leaves_a_fresh_state(target, head, target.open_mtp(), plain_reference(target),
                                         SamplingParams(0.0))  # fmt: skip
+
+
+def test_bench_runs_the_mtp_layer_as_method_mtp_and_within_auto(target_file):
+    from edgespec.app.bench_command import run_bench
+    from edgespec.app.suites import Prompt
+
+    prompts = [Prompt("code-01", ({"role": "user", "content": "def the rest(a, b):"},))]
+    opts = RuntimeOptions(n_ctx=256, n_threads=1, exact=True)
+    report = run_bench(target_file, None, prompts, ["mtp", "auto"], [2, 4], 24, opts)
+    rows = {(r["method"], r["k"]): r for r in report["rows"]}
+    assert list(rows) == [("plain", "-"), ("mtp", 2), ("mtp", 4), ("auto", "auto")]
+    assert all(r["identical"] == 1 for r in rows.values())
+    assert rows[("mtp", 4)]["n_drafts"] > 0
+
+
+def test_serve_drafts_with_qwen35s_mtp_layer_across_requests(capsys, tmp_path):
+    """A server keeps the target's cache from request to request: the second request cuts
+    the hybrid's cache back to the shared prompt (past its snapshots: the state is rebuilt)
+    and drafts with the MTP layer; each answer is plain decoding's."""
+    pytest.importorskip("uvicorn", reason="edgespec serve needs edgespec[serve]")
+    import httpx
+
+    from edgespec.server import create_app
+    from edgespec.server.config import ServerConfig
+    from tests.live_server import LiveServer
+    from tests.tiny_hybrid import write_qwen35_target
+
+    target = write_qwen35_target(tmp_path / "qwen35.gguf")
+    opts = RuntimeOptions(n_ctx=256, n_threads=1, exact=True)
+    decoder = load_decoder(target, None, SpecOptions("mtp", k=3), opts, reuse_cache=True)
+    longer = PROMPT + "def"
+    want = [run_json(capsys, target, "--drafter", "none", "--prompt", p)["tokens"]
+            for p in (PROMPT, longer)]  # fmt: skip
+    with LiveServer(create_app(decoder, ServerConfig(model_id="tiny"))) as server:
+        for i, (prompt, tokens) in enumerate(zip((PROMPT, longer), want)):
+            body = {"model": "tiny", "prompt": prompt, "max_tokens": 40, "temperature": 0}
+            answer = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()
+            assert answer["x_edgespec"]["tokens"] == tokens
+            assert answer["timings"]["draft_n"] > 0
+            assert (answer["timings"]["cache_n"] > 0) == (i == 1)
