@@ -1,6 +1,7 @@
 """A trained draft head's cost per drafted token against its target's one-token pass, on this
 machine: the GPU kit's head measure (bench/gpu/measure.py head_cost) on any bundle that holds
-a head, on the CPU (or a GPU) without the rest of the kit.
+a head, or any target (bundle or GGUF) with MTP layers (their first is the head), on the CPU
+(or a GPU) without the rest of the kit.
 
 The bundle's target and head are opened as `edgespec run` opens them (edgespec.pair); the
 head proposes k = 1..8 tokens at one real context through HeadDrafter, each k timed after a
@@ -8,7 +9,7 @@ warm-up; the fitted slope is the cost of a drafted token, the intercept plus one
 first token's (which also rewrites the boundary row from the target's features). Prints a
 table and writes JSON.
 
-    python bench/head_cost.py BUNDLE [--threads N] [--reps 20] [--json out.json]
+    python bench/head_cost.py BUNDLE|TARGET.gguf [--threads N] [--reps 20] [--json out.json]
 """
 
 from __future__ import annotations
@@ -37,16 +38,19 @@ PROMPT = (
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("bundle", help="a bundle exported with --head")
+    ap.add_argument("bundle", help="a bundle exported with --head, or a target with MTP layers")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json")
     args = ap.parse_args()
     options = RuntimeOptions(n_ctx=1024, n_threads=args.threads)
-    pair = open_pair(args.bundle, None, options, open_draft=False, use_head=False)
-    target, head_path = pair.target, measure.bundle_head(Path(args.bundle))
-    if head_path is None:
-        raise SystemExit(f"{args.bundle} holds no draft head; export it with --head")
+    bundle = Path(args.bundle)
+    head_path = measure.bundle_head(bundle) if bundle.is_dir() else None
+    pair = open_pair(bundle, None, options, open_draft=False, use_head=False,
+                     use_mtp=head_path is None)  # fmt: skip
+    target = pair.target
+    if head_path is None and not target.mtp_layers:
+        raise SystemExit(f"{args.bundle} holds no draft head nor MTP layers; export it with --head")
     context = target.tokenize(PROMPT * 3, special=True)
     plain_ms = round(1e3 * measure_curve(target, 1, reps=args.reps)[0], 4)
     head = measure.head_cost(target, head_path, context, args.reps)

@@ -441,8 +441,9 @@ def bundle_head(bundle: Path) -> Path | None:
     return read_bundle(bundle).path("head") if is_bundle(bundle) else None
 
 
-def head_cost(target: Runtime, path: Path, context: Sequence[int], reps: int) -> dict:
-    """An EAGLE-3 head's proposals of k = 1..8 tokens through HeadDrafter at one context,
+def head_cost(target: Runtime, path: Path | None, context: Sequence[int], reps: int) -> dict:
+    """A draft head's proposals of k = 1..8 tokens through HeadDrafter at one context (path:
+    an EAGLE-3 head; None: the target's own MTP layer, opened where it was loaded),
     each k timed reps times after a warm-up round (ms, medians): a proposal rewrites the
     boundary row from the target's features (fc, then one decoder row: the first token) and
     decodes k - 1 rows more, so the fitted line's slope is the cost per drafted token. Then the
@@ -450,7 +451,7 @@ def head_cost(target: Runtime, path: Path, context: Sequence[int], reps: int) ->
     head). Last: from open_head on, every target pass copies those inputs out."""
     from edgespec.drafters.head import HeadDrafter
 
-    head = target.open_head(str(path))
+    head = target.open_mtp() if path is None else target.open_head(str(path))
     drafter = HeadDrafter(target, head)
     context = list(context)[: target.n_ctx - max(KS) - 2]
     target.reset()
@@ -471,8 +472,10 @@ def head_cost(target: Runtime, path: Path, context: Sequence[int], reps: int) ->
     with_head = 1e3 * measure_curve(target, 1, reps=reps)[0]
     target.reset()
     return {
-        "file": path.name, "gigabytes": round(size_of(path) / 1e9, 3),
-        "layers": list(head.layers), "n_embd": head.n_embd,  # type: ignore[attr-defined]
+        "kind": head.kind, "file": path.name if path else None,
+        "gigabytes": round(size_of(path) / 1e9, 3) if path else None,
+        "layers": list(head.layers) if head.kind == "eagle" else [],  # type: ignore[attr-defined]
+        "n_embd": head.n_embd,  # type: ignore[attr-defined]
         "propose_ms_by_k": [round(t, 4) for t in by_k],
         "token_ms": round(float(slope), 4), "first_ms": round(float(slope + intercept), 4),
         "target_token_ms_keeping_layers": round(with_head, 4),
