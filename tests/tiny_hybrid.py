@@ -5,6 +5,7 @@ trunk weights from tests/tiny_gguf."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -76,112 +77,25 @@ def write_hybrid_target(path: Path, cfg: TinyConfig = CFG, seed: int = 0) -> Pat
     return write_tensors(writer, hybrid_weights(cfg, len(tokens), seed), path)
 
 
-# A tiny random Qwen3.5 ("qwen35"): gated-delta-net layers (recurrent) with a full-attention
-# layer every fourth, and one MTP layer (a full-attention block behind nextn.*), as Qwen3.5's
-# dense models carry. Seed 1: its greedy decoding of the tests' prompt runs 40 tokens.
-QWEN35_LAYERS = 4
+# A tiny random Qwen3.5 ("qwen35", bench/hybrid_gguf.py's "tiny" shape): gated-delta-net
+# layers with a full-attention layer every fourth, and one MTP layer, as Qwen3.5's dense models
+# carry. QWEN35_SEED: its greedy decoding of the tests' prompt runs 40 tokens.
 QWEN35_SEED = 1
 
 
-def qwen35_weights(seed: int, n_vocab: int, mtp_layers: int = 1) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    d, n_ff, n_head, n_kv, hd = 64, 128, 4, 2, 16
-    # gated delta net: 2 key heads, 4 value heads of 16, a 4-wide convolution
-    key_dim, value_dim, n_v_heads, d_conv = 2 * 16, 4 * 16, 4, 4
-    conv_dim = 2 * key_dim + value_dim
+def qwen35_writer():
+    from tests.bench_scripts import load_bench_script
 
-    def w(*shape: int, scale: float = 1.0) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
+    return load_bench_script("hybrid_gguf.py", "bench_hybrid_gguf")
 
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, np.float32)
 
-    def block(i: int) -> dict[str, np.ndarray]:
-        return {
-            f"blk.{i}.attn_norm.weight": ones(d),
-            f"blk.{i}.post_attention_norm.weight": ones(d),
-            f"blk.{i}.ffn_gate.weight": w(n_ff, d),
-            f"blk.{i}.ffn_up.weight": w(n_ff, d),
-            f"blk.{i}.ffn_down.weight": w(d, n_ff),
-        }
-
-    def attention(i: int) -> dict[str, np.ndarray]:
-        return {
-            f"blk.{i}.attn_q.weight": w(2 * n_head * hd, d),  # the query and its gate
-            f"blk.{i}.attn_k.weight": w(n_kv * hd, d),
-            f"blk.{i}.attn_v.weight": w(n_kv * hd, d),
-            f"blk.{i}.attn_output.weight": w(d, n_head * hd),
-            f"blk.{i}.attn_q_norm.weight": ones(hd),
-            f"blk.{i}.attn_k_norm.weight": ones(hd),
-        }
-
-    def delta_net(i: int) -> dict[str, np.ndarray]:
-        return {
-            f"blk.{i}.attn_qkv.weight": w(conv_dim, d),
-            f"blk.{i}.attn_gate.weight": w(value_dim, d),
-            f"blk.{i}.ssm_conv1d.weight": w(conv_dim, d_conv),
-            f"blk.{i}.ssm_dt.bias": np.zeros(n_v_heads, np.float32),
-            f"blk.{i}.ssm_a": -ones(n_v_heads),
-            f"blk.{i}.ssm_beta.weight": w(n_v_heads, d),
-            f"blk.{i}.ssm_alpha.weight": w(n_v_heads, d),
-            f"blk.{i}.ssm_norm.weight": ones(16),
-            f"blk.{i}.ssm_out.weight": w(d, value_dim),
-        }
-
-    tensors = {
-        "token_embd.weight": w(n_vocab, d, scale=np.sqrt(d)),
-        "output_norm.weight": ones(d),
-        "output.weight": w(n_vocab, d, scale=6.0),
-    }
-    for i in range(QWEN35_LAYERS):
-        tensors |= block(i) | (attention(i) if (i + 1) % 4 == 0 else delta_net(i))
-    for i in range(QWEN35_LAYERS, QWEN35_LAYERS + mtp_layers):
-        tensors |= (
-            block(i)
-            | attention(i)
-            | {
-                f"blk.{i}.nextn.eh_proj.weight": w(d, 2 * d),
-                f"blk.{i}.nextn.enorm.weight": ones(d),
-                f"blk.{i}.nextn.hnorm.weight": ones(d),
-            }
-        )
-    return tensors
+def qwen35_weights(mtp_layers: int = 1) -> dict[str, np.ndarray]:
+    bench = qwen35_writer()
+    shape = replace(bench.SHAPES["tiny"], mtp_layers=mtp_layers)
+    return dict(bench.tensors(shape, len(vocabulary()[0]), QWEN35_SEED))
 
 
 def write_qwen35_target(path: Path, mtp_layers: int = 1) -> Path:
-    import gguf
-
-    tokens, types, merges = vocabulary()
-    arch = "qwen35"
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_name("edgespec-tiny-qwen35")
-    writer.add_context_length(512)
-    writer.add_embedding_length(64)
-    writer.add_block_count(QWEN35_LAYERS + mtp_layers)
-    writer.add_uint32(f"{arch}.nextn_predict_layers", mtp_layers)
-    writer.add_feed_forward_length(128)
-    writer.add_head_count(4)
-    writer.add_head_count_kv(2)
-    writer.add_key_length(16)
-    writer.add_value_length(16)
-    writer.add_rope_dimension_count(16)
-    writer.add_array(f"{arch}.rope.dimension_sections", [4, 2, 2, 0])
-    writer.add_rope_freq_base(10000.0)
-    writer.add_layer_norm_rms_eps(1e-6)
-    writer.add_uint32(f"{arch}.ssm.conv_kernel", 4)
-    writer.add_uint32(f"{arch}.ssm.inner_size", 64)
-    writer.add_uint32(f"{arch}.ssm.state_size", 16)
-    writer.add_uint32(f"{arch}.ssm.time_step_rank", 4)
-    writer.add_uint32(f"{arch}.ssm.group_count", 2)
-    writer.add_uint32(f"{arch}.full_attention_interval", 4)
-    writer.add_file_type(0)  # all float32
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML)
-    return write_tensors(writer, qwen35_weights(QWEN35_SEED, len(tokens), mtp_layers), path)
+    bench = qwen35_writer()
+    shape = replace(bench.SHAPES["tiny"], mtp_layers=mtp_layers)
+    return bench.write_qwen35(path, shape, vocabulary=vocabulary(), seed=QWEN35_SEED)
