@@ -122,6 +122,12 @@ class Runtime(Protocol):
         pays a capture; the cache is left as it was. Returns how many were captured."""
         return 0
 
+    def mark(self) -> None:
+        """A position (n_past now) a later rollback may return to cheaply: a runtime whose
+        cache cannot be cut back token by token past its snapshots (a recurrent state) keeps
+        a copy of the state here, so such a cut re-reads only the tokens after the mark. A
+        draft model calls it before its one-token drafting passes. Default: nothing to do."""
+
     def open_head(self, path: str) -> DraftHead:
         """A trained draft head for this target, fitted to it (hidden size, extract layers,
         vocabulary) or refused; from now on every pass keeps the head's extract layers' hidden

@@ -187,6 +187,8 @@ class LlamaCppRuntime(Runtime):
         )
         self.max_rollback: int | None = None  # the Runtime capability: any, or (recurrent) this
         self.snapshot_reach = 0  # tokens a rollback may cut now without a replay
+        self.marked_state: ctypes.Array | None = None  # the recurrent state at marked_at (mark)
+        self.marked_at: int | None = None
         if not vocab_only:
             self.ctx = self.new_context()
             self.memory = self.llama.llama_get_memory(self.ctx)
@@ -417,9 +419,43 @@ class LlamaCppRuntime(Runtime):
         if n_past < self.n_past:
             beyond = self.recurrent and self.n_past - n_past > self.snapshot_reach
             if beyond or not self.llama.llama_memory_seq_rm(self.memory, 0, n_past, -1):
-                self.replay(n_past)
+                self.rebuild(n_past)
             self.snapshot_reach = 0
             self.n_past = n_past
+
+    def mark(self) -> None:
+        """Keep a copy of the recurrent state at n_past (Runtime.mark): llama.cpp's partial
+        sequence state, the recurrent layers' alone (a small copy beside a KV cache's)."""
+        if not self.recurrent or self.ctx is None:
+            return
+        flags = self.llama.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = int(self.llama.llama_state_seq_get_size_ext(self.ctx, 0, flags))
+        if self.marked_state is None or len(self.marked_state) < size:
+            self.marked_state = (ctypes.c_uint8 * size)()
+        written = self.llama.llama_state_seq_get_data_ext(
+            self.ctx, self.marked_state, size, 0, flags
+        )
+        self.marked_at = self.n_past if written == size else None
+
+    def rebuild(self, n_past: int) -> None:
+        """The cache cut back to n_past where llama.cpp could not cut it: from the mark where
+        it is at or before n_past (the state put back, the KV cache cut there, the tokens
+        after it re-read), else from nothing (replay)."""
+        at, state = self.marked_at, self.marked_state
+        self.marked_at = None  # used once: the state moves on from it
+        if at is None or state is None or at > n_past:
+            self.replay(n_past)
+            return
+        flags = self.llama.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        restored = self.llama.llama_state_seq_set_data_ext(self.ctx, state, len(state), 0, flags)
+        if not restored or not self.llama.llama_memory_seq_rm(self.memory, 0, at, -1):
+            self.replay(n_past)
+            return
+        log.debug("%s: the state is rebuilt from its mark at %d", self.path.name, at)
+        tokens = self.cached[at:n_past].tolist()
+        self.n_past = at
+        for start in range(0, len(tokens), self.n_batch):
+            self.decode(tokens[start : start + self.n_batch], all_rows=False, last_row=False)
 
     def replay(self, n_past: int) -> None:
         """Rebuild the cache from its first n_past tokens: a recurrent state llama.cpp could
@@ -433,6 +469,7 @@ class LlamaCppRuntime(Runtime):
     def reset(self) -> None:
         self.llama.llama_memory_clear(self.memory, True)
         self.n_past = 0
+        self.marked_at = None
 
     def tokenize(self, text: str, *, special: bool) -> list[int]:
         data = text.encode("utf-8")

@@ -963,6 +963,20 @@ MUTANTS = (
         "params.n_rs_seq = 0",
         ("tests/test_recurrent.py",),
     ),
+    Mutant(  # a draft model that marks nothing before its one-token passes
+        "draft-marks-nothing",
+        "edgespec/drafters/model.py",
+        "        if k > 1:  # one-token passes follow: the next step cuts back into them",
+        "        if False:",
+        ("tests/test_recurrent.py",),
+    ),
+    Mutant(  # the state put back at the mark, the KV cache left uncut past it
+        "mark-restored-kv-kept",
+        "runtimes/llamacpp.py",
+        "if not restored or not self.llama.llama_memory_seq_rm(self.memory, 0, at, -1):",
+        "if not restored:",
+        ("tests/test_recurrent.py",),
+    ),
     Mutant(  # speculation on a target that re-reads its context at every rejected draft
         "speculation-without-snapshots",
         "edgespec/loader.py",

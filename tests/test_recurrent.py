@@ -22,10 +22,21 @@ from tests.tiny_hybrid import write_hybrid_target, write_qwen35_target
 PROMPT = "<|im_start|>user\ndef the rest(a, b):\n    return a<|im_end|>\n<|im_start|>assistant\n"
 
 
-@pytest.fixture(scope="module", params=["lfm2", "qwen35"])
+WRITERS = {
+    "lfm2": lambda path, seed=0: write_hybrid_target(path, seed=seed),
+    "qwen35": lambda path, seed=1: write_qwen35_target(path, seed=seed),
+}
+
+
+@pytest.fixture(scope="module", params=list(WRITERS))
 def target_file(tmp_path_factory, request) -> Path:
-    write = {"lfm2": write_hybrid_target, "qwen35": write_qwen35_target}[request.param]
-    return write(tmp_path_factory.mktemp("hybrid") / f"{request.param}.gguf")
+    return WRITERS[request.param](tmp_path_factory.mktemp("hybrid") / f"{request.param}.gguf")
+
+
+@pytest.fixture(scope="module")
+def draft_file(target_file) -> Path:
+    """The same architecture with other random weights: it disagrees with the target."""
+    return WRITERS[target_file.stem](target_file.with_name("draft.gguf"), seed=5)
 
 
 def open_target(path: Path) -> LlamaCppRuntime:
@@ -107,21 +118,46 @@ def test_a_rollback_past_the_snapshots_rebuilds_the_state(target, text, how, mon
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
 
 
+def test_a_cut_back_to_a_mark_rereads_only_the_tokens_after_it(target, text, monkeypatch):
+    """A draft model's round: a catch-up pass, mark(), one-token passes, then a cut into them
+    (past the snapshots of one-token passes): the state at the mark is put back and the
+    tokens after it re-read; the next pass's logits equal a fresh cache's."""
+    replays = count_replays(target, monkeypatch)
+    target.reset()
+    target.forward(text[:30])
+    target.mark()
+    for i in range(30, 36):
+        target.forward(text[i : i + 1])
+    target.rollback(33)
+    assert replays == [] and target.n_past == 33
+    got = target.forward(text[33:37])
+    target.reset()
+    want = target.forward(text[:37])[33:]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+    target.mark()
+    target.rollback(10)  # past the snapshots, before the mark: from nothing
+    assert replays == [10]
+
+
 @pytest.mark.parametrize("k", [1, 4, 8, 16])
 @pytest.mark.parametrize("sp", [SamplingParams(0.0), SamplingParams(1.0, seed=3)],
                          ids=["greedy", "seeded"])  # fmt: skip
-def test_speculative_output_equals_plain_on_a_hybrid_target(target_file, target, k, sp):
-    """A draft model (the hybrid model itself, with its own state snapshots) and prompt
-    lookup at a fixed k: plain decoding's tokens, drafts rejected along the way."""
-    draft = open_target(target_file)
+def test_speculative_output_equals_plain_on_a_hybrid_target(draft_file, target, k, sp, monkeypatch):
+    """A hybrid draft model (its cuts go back to the marks it makes before its one-token
+    passes) and prompt lookup at a fixed k: plain decoding's tokens, drafts rejected along
+    the way."""
+    draft = open_target(draft_file)
     tokens = target.tokenize(PROMPT, special=True)
     plain = SpeculativeDecoder(target).generate(tokens, max_tokens=40, sp=sp, speculative=False)
+    draft_replays = count_replays(draft, monkeypatch)
     for drafter in (ModelDrafter(draft, n_ids=target.n_vocab), NgramDrafter()):
         out = SpeculativeDecoder(target, [drafter], FixedPolicy(drafter.name, k)).generate(
             tokens, max_tokens=40, sp=sp
         )
         assert out.tokens == plain.tokens, drafter.name
-        assert out.stats.n_draft_tokens > 0
+        assert 0 < out.stats.n_draft_tokens
+        assert out.stats.n_accepted < out.stats.n_draft_tokens  # some rejected: cut back
+    assert draft_replays == []  # its cuts go back to its marks
 
 
 def test_a_target_without_state_snapshots_decodes_plainly(target_file, caplog):

@@ -95,7 +95,7 @@ def qwen35_weights(mtp_layers: int = 1) -> dict[str, np.ndarray]:
     return dict(bench.tensors(shape, len(vocabulary()[0]), QWEN35_SEED))
 
 
-def write_qwen35_target(path: Path, mtp_layers: int = 1) -> Path:
+def write_qwen35_target(path: Path, mtp_layers: int = 1, seed: int = QWEN35_SEED) -> Path:
     bench = qwen35_writer()
     shape = replace(bench.SHAPES["tiny"], mtp_layers=mtp_layers)
-    return bench.write_qwen35(path, shape, vocabulary=vocabulary(), seed=QWEN35_SEED)
+    return bench.write_qwen35(path, shape, vocabulary=vocabulary(), seed=seed)

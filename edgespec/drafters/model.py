@@ -111,6 +111,8 @@ class ModelDrafter:
         seed = sp.seed if sp.seed is not None else -1
         if gumbel and seed < 0:
             raise ValueError("Gumbel drafting needs the request's seed (request_params sets it)")
+        if k > 1:  # one-token passes follow: the next step cuts back into them
+            self.runtime.mark()
         tokens = np.empty(k, dtype=np.int32)
         n_vocab = self.n_ids
         q = None if sp.greedy or gumbel else np.empty((k, n_vocab), dtype=np.float32)
