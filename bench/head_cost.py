@@ -9,7 +9,8 @@ warm-up; the fitted slope is the cost of a drafted token, the intercept plus one
 first token's (which also rewrites the boundary row from the target's features). Prints a
 table and writes JSON.
 
-    python bench/head_cost.py BUNDLE|TARGET.gguf [--threads N] [--reps 20] [--json out.json]
+    python bench/head_cost.py BUNDLE|TARGET.gguf [--device cpu|cuda] [--threads N] [--reps 20]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ PROMPT = (
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bundle", help="a bundle exported with --head, or a target with MTP layers")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--threads", type=int)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json")
     args = ap.parse_args()
-    options = RuntimeOptions(n_ctx=1024, n_threads=args.threads)
+    options = RuntimeOptions(n_ctx=1024, n_threads=args.threads, device=args.device)
     bundle = Path(args.bundle)
     head_path = measure.bundle_head(bundle) if bundle.is_dir() else None
     pair = open_pair(bundle, None, options, open_draft=False, use_head=False,

@@ -879,3 +879,35 @@ def test_the_7b_mode_makes_and_measures_the_7b_pair_first_on_llama_cpp_alone(tmp
     ]
     reports = [c for c in launched if "--report" in c]
     assert len(reports) == 3  # after each measure
+
+
+def test_the_q35_pair_makes_a_hybrid_target_and_times_its_mtp_layer_and_curve(tmp_path):
+    """run.sh --pairs q35 --backends llama, sourced: the Qwen3.5-2B-like target made by
+    bench/hybrid_gguf.py (no draft, no HF checkpoint), then its MTP layer timed
+    (head_cost.py) and its verify curve (edgespec tune), both on CUDA."""
+    kit, out = tmp_path / "kit", tmp_path / "out"
+    _, launched = run_kit_steps(
+        tmp_path, "PAIRS=q35; BACKENDS=llama; models_and_exports; touch $KIT/state/background;"
+        " measure_all", ("llama",),
+    )  # fmt: skip
+    target = kit / "work" / "bundles" / "q35-gguf" / "target.gguf"
+    assert launched == [
+        f"bench/hybrid_gguf.py --shape qwen3.5-2b --quant q4_k_m --out {target}",
+        f"bench/head_cost.py {target} --device cuda --reps 20 --json {out}/q35-mtp-cuda.json",
+        f"-m edgespec tune --target {target} --device cuda --n-max 17 --n-ctx 1024",
+    ]
+
+
+def test_the_kit_smoke_run_of_the_q35_pair_times_a_tiny_hybrids_mtp_layer(tmp_path):
+    """run.sh --smoke --pairs q35 --backends llama: the tiny hybrid shape's MTP layer timed."""
+    pytest.importorskip("llama_cpp", reason="the llama.cpp back-end needs llama-cpp-python")
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        ["bash", "bench/gpu/run.sh", "--smoke", "--pairs", "q35", "--backends", "llama",
+         "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**__import__("os").environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((out / "q35-mtp.json").read_text())
+    assert (report["kind"], report["layers"], len(report["propose_ms_by_k"])) == ("mtp", [], 8)

@@ -8,7 +8,9 @@
 #   bash bench/gpu/run.sh --smoke --out D # a CPU check with tiny models, in this environment
 #   bash bench/gpu/run.sh --pairs 7b,demo --backends llama   # the 7B pair first, llama.cpp
 #   options: --kit DIR (default .gpukit)  --out DIR (results)  --wait-min N
-#            --pairs LIST: pairs measured, in this order (default demo,7b; --no-7b: demo)
+#            --pairs LIST: pairs measured, in this order (default demo,7b; --no-7b: demo);
+#              q35 (llama.cpp only): a Qwen3.5-2B-like hybrid target whose MTP layer is
+#              timed against its token (bench/head_cost.py), and its verify curve (tune)
 #            --backends LIST: llama, onnx (default both); llama alone needs only upload 1,
 #              and its GGUF models are written straight into quantized blocks (make_gguf.py)
 #            --no-head: the GGUF pairs without their target's random EAGLE-3 head (by default
@@ -52,7 +54,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 for x in ${PAIRS//,/ }; do
-  case $x in demo|7b) ;; *) echo "run.sh: --pairs $PAIRS: give demo and/or 7b" >&2; exit 2 ;; esac
+  case $x in demo|7b|q35) ;; *) echo "run.sh: --pairs $PAIRS: give demo, 7b and/or q35" >&2
+    exit 2 ;; esac
 done
 for x in ${BACKENDS//,/ }; do
   case $x in llama|onnx) ;; *) echo "run.sh: --backends $BACKENDS: give llama and/or onnx" >&2
@@ -78,6 +81,11 @@ if [ "$SMOKE" = 1 ]; then
   [ -x .venv/bin/python ] && PY=${PYTHON:-.venv/bin/python}
   T=$(mktemp -d)
   trap 'rm -rf "$T"' EXIT
+  if [ "$PAIRS" = q35 ]; then  # the MTP measure's path on the tiny hybrid shape
+    "$PY" bench/hybrid_gguf.py --shape tiny --quant q8_0 --out "$T/target.gguf"
+    "$PY" bench/head_cost.py "$T/target.gguf" --device cpu --reps 2 --json "$OUT/q35-mtp.json"
+    exit 0
+  fi
   if [ "$WITH_7B" = 1 ] && [ "$BACKENDS" = llama ]; then
     # the 7B mode's path: a tiny pair (and its EAGLE-3 head) written straight into GGUF
     # blocks, measured with the full grid as the 7B pair is
@@ -222,6 +230,7 @@ gguf_pair() {  # gguf_pair PAIR: the pair's GGUF bundle written straight into qu
   # llama.cpp is in (it reads the files' vocabularies back)
   local name=$1-gguf head=()
   is_done "bundle-$name" && return
+  [ "$1" = q35 ] && { hybrid_target; return; }
   [ "$HEADS" = 1 ] && head=(--head)
   say "make $name (random Q4_K_M target, Q8_0 draft${head:+, f16 EAGLE-3 head})"
   rm -rf "${WORK:?}/bundles/$name"
@@ -233,6 +242,20 @@ gguf_pair() {  # gguf_pair PAIR: the pair's GGUF bundle written straight into qu
   else
     done_mark "failed-bundle-$name"
     say "make $name failed: $(tail -2 "$KIT/logs/make-$name.log")"
+  fi
+}
+
+hybrid_target() {  # the q35 "pair": a Qwen3.5-2B-like hybrid target with one MTP layer, no
+  # draft (bench/hybrid_gguf.py: f16, then llama.cpp's quantizer)
+  say "make q35-gguf (random Q4_K_M Qwen3.5-2B-like target, one MTP layer)"
+  rm -rf "${WORK:?}/bundles/q35-gguf" && mkdir -p "$WORK/bundles/q35-gguf"
+  if "$PY" bench/hybrid_gguf.py --shape qwen3.5-2b --quant q4_k_m \
+    --out "$WORK/bundles/q35-gguf/target.gguf" > "$KIT/logs/make-q35-gguf.log" 2>&1; then
+    done_mark bundle-q35-gguf
+    say "made q35-gguf"
+  else
+    done_mark failed-bundle-q35-gguf
+    say "make q35-gguf failed: $(tail -2 "$KIT/logs/make-q35-gguf.log")"
   fi
 }
 
@@ -365,6 +388,10 @@ measure_all() {  # the pairs in --pairs order, graphs on; llama.cpp with graphs 
   wait_for background || say "measuring beside background steps still running: timings suspect"
   for pair in ${PAIRS//,/ }; do
     # newest questions first (2026-11-26 measured the INT4 ONNX pair with graphs on and off)
+    if [ "$pair" = q35 ]; then
+      has "$BACKENDS" llama && wait_for bundle-q35-gguf && mtp_measure "$WORK/bundles/q35-gguf"
+      continue
+    fi
     for format in "${formats[@]}"; do
       [ "$pair-$format" = 7b-onnx-fp16 ] && continue  # not exported: the demo pair tells
       wait_for "bundle-$pair-$format" || continue
@@ -382,6 +409,18 @@ measure_all() {  # the pairs in --pairs order, graphs on; llama.cpp with graphs 
     run_measure demo llama off quick "$WORK/bundles/demo-gguf"
   fi
   cat "$OUT/table.txt" 2> /dev/null || say "no measure finished"
+}
+
+mtp_measure() {  # mtp_measure BUNDLE: the q35 target's MTP token against its own (head_cost.py)
+  # and its verify curve (edgespec tune), into $OUT/q35-mtp-cuda.json and q35-tune-cuda.txt
+  [ -s "$OUT/q35-mtp-cuda.json" ] && return
+  say "measure q35: its MTP layer and verify curve (log: $KIT/logs/measure-q35.log)"
+  "$PY" "${LLAMA_FIRST[@]}" bench/head_cost.py "$1/target.gguf" --device cuda --reps 20 \
+    --json "$OUT/q35-mtp-cuda.json" > "$KIT/logs/measure-q35.log" 2>&1 \
+    || say "measure q35 failed: $(tail -3 "$KIT/logs/measure-q35.log")"
+  "$PY" -m edgespec tune --target "$1/target.gguf" --device cuda --n-max 17 --n-ctx 1024 \
+    > "$OUT/q35-tune-cuda.txt" 2>> "$KIT/logs/measure-q35.log" \
+    || say "tune q35 failed: $(tail -3 "$KIT/logs/measure-q35.log")"
 }
 
 write_table() {  # the table over every measure so far: a call cut short keeps what it has
