@@ -108,16 +108,11 @@ def tensors(shape: Qwen35Shape, n_vocab: int, seed: int) -> Iterator[tuple[str, 
 
 
 def byte_vocabulary() -> tuple[list[str], list[int], list[str]]:
-    """Token texts (GPT-2's printable byte map), types, merges: bytes, one merge (llama.cpp
-    refuses a BPE vocabulary without merges) and ChatML's specials."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-            *range(ord("®"), ord("ÿ") + 1)]  # fmt: skip
-    chars, extra = {b: chr(b) for b in keep}, 0
-    for b in range(256):
-        if b not in chars:
-            chars[b], extra = chr(256 + extra), extra + 1
-    tokens = [*sorted(chars.values(), key=ord), "Ġt"]
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    """Token texts, types, merges: bytes, one merge (llama.cpp refuses a BPE vocabulary
+    without merges) and the specials (llama_load_probe's, and <|im_start|> for ChatML)."""
+    from edgespec.runtimes.llama_load_probe import SPECIALS, byte_tokens
+
+    tokens, specials = [*byte_tokens(), "Ġt"], [*SPECIALS, "<|im_start|>"]
     return tokens + specials, [1] * len(tokens) + [3] * len(specials), ["Ġ t"]
 
 

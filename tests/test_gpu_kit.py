@@ -826,15 +826,7 @@ def test_the_kit_smoke_run_of_the_7b_mode_writes_gguf_directly_and_measures_the_
     tmp_path,
 ):
     """run.sh --smoke --pairs 7b --backends llama: the 7B mode's path on a tiny pair."""
-    pytest.importorskip("llama_cpp", reason="the llama.cpp back-end needs llama-cpp-python")
-    out = tmp_path / "results"
-    proc = subprocess.run(
-        ["bash", "bench/gpu/run.sh", "--smoke", "--pairs", "7b", "--backends", "llama",
-         "--out", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-        env={**__import__("os").environ, "PYTHON": sys.executable},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = smoke_run(tmp_path, "--pairs", "7b", "--backends", "llama")
     report = json.loads((out / "tiny-direct-llama.json").read_text())
     assert report["backend"] == "llama" and len(report["curve_ms"]) == 5
     assert any(o["k"] == "auto" and o["draft_cost"] == "real" for o in report["oracle"])
@@ -900,14 +892,19 @@ def test_the_q35_pair_makes_a_hybrid_target_and_times_its_mtp_layer_and_curve(tm
 
 def test_the_kit_smoke_run_of_the_q35_pair_times_a_tiny_hybrids_mtp_layer(tmp_path):
     """run.sh --smoke --pairs q35 --backends llama: the tiny hybrid shape's MTP layer timed."""
+    out = smoke_run(tmp_path, "--pairs", "q35", "--backends", "llama")
+    report = json.loads((out / "q35-mtp.json").read_text())
+    assert (report["kind"], report["layers"], len(report["propose_ms_by_k"])) == ("mtp", [], 8)
+
+
+def smoke_run(tmp_path: Path, *args: str) -> Path:
+    """bench/gpu/run.sh --smoke ARGS on the CPU (llama.cpp back-end); its results folder."""
     pytest.importorskip("llama_cpp", reason="the llama.cpp back-end needs llama-cpp-python")
     out = tmp_path / "results"
     proc = subprocess.run(
-        ["bash", "bench/gpu/run.sh", "--smoke", "--pairs", "q35", "--backends", "llama",
-         "--out", str(out)],
+        ["bash", "bench/gpu/run.sh", "--smoke", *args, "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=600,
         env={**__import__("os").environ, "PYTHON": sys.executable},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    report = json.loads((out / "q35-mtp.json").read_text())
-    assert (report["kind"], report["layers"], len(report["propose_ms_by_k"])) == ("mtp", [], 8)
+    return out

@@ -272,26 +272,16 @@ def test_serve_drafts_with_qwen35s_mtp_layer_across_requests(capsys, tmp_path):
     the hybrid's cache back to the shared prompt (past its snapshots: the state is rebuilt)
     and drafts with the MTP layer; each answer is plain decoding's."""
     pytest.importorskip("uvicorn", reason="edgespec serve needs edgespec[serve]")
-    import httpx
-
-    from edgespec.server import create_app
-    from edgespec.server.config import ServerConfig
-    from tests.live_server import LiveServer
+    from tests.test_head_cli import check_served_across_requests
     from tests.tiny_hybrid import write_qwen35_target
 
     target = write_qwen35_target(tmp_path / "qwen35.gguf")
     opts = RuntimeOptions(n_ctx=256, n_threads=1, exact=True)
     decoder = load_decoder(target, None, SpecOptions("mtp", k=3), opts, reuse_cache=True)
-    longer = PROMPT + "def"
+    prompts = [PROMPT, PROMPT + "def"]
     want = [run_json(capsys, target, "--drafter", "none", "--prompt", p)["tokens"]
-            for p in (PROMPT, longer)]  # fmt: skip
-    with LiveServer(create_app(decoder, ServerConfig(model_id="tiny"))) as server:
-        for i, (prompt, tokens) in enumerate(zip((PROMPT, longer), want)):
-            body = {"model": "tiny", "prompt": prompt, "max_tokens": 40, "temperature": 0}
-            answer = httpx.post(server.url + "/v1/completions", json=body, timeout=60).json()
-            assert answer["x_edgespec"]["tokens"] == tokens
-            assert answer["timings"]["draft_n"] > 0
-            assert (answer["timings"]["cache_n"] > 0) == (i == 1)
+            for p in prompts]  # fmt: skip
+    check_served_across_requests(decoder, prompts, want)
 
 
 def test_bench_head_cost_times_a_targets_mtp_layer(target_file, tmp_path, monkeypatch):

@@ -129,17 +129,39 @@ def write_gguf(
         types = types + [5] * (pad_to - len(tokens))
         tokens = tokens + [f"[PAD{i}]" for i in range(len(tokens), pad_to)]
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("edgespec-tiny")
+    add_hparams(writer, cfg, "edgespec-tiny")
+    writer.add_head_count_kv(cfg.n_head_kv)
+    add_tokenizer(writer, (tokens, types, merges), pre=pre, add_bos=add_bos,
+                  chat_template=chat_template)  # fmt: skip
+    if more_metadata is not None:
+        more_metadata(writer)
+    return write_tensors(writer, tensors, path)
+
+
+def add_hparams(writer: Any, cfg: TinyConfig, name: str, n_layer: int | None = None) -> None:
+    """A tiny model's shape (every float32; n_layer: the block count, default cfg's)."""
+    writer.add_name(name)
     writer.add_context_length(cfg.n_ctx)
     writer.add_embedding_length(cfg.n_embd)
-    writer.add_block_count(cfg.n_layer)
+    writer.add_block_count(cfg.n_layer if n_layer is None else n_layer)
     writer.add_feed_forward_length(cfg.n_ff)
     writer.add_head_count(cfg.n_head)
-    writer.add_head_count_kv(cfg.n_head_kv)
     writer.add_rope_dimension_count(cfg.n_embd // cfg.n_head)
     writer.add_rope_freq_base(cfg.rope_theta)
     writer.add_layer_norm_rms_eps(cfg.rms_eps)
     writer.add_file_type(0)  # all float32
+
+
+def add_tokenizer(
+    writer: Any,
+    vocab: tuple[list[str], list[int], list[str]],
+    *,
+    pre: str = "default",
+    add_bos: bool = False,
+    chat_template: str = CHATML,
+) -> None:
+    """The byte-level BPE tokenizer (vocabulary()'s, or padded), BOS and EOS, chat template."""
+    tokens, types, merges = vocab
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
@@ -149,9 +171,6 @@ def write_gguf(
     writer.add_eos_token_id(tokens.index("<|im_end|>"))
     writer.add_add_bos_token(add_bos)
     writer.add_chat_template(chat_template)
-    if more_metadata is not None:
-        more_metadata(writer)
-    return write_tensors(writer, tensors, path)
 
 
 def write_tensors(writer: Any, tensors: dict[str, np.ndarray], path: Path) -> Path:

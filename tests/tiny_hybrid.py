@@ -10,7 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.tiny_gguf import CHATML, TinyConfig, random_weights, vocabulary, write_tensors
+from tests.tiny_gguf import (
+    TinyConfig,
+    add_hparams,
+    add_tokenizer,
+    random_weights,
+    vocabulary,
+    write_tensors,
+)
 
 CFG = TinyConfig(n_layer=4)
 CONV_LAYERS = (0, 2)  # the rest attend
@@ -52,28 +59,11 @@ def write_hybrid_target(path: Path, cfg: TinyConfig = CFG, seed: int = 0) -> Pat
 
     tokens, types, merges = vocabulary()
     writer = gguf.GGUFWriter(str(path), "lfm2")
-    writer.add_name("edgespec-tiny-hybrid")
-    writer.add_context_length(cfg.n_ctx)
-    writer.add_embedding_length(cfg.n_embd)
-    writer.add_block_count(cfg.n_layer)
-    writer.add_feed_forward_length(cfg.n_ff)
-    writer.add_head_count(cfg.n_head)
+    add_hparams(writer, cfg, "edgespec-tiny-hybrid")
     # a layer without KV heads is a convolution layer
     writer.add_head_count_kv([0 if i in CONV_LAYERS else cfg.n_head_kv for i in range(cfg.n_layer)])
-    writer.add_rope_dimension_count(cfg.n_embd // cfg.n_head)
-    writer.add_rope_freq_base(cfg.rope_theta)
-    writer.add_layer_norm_rms_eps(cfg.rms_eps)
     writer.add_uint32("lfm2.shortconv.l_cache", L_CACHE)
-    writer.add_file_type(0)  # all float32
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML)
+    add_tokenizer(writer, (tokens, types, merges))
     return write_tensors(writer, hybrid_weights(cfg, len(tokens), seed), path)
 
 

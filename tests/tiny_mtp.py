@@ -15,7 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from tests.numpy_reference import rms_norm, rope
-from tests.tiny_gguf import CHATML, TinyConfig, random_weights, vocabulary, write_tensors
+from tests.tiny_gguf import (
+    TinyConfig,
+    add_hparams,
+    add_tokenizer,
+    random_weights,
+    vocabulary,
+    write_tensors,
+)
 
 ARCH = "glm4moe"
 TARGET = TinyConfig(n_layer=2)
@@ -68,17 +75,9 @@ def write_mtp_target(path: Path, cfg: TinyConfig = TARGET, *, seed: int = 0,
     if not mtp_layers:
         tensors = {n: a for n, a in tensors.items() if not n.startswith(f"blk.{cfg.n_layer}.")}
     writer = gguf.GGUFWriter(str(path), ARCH)
-    writer.add_name("edgespec-tiny-mtp")
-    writer.add_context_length(cfg.n_ctx)
-    writer.add_embedding_length(cfg.n_embd)
-    writer.add_block_count(cfg.n_layer + mtp_layers)
-    writer.add_uint32(f"{ARCH}.nextn_predict_layers", mtp_layers)
-    writer.add_feed_forward_length(cfg.n_ff)
-    writer.add_head_count(cfg.n_head)
+    add_hparams(writer, cfg, "edgespec-tiny-mtp", n_layer=cfg.n_layer + mtp_layers)
     writer.add_head_count_kv(cfg.n_head_kv)
-    writer.add_rope_dimension_count(cfg.n_embd // cfg.n_head)
-    writer.add_rope_freq_base(cfg.rope_theta)
-    writer.add_layer_norm_rms_eps(cfg.rms_eps)
+    writer.add_uint32(f"{ARCH}.nextn_predict_layers", mtp_layers)
     writer.add_expert_count(N_EXPERT)
     writer.add_expert_used_count(N_EXPERT_USED)
     writer.add_expert_shared_count(1)
@@ -86,16 +85,7 @@ def write_mtp_target(path: Path, cfg: TinyConfig = TARGET, *, seed: int = 0,
     writer.add_leading_dense_block_count(1)
     writer.add_expert_weights_norm(True)
     writer.add_expert_weights_scale(1.0)
-    writer.add_file_type(0)  # all float32
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML)
+    add_tokenizer(writer, (tokens, types, merges))
     return write_tensors(writer, tensors, path)
 
 
