@@ -425,7 +425,9 @@ class LlamaCppRuntime(Runtime):
 
     def mark(self) -> None:
         """Keep a copy of the recurrent state at n_past (Runtime.mark): llama.cpp's partial
-        sequence state, the recurrent layers' alone (a small copy beside a KV cache's)."""
+        sequence state, the recurrent layers' alone (a small copy beside a KV cache's). A cut
+        below the mark never goes through a snapshot (they reach back to the last pass's
+        first row, at or after the mark), so it rebuilds from nothing and forgets the mark."""
         if not self.recurrent or self.ctx is None:
             return
         flags = self.llama.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
