@@ -181,8 +181,8 @@ MUTANTS = (
     Mutant(
         "runtime-rollback-keeps-kv",
         "runtimes/llamacpp.py",
-        "self.llama.llama_memory_seq_rm(self.memory, 0, n_past, -1)",
-        "None",
+        "if beyond or not self.llama.llama_memory_seq_rm(self.memory, 0, n_past, -1):",
+        "if False:",
         (ENGINE,),
     ),
     Mutant(
