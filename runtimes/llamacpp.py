@@ -189,6 +189,7 @@ class LlamaCppRuntime(Runtime):
         self.snapshot_reach = 0  # tokens a rollback may cut now without a replay
         self.marked_state: ctypes.Array | None = None  # the recurrent state at marked_at (mark)
         self.marked_at: int | None = None
+        self.marked_size = 0
         if not vocab_only:
             self.ctx = self.new_context()
             self.memory = self.llama.llama_get_memory(self.ctx)
@@ -437,6 +438,7 @@ class LlamaCppRuntime(Runtime):
         written = self.llama.llama_state_seq_get_data_ext(
             self.ctx, self.marked_state, size, 0, flags
         )
+        self.marked_size = size
         self.marked_at = self.n_past if written == size else None
 
     def rebuild(self, n_past: int) -> None:
@@ -449,7 +451,8 @@ class LlamaCppRuntime(Runtime):
             self.replay(n_past)
             return
         flags = self.llama.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        restored = self.llama.llama_state_seq_set_data_ext(self.ctx, state, len(state), 0, flags)
+        size = self.marked_size  # the buffer may be larger: an earlier, larger state's
+        restored = self.llama.llama_state_seq_set_data_ext(self.ctx, state, size, 0, flags)
         if not restored or not self.llama.llama_memory_seq_rm(self.memory, 0, at, -1):
             self.replay(n_past)
             return
