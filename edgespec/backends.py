@@ -123,6 +123,22 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
     )
 
 
+def declares_mtp_layers(path: Path) -> bool:
+    """Whether a GGUF target's metadata declares MTP layers of an architecture llama.cpp
+    drafts with (llama_heads.MTP_ARCHS), read without loading it: False for anything else."""
+    if path.suffix != ".gguf" or not path.is_file():
+        return False
+    from edgespec.runtimes.gguf_meta import read_metadata
+    from edgespec.runtimes.llama_heads import MTP_ARCHS
+
+    try:
+        meta = read_metadata(path)
+    except ModelFileError:
+        return False  # the run refuses it, with the reason
+    arch = meta.get("general.architecture")
+    return arch in MTP_ARCHS and int(meta.get(f"{arch}.nextn_predict_layers", 0) or 0) > 0
+
+
 def is_model_folder(path: Path) -> bool:
     """An exported model folder (ONNX Runtime or TensorRT), not a GGUF file."""
     return path.is_dir() and (path / "model.json").is_file()

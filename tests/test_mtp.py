@@ -298,3 +298,14 @@ def test_bench_head_cost_times_a_targets_mtp_layer(target_file, tmp_path, monkey
     report = json.loads(out.read_text())
     assert (report["kind"], report["file"], report["layers"]) == ("mtp", None, [])
     assert len(report["propose_ms_by_k"]) == 8 and report["n_embd"] == TARGET.n_embd
+
+
+def test_bench_adds_method_mtp_by_default_for_a_target_with_mtp_layers(target_file, no_mtp_files):
+    from edgespec.app.bench_command import default_methods
+
+    assert default_methods(target_file, None) == [
+        "plain", "auto", "ngram", "mtp", "model", "llama-cpp-python-pld",
+    ]  # fmt: skip
+    for path in no_mtp_files:  # glm4moe without its layer; a Llama
+        assert "mtp" not in default_methods(path, None)
+    assert "mtp" not in default_methods(target_file, "head.gguf")  # the head is measured

@@ -40,7 +40,7 @@ from edgespec.app.options import (
 from edgespec.app.peer import PEER_KS, Peer, PeerLlama
 from edgespec.app.peer_genai import DRAFT_K, GENAI_DRAFT, GENAI_NGRAM, GENAI_PLAIN, GenaiPeer
 from edgespec.app.suites import SUITES, Prompt, load_suite
-from edgespec.backends import RuntimeOptions
+from edgespec.backends import RuntimeOptions, declares_mtp_layers
 from edgespec.engine import Result, Stats
 from edgespec.errors import EdgespecError
 from edgespec.pair import ModelPair, open_pair
@@ -382,14 +382,27 @@ def parse_ks(text: str) -> list[int]:
     return ks
 
 
+def default_methods(target: Path, head: str | None) -> list[str]:
+    """DEFAULT_METHODS for this target: the peer on GGUF files only (a bundle: name it in
+    --methods), eagle where a head is given, mtp where the target declares MTP layers."""
+    methods = DEFAULT_METHODS.split(",")
+    if target.suffix != ".gguf":
+        methods.remove(PEER)
+    if head:
+        methods.insert(methods.index("model"), "eagle")
+    elif declares_mtp_layers(target):
+        methods.insert(methods.index("model"), "mtp")
+    return methods
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     target = resolve_model(args.target)
     draft = resolve_model(args.draft) if args.draft else None
-    methods = [m for m in (args.methods or DEFAULT_METHODS).split(",") if m]
-    if args.methods is None and target.suffix != ".gguf":
-        methods.remove(PEER)  # the peer runs GGUF files only (a bundle: name it in --methods)
-    if args.methods is None and args.head:
-        methods.insert(methods.index("model"), "eagle")
+    methods = (
+        default_methods(target, args.head)
+        if args.methods is None
+        else [m for m in args.methods.split(",") if m]
+    )
     ks = parse_ks(args.k)
     peer_ks = parse_ks(args.peer_k)
     suites = {suite: load_suite(suite, args.limit) for suite in args.suite or ["edit"]}
