@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgespec.errors import EdgespecError, ModelFileError
-from edgespec.runtime import Runtime
+from edgespec.runtime import K_MAX, Runtime
 
 DEVICES = ("cpu", "cuda")
 
@@ -31,6 +31,9 @@ class RuntimeOptions:
     # llama.cpp: load the target's MTP layers where its GGUF has them (an MTP drafter may run;
     # they cost one layer's memory)
     mtp: bool = False
+    # llama.cpp: the most tokens one rollback cuts cheaply (the longest draft): a recurrent or
+    # hybrid model keeps that many copies of its state (LlamaOptions.snapshots)
+    rollback: int = K_MAX
 
     def __post_init__(self) -> None:
         from edgespec.runtimes.threads import bounded_threads
@@ -113,7 +116,9 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
             n_threads=opts.n_threads,
             n_gpu_layers=opts.gpu_layers(),
             load_aware_threads=opts.load_aware_threads,
-            options=LlamaOptions(**(EXACT_LLAMA if opts.exact else {}), mtp=opts.mtp),
+            options=LlamaOptions(
+                **(EXACT_LLAMA if opts.exact else {}), mtp=opts.mtp, snapshots=opts.rollback
+            ),
         )
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}; check the path")

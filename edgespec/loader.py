@@ -125,6 +125,13 @@ class SpecOptions:
     def uses_mtp(self) -> bool:
         return self.drafter in ("auto", "mtp")
 
+    @property
+    def longest_draft(self) -> int:
+        """The most draft tokens one step verifies (0: plain decoding)."""
+        if self.drafter == "none":
+            return 0
+        return self.k if self.k is not None else self.k_max
+
 
 def load_decoder(
     target: str | Path,
@@ -140,6 +147,7 @@ def load_decoder(
     an EAGLE-3 head's GGUF file for the target (a bundle brings its own of each).
     reuse_cache: keep the KV caches across requests (see SpeculativeDecoder).
     capture_graphs: see build_decoder."""
+    runtime = replace(runtime, rollback=spec.longest_draft)  # a hybrid's state snapshots
     pair = open_pair(
         target, draft, runtime, open_draft=spec.uses_model, head=head,
         use_head=spec.uses_head, use_mtp=spec.uses_mtp,

@@ -19,7 +19,7 @@ import numpy as np
 
 import edgespec.interrupts as interrupts
 from edgespec.errors import ModelFileError
-from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime, VocabInfo
+from edgespec.runtime import K_MAX, Runtime, VocabInfo
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
 from edgespec.runtimes.shared import KeptFeatures, forward_in_chunks, kept_rows, token_text_hash
 from edgespec.runtimes.threads import LoadAwareThreads, default_threads
@@ -27,9 +27,6 @@ from edgespec.runtimes.threads import LoadAwareThreads, default_threads
 log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
-# a recurrent or hybrid target's state snapshots (llama_context_params.n_rs_seq): one per token
-# of the widest verify pass, so the rollback after any verify is a snapshot, not a replay
-RECURRENT_SNAPSHOTS = MAX_VERIFY_WIDTH
 VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
 _recent_llama_log: collections.deque[str] = collections.deque(maxlen=20)
 _log_callback = None  # the ctypes callback; kept alive for as long as llama.cpp may call it
@@ -118,7 +115,10 @@ class LlamaOptions:
     once per process: it must be set before the process's first pass (None: as it is).
     n_batch: the most tokens one pass takes (longer prompts are decoded in chunks).
     mtp: load the model's MTP layers where its file has them (for open_mtp; they cost one
-    layer's memory, so only where an MTP drafter may run)."""
+    layer's memory, so only where an MTP drafter may run). snapshots: the most tokens one
+    rollback cuts cheaply on a recurrent or hybrid model: llama.cpp keeps that many copies
+    of its recurrent state (n_rs_seq; 20 MB each on a Qwen3.5-2B), so the longest draft's
+    (at least 1: --exact's padded one-token passes)."""
 
     repack: bool = True
     flash_attn: bool | None = None
@@ -126,6 +126,7 @@ class LlamaOptions:
     tiled: bool | None = None
     n_batch: int = 512
     mtp: bool = False
+    snapshots: int = K_MAX
 
 
 class LlamaCppRuntime(Runtime):
@@ -157,6 +158,7 @@ class LlamaCppRuntime(Runtime):
             check_gguf_metadata(self.path, n_ctx, on_cpu=n_gpu_layers == 0)
         self.ctx = None
         self.repack, self.flash_attn = options.repack, options.flash_attn
+        self.snapshots = max(1, options.snapshots)
         self.min_width = max(1, options.min_width)
         self.n_gpu_layers = n_gpu_layers  # as loaded (0: every layer on the CPU)
         self.model = self.load_model(n_gpu_layers, vocab_only, options.mtp)
@@ -252,7 +254,7 @@ class LlamaCppRuntime(Runtime):
         params.n_threads_batch = self.n_threads
         params.no_perf = True
         if self.recurrent:  # state snapshots for the rollback after a verify pass
-            params.n_rs_seq = RECURRENT_SNAPSHOTS
+            params.n_rs_seq = self.snapshots
         if self.flash_attn is not None:
             on, off = (
                 self.llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,

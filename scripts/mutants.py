@@ -959,7 +959,7 @@ MUTANTS = (
     Mutant(  # no state snapshots asked for: every rollback of a hybrid target a replay
         "recurrent-no-snapshots",
         "runtimes/llamacpp.py",
-        "params.n_rs_seq = RECURRENT_SNAPSHOTS",
+        "params.n_rs_seq = self.snapshots",
         "params.n_rs_seq = 0",
         ("tests/test_recurrent.py",),
     ),

@@ -14,7 +14,7 @@ from edgespec.backends import EXACT_LLAMA
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
-from edgespec.runtime import MAX_VERIFY_WIDTH
+from edgespec.runtime import K_MAX, MAX_VERIFY_WIDTH
 from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
 from edgespec.sampling import SamplingParams
 from tests.tiny_hybrid import write_hybrid_target, write_qwen35_target
@@ -70,7 +70,23 @@ def logits_after(target, text: list[int], start: int, end: int) -> np.ndarray:
 
 def test_a_hybrid_target_keeps_state_snapshots(target):
     assert target.recurrent
-    assert target.max_rollback == MAX_VERIFY_WIDTH
+    assert target.max_rollback == K_MAX
+
+
+@pytest.mark.parametrize(
+    "spec, snapshots",
+    [(("auto",), K_MAX), (("auto", None, 6), 6), (("ngram", 3), 3), (("none",), 1)],
+)
+def test_a_decoder_keeps_as_many_snapshots_as_its_longest_draft(target_file, spec, snapshots):
+    """Each snapshot is a copy of the recurrent state (+345 MB for 17 on a Qwen3.5-2B-like
+    target): as many as the longest draft cuts, one for --exact's padding without drafts."""
+    from edgespec.backends import RuntimeOptions
+    from edgespec.loader import SpecOptions, load_decoder
+
+    opts = RuntimeOptions(n_ctx=256, n_threads=1)
+    assert load_decoder(target_file, None, SpecOptions(*spec), opts).target.max_rollback == (
+        snapshots
+    )
 
 
 @pytest.mark.parametrize("cut", [1, 5, MAX_VERIFY_WIDTH - 1])
