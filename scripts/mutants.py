@@ -977,6 +977,13 @@ MUTANTS = (
         "if not restored:",
         ("tests/test_recurrent.py",),
     ),
+    Mutant(  # a hybrid's snapshots not sized to the decoder's longest draft (memory)
+        "snapshots-not-sized",
+        "edgespec/loader.py",
+        "    runtime = replace(runtime, rollback=spec.longest_draft)",
+        "    runtime = runtime",
+        ("tests/test_recurrent.py",),
+    ),
     Mutant(  # speculation on a target that re-reads its context at every rejected draft
         "speculation-without-snapshots",
         "edgespec/loader.py",
