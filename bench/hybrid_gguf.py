@@ -21,11 +21,6 @@ from pathlib import Path
 
 import numpy as np
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
 
 @dataclass(frozen=True)
 class Qwen35Shape:
@@ -129,6 +124,8 @@ def write_qwen35(
     float32, as llama.cpp's converter writes them)."""
     import gguf
 
+    from edgespec.runtimes.llama_load_probe import CHATML, add_byte_bpe_tokenizer
+
     tokens, types, merges = vocabulary or byte_vocabulary()
     n_vocab = max(shape.n_vocab, len(tokens))
     types = types + [5] * (n_vocab - len(tokens))
@@ -158,15 +155,7 @@ def write_qwen35(
     writer.add_uint32(f"{arch}.ssm.group_count", shape.key_heads)
     writer.add_uint32(f"{arch}.full_attention_interval", shape.full_attention_interval)
     writer.add_file_type(0 if dtype == np.float32 else 1)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML)
+    add_byte_bpe_tokenizer(writer, tokens, types, merges, add_bos=False, chat_template=CHATML)
     for name, array in tensors(shape, n_vocab, seed):
         matrix = array.ndim == 2 and "ssm_conv1d" not in name  # ggml's ssm_conv reads float32
         writer.add_tensor(name, array.astype(dtype) if matrix else array)

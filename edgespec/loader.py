@@ -159,7 +159,7 @@ def load_decoder(
             "--drafter eagle needs a draft head: pass --head HEAD.gguf (an EAGLE-3 head "
             "trained for the target)"
         )
-    if spec.drafter == "mtp" and (pair.head is None or pair.head.kind != "mtp"):
+    if spec.drafter == "mtp" and pair.head is None:  # no EAGLE-3 head opens for mtp
         raise EdgespecError(
             f"--drafter mtp needs a target with MTP layers: {pair.target_path.name} has none "
             "this llama.cpp drafts with (GLM-4.5 and DeepSeek-V3 GGUFs keep theirs); choose "

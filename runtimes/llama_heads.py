@@ -154,6 +154,13 @@ def ext(llama_cpp) -> Ext:
     return _ext
 
 
+def model_metadata(llama, model, key: str) -> str | None:
+    """A loaded model's GGUF metadata value as text (None where it has no such key)."""
+    buf = ctypes.create_string_buffer(256)
+    n = llama.llama_model_meta_val_str(model, key.encode(), buf, 256)
+    return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+
 def rows(ptr, n: int, width: int) -> np.ndarray:
     """[n, width] float32 copied out of a llama.cpp buffer."""
     if not ptr:
@@ -293,7 +300,7 @@ class EagleHead(HeadContext):
             )
         super().__init__(target, model, int(lib.llama_model_n_embd(model)))
         self.layers = self.ext.layer_ids(self.model)
-        self.n_embd_tgt = int(lib.llama_model_n_embd(target.model))
+        self.n_embd_tgt = target.n_embd
         self.check_fit()
         params = lib.llama_context_default_params()
         params.n_threads = params.n_threads_batch = n_threads
@@ -312,9 +319,7 @@ class EagleHead(HeadContext):
         )  # fmt: skip
 
     def metadata(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(256)
-        n = self.llama.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
-        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+        return model_metadata(self.llama, self.model, key)
 
     def encode(self, features: np.ndarray) -> np.ndarray:
         """features [n, 3 * n_embd_tgt] float32 -> g [n, n_embd] float32 (the fc layer)."""
@@ -365,7 +370,7 @@ class MtpHead(HeadContext):
 
     def __init__(self, target, *, n_threads: int = 1) -> None:
         lib = target.llama
-        super().__init__(target, target.model, int(lib.llama_model_n_embd(target.model)))
+        super().__init__(target, target.model, target.n_embd)
         params = lib.llama_context_default_params()
         params.n_threads = params.n_threads_batch = n_threads
         params.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP

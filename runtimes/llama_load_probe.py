@@ -21,6 +21,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 IMPORT_ORDERS = {
     "numpy first": "import numpy",
@@ -44,6 +45,11 @@ LLAMA_CPU_FEATURES = [
     ("avx512_bf16", "AVX512_BF16"), ("avx_vnni", "AVX_VNNI"),
 ]  # fmt: skip
 SPECIALS = ["<|endoftext|>", "<|im_end|>"]
+# the chat template of the ChatML tokenizers generated models carry (tests, bench)
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,31 @@ def byte_tokens() -> list[str]:
     return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
 
 
+def add_byte_bpe_tokenizer(
+    writer: Any,
+    tokens: list[str],
+    types: list[int],
+    merges: list[str],
+    *,
+    pre: str = "default",
+    add_bos: bool | None = None,
+    chat_template: str | None = None,
+) -> None:
+    """A generated model's byte-level BPE tokenizer on a gguf.GGUFWriter: BOS <|endoftext|>,
+    EOS <|im_end|>; add_bos and chat_template written where given."""
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
+    writer.add_eos_token_id(tokens.index("<|im_end|>"))
+    if add_bos is not None:
+        writer.add_add_bos_token(add_bos)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+
+
 def write_probe_gguf(path: Path, seed: int = 0) -> Path:
     """A two-layer Llama-architecture GGUF with a byte-level vocabulary, its matrices Q4_0
     in layer 0 (repacked for the CPU's GEMM kernels where it has AVX2) and Q8_0 elsewhere."""
@@ -135,13 +166,7 @@ def write_probe_gguf(path: Path, seed: int = 0) -> Path:
     writer.add_rope_dimension_count(hd)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(["Ġ t"])
-    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
+    add_byte_bpe_tokenizer(writer, tokens, types, ["Ġ t"])
     q4, q8 = gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.Q8_0
     for name, array in tensors.items():
         if array.ndim == 2:

@@ -21,6 +21,7 @@ import edgespec.interrupts as interrupts
 from edgespec.errors import ModelFileError
 from edgespec.runtime import K_MAX, Runtime, VocabInfo
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
+from edgespec.runtimes.llama_heads import model_metadata
 from edgespec.runtimes.shared import KeptFeatures, forward_in_chunks, kept_rows, token_text_hash
 from edgespec.runtimes.threads import LoadAwareThreads, default_threads
 
@@ -166,6 +167,7 @@ class LlamaCppRuntime(Runtime):
             self.llama.llama_print_system_info(), os.environ
         )  # the Runtime capability
         self.vocab = self.llama.llama_model_get_vocab(self.model)
+        self.n_embd = 0 if vocab_only else int(self.llama.llama_model_n_embd(self.model))
         self.n_vocab = int(self.llama.llama_vocab_n_tokens(self.vocab))
         self.n_ctx_train = n_train = self.context_length(vocab_only)
         self.n_ctx = min(n_ctx, n_train) if n_train > 0 else n_ctx
@@ -179,8 +181,8 @@ class LlamaCppRuntime(Runtime):
         self.threads_now = self.n_threads  # what the context runs with
         self.hidden_states = not vocab_only  # the Runtime capability (open_head)
         self.extracted: list[int] = []  # layers whose input every pass keeps (open_head)
-        self.keeps_final_state = False  # every pass keeps the final hidden state (open_mtp)
-        self.kept_for: object = None  # the open heads' features: extract layers, or "mtp"
+        # the open heads' features: their extract layers, or "mtp" (the final hidden state)
+        self.kept_for: object = None
         self.kept: KeptFeatures | None = None  # their rows by position (open_head, open_mtp)
         self.mtp_layers = self.runnable_mtp_layers() if options.mtp and not vocab_only else 0
         self.recurrent = not vocab_only and (
@@ -342,8 +344,7 @@ class LlamaCppRuntime(Runtime):
         for lid in head.layers:
             ext(self.llama).set_embeddings_layer_inp(self.ctx, lid, True)  # type: ignore[attr-defined]
         self.extracted = head.layers
-        n_embd = int(self.llama.llama_model_n_embd(self.model))
-        self.kept = KeptFeatures(self.n_ctx + self.min_width, len(head.layers) * n_embd)
+        self.kept = KeptFeatures(self.n_ctx + self.min_width, len(head.layers) * self.n_embd)
         return head
 
     def runnable_mtp_layers(self) -> int:
@@ -369,9 +370,7 @@ class LlamaCppRuntime(Runtime):
         self.check_features_for("mtp", "its MTP layer")
         head = MtpHead(self, n_threads=self.n_threads)
         ext(self.llama).set_embeddings_nextn(self.ctx, True, False)  # type: ignore[attr-defined]
-        self.keeps_final_state = True
-        n_embd = int(self.llama.llama_model_n_embd(self.model))
-        self.kept = KeptFeatures(self.n_ctx + self.min_width, n_embd)
+        self.kept = KeptFeatures(self.n_ctx + self.min_width, self.n_embd)
         return head
 
     def check_features_for(self, features: object, head: str) -> None:
@@ -390,9 +389,8 @@ class LlamaCppRuntime(Runtime):
         from edgespec.runtimes.llama_heads import ext, rows
 
         assert self.kept is not None
-        lib = ext(self.llama)
-        width = int(self.llama.llama_model_n_embd(self.model))
-        if self.keeps_final_state:
+        lib, width = ext(self.llama), self.n_embd
+        if self.kept_for == "mtp":
             ptr = lib.get_embeddings_nextn(self.ctx)  # type: ignore[attr-defined]
             self.kept.write(self.n_past, rows(ptr, n, width))
         for i, lid in enumerate(self.extracted):
@@ -459,18 +457,20 @@ class LlamaCppRuntime(Runtime):
             self.replay(n_past)
             return
         log.debug("%s: the state is rebuilt from its mark at %d", self.path.name, at)
-        tokens = self.cached[at:n_past].tolist()
         self.n_past = at
-        for start in range(0, len(tokens), self.n_batch):
-            self.decode(tokens[start : start + self.n_batch], all_rows=False, last_row=False)
+        self.reread(n_past)
 
     def replay(self, n_past: int) -> None:
         """Rebuild the cache from its first n_past tokens: a recurrent state llama.cpp could
         not cut back (further than its snapshots reach, or twice between passes)."""
         log.debug("%s: the state is rebuilt from %d tokens", self.path.name, n_past)
-        tokens = self.cached[:n_past].tolist()
         self.reset()
-        for start in range(0, n_past, self.n_batch):
+        self.reread(n_past)
+
+    def reread(self, end: int) -> None:
+        """Decode the kept tokens n_past..end-1 again, in batches, no logits wanted."""
+        tokens = self.cached[self.n_past : end].tolist()
+        for start in range(0, len(tokens), self.n_batch):
             self.decode(tokens[start : start + self.n_batch], all_rows=False, last_row=False)
 
     def reset(self) -> None:
@@ -544,9 +544,7 @@ class LlamaCppRuntime(Runtime):
         return "" if token is None else self.token_text(token).decode("utf-8", "replace")
 
     def metadata(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(256)
-        n = self.llama.llama_model_meta_val_str(self.model, key.encode(), buf, 256)
-        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+        return model_metadata(self.llama, self.model, key)
 
 
 def load_progress(llama_cpp):

@@ -394,17 +394,22 @@ def test_an_onnx_bundle_takes_a_hugging_face_head_converted(capsys, onnx_bundle,
     assert fixed["tokens"] == want and fixed["stats"]["drafted_by_drafter"]["eagle"] > 0
 
 
-def test_bench_head_cost_times_a_bundles_head(capsys, onnx_bundle, tmp_path, monkeypatch):
-    """bench/head_cost.py: the head's proposals of k = 1..8 and its cost against the target's
-    one-token pass, as a table and JSON (timings themselves are not asserted)."""
+def run_head_cost(target: Path, tmp_path: Path, monkeypatch) -> dict:
+    """bench/head_cost.py on target (1 thread, 2 repetitions); its JSON report."""
     from tests.bench_scripts import load_bench_script
 
     bench = load_bench_script("head_cost.py", "bench_head_cost")
-    out = tmp_path / "head.json"
-    argv = ["head_cost.py", str(onnx_bundle), "--threads", "1", "--reps", "2", "--json", str(out)]
+    out = tmp_path / "head-cost.json"
+    argv = ["head_cost.py", str(target), "--threads", "1", "--reps", "2", "--json", str(out)]
     monkeypatch.setattr("sys.argv", argv)
     bench.main()
-    report = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+def test_bench_head_cost_times_a_bundles_head(capsys, onnx_bundle, tmp_path, monkeypatch):
+    """bench/head_cost.py: the head's proposals of k = 1..8 and its cost against the target's
+    one-token pass, as a table and JSON (timings themselves are not asserted)."""
+    report = run_head_cost(onnx_bundle, tmp_path, monkeypatch)
     assert (report["file"], report["layers"], len(report["propose_ms_by_k"])) == (
         "head.fp32",
         [1, 2, 3],

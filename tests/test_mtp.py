@@ -286,16 +286,9 @@ def test_serve_drafts_with_qwen35s_mtp_layer_across_requests(capsys, tmp_path):
 
 def test_bench_head_cost_times_a_targets_mtp_layer(target_file, tmp_path, monkeypatch):
     """bench/head_cost.py on a GGUF target with an MTP layer (timings are not asserted)."""
-    import json
+    from tests.test_head_cli import run_head_cost
 
-    from tests.bench_scripts import load_bench_script
-
-    bench = load_bench_script("head_cost.py", "bench_head_cost")
-    out = tmp_path / "mtp.json"
-    argv = ["head_cost.py", str(target_file), "--threads", "1", "--reps", "2", "--json", str(out)]
-    monkeypatch.setattr("sys.argv", argv)
-    bench.main()
-    report = json.loads(out.read_text())
+    report = run_head_cost(target_file, tmp_path, monkeypatch)
     assert (report["kind"], report["file"], report["layers"]) == ("mtp", None, [])
     assert len(report["propose_ms_by_k"]) == 8 and report["n_embd"] == TARGET.n_embd
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from edgespec.runtimes.llama_load_probe import CHATML, add_byte_bpe_tokenizer
+
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MERGES = [
     "Ġ t",
@@ -36,10 +38,6 @@ MERGES = [
     "Ġ f",
     "Ġ r",
 ]
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -160,17 +158,8 @@ def add_tokenizer(
     add_bos: bool = False,
     chat_template: str = CHATML,
 ) -> None:
-    """The byte-level BPE tokenizer (vocabulary()'s, or padded), BOS and EOS, chat template."""
-    tokens, types, merges = vocab
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre)
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokens.index("<|endoftext|>"))
-    writer.add_eos_token_id(tokens.index("<|im_end|>"))
-    writer.add_add_bos_token(add_bos)
-    writer.add_chat_template(chat_template)
+    """The tests' tokenizer (vocabulary()'s, or padded): ChatML, no BOS added."""
+    add_byte_bpe_tokenizer(writer, *vocab, pre=pre, add_bos=add_bos, chat_template=chat_template)
 
 
 def write_tensors(writer: Any, tensors: dict[str, np.ndarray], path: Path) -> Path:

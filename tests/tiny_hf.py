@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgespec.runtimes.llama_load_probe import CHATML
+
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
@@ -20,10 +22,6 @@ CORPUS = [
     "Speculative decoding drafts tokens and the target model verifies them.",
     "import numpy as np\nx = np.zeros((3, 4), dtype=np.float32)\n",
 ] * 20
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 HF_ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
            "qwen2": "Qwen2ForCausalLM"}  # fmt: skip
 

@@ -136,12 +136,14 @@ def bench_suites(
     """Each suite's JSON-ready report as it ends, all on one opened pair: each prompt under
     every variant in turn (plain, auto, ... then the next prompt), a suite `repeat` times.
     head: an EAGLE-3 head for the target (method eagle; auto chooses it among the rest);
-    without one, a target's MTP layer is opened where it has one (method mtp)."""
+    without one, a target's MTP layer is opened where it has one and method mtp or auto
+    may draft with it."""
     if repeat < 1:
         raise EdgespecError(f"--repeat must be >= 1, got {repeat}")
     variants = plan_variants(methods, ks, peer_ks)
     check_bench_sampling(sp, variants)  # before the models load: minutes on a small CPU
-    pair = open_pair(target, draft, opts, head=head, use_mtp=True)
+    use_mtp = any(m in ("auto", "mtp") for m in methods)  # else its layer is not loaded
+    pair = open_pair(target, draft, opts, head=head, use_mtp=use_mtp)
     check_peer_targets(pair, variants)
     bench = Bench(pair, k_max, sp, draft_confidence)
     peers = open_peers(bench, variants)
