@@ -306,6 +306,17 @@ LEAVE_PLAIN_SWITCHES = 4
 # keeps where the draft is right 20% of the time (128 tokens: 0.96x plain, 0.92x at 8)
 COLD_JUDGED = 4
 
+# Drafted tokens a drafter never judged is tried for, probe after probe from the prompt on,
+# while each probe emits faster than plain decoding would (AdaptivePolicy.new_estimate). A
+# dear drafter loses at its 0.6 prior, so it was never prefilled, and, a prompt behind, never
+# probed: the H200's fp16 ONNX pair with its 0.65x draft model (bench/replay_grid.py) gave
+# 1.00x where fixed k = 8 gave 1.29x at acceptance 1.0, a Qwen3.5 MTP layer on the CPU 1.00x
+# where k = 4 gave 1.27x. Tried, it reaches 0.955-0.994 of the best k there and costs at most
+# 1.4% at acceptance 0.2 (128 tokens), its first probe failing. 8 tokens ended the trial
+# before a draft right 90% of the time could win; one slow probe ends it (16 tokens of
+# probes at 0.2 would cost more than the trial finds)
+TRIAL_TOKENS = 16
+
 # Right tokens that judge a shadow: after 1, a single chance match (one word of a short
 # phrase) turned drafting on and open-ended text lost 0.5% more; 2 keeps 98-100% of 1's gain
 # on edit and code (bench/replay.py --believed, f7269df:docs/benchmarks.md).
@@ -356,6 +367,7 @@ class Estimate:
     interval: int = 16  # grows while probes fail to pay
     judged: int = 0  # drafted tokens verify passes judged, over every request so far
     first_s: float | None = None  # seconds of a draft's first token, once measured
+    trial: bool = False  # never judged: probed step after step while probes pay (TRIAL_TOKENS)
 
     def draft_s(self, k: int) -> float:
         return draft_s(self.first_s, self.token_s, k)
@@ -386,7 +398,9 @@ class AdaptivePolicy:
     estimate it supplies; both are kept from request to request (Learned). A drafter left
     unused is probed again after probe_every steps (a free one four times as often; doubling
     after each probe that fails to pay, up to max_probe_every), so a change of text (prose ->
-    code block) is noticed. A drafter whose offers preview their tokens (prompt lookup) is
+    code block) is noticed. A drafter never judged (no probe in any request yet) is tried
+    first: prefilled with the prompt whatever its prior says, and probed step after step while
+    its probes pay (TRIAL_TOKENS). A drafter whose offers preview their tokens (prompt lookup) is
     never probed: each preview is judged by the tokens the target goes on to emit (Shadow),
     which costs nothing, while a probe costs a wider verify pass (on a 2-core CPU, 2 draft
     tokens cost 1.5 target tokens).
@@ -449,6 +463,7 @@ class AdaptivePolicy:
         e.base_interval = e.interval = max(1, self.probe_every // 4) if e.free else self.probe_every
         if new:  # never judged: probed at once (where it could win), not after an interval
             e.idle = e.interval
+        e.trial = e.judged == 0 and not e.free  # a free drafter's probes cost it nothing
         return e
 
     def estimate(self, drafter: Drafter) -> Estimate:
@@ -601,7 +616,8 @@ class AdaptivePolicy:
         target token (a few tokens behind, after a short run of prompt lookup or plain steps).
         One further behind stays behind, priced with its catch-up, as probe() treats it:
         measured on ONNX Runtime, catching a draft model up after every run of prompt lookup
-        or for every probe cost more than it drafted (f7269df:docs/benchmarks.md)."""
+        or for every probe cost more than it drafted (f7269df:docs/benchmarks.md). A drafter on
+        trial (never judged) is prefilled whatever its estimate: its first probes decide it."""
         prefill, self.prefill = self.prefill, False
         switch_s = [] if prefill else self.switch_s()  # the prompt: judged as in a run
         due = []
@@ -610,6 +626,9 @@ class AdaptivePolicy:
                 continue
             offer = e.drafter.offer(context)
             if offer.behind <= 2 or offer.available == 0:
+                continue
+            if prefill and e.trial:  # its trial starts at once, with the prompt read
+                due.append(e.drafter)
                 continue
             if not prefill and self.catch_up_cost(e.token_s, offer.behind) > self.curve.target(1):
                 continue
@@ -652,9 +671,10 @@ class AdaptivePolicy:
         A drafter is not probed while catching up would cost more than a target token: for a
         draft model on a CPU that is whenever it is more than a few tokens behind (a new
         prompt, or after prompt lookup ran), and measured there, such probes cost more than
-        they found (f7269df:docs/benchmarks.md, ONNX section)."""
+        they found (f7269df:docs/benchmarks.md, ONNX section). A drafter on trial is probed
+        without waiting for its interval."""
         for e in sorted(self.estimates, key=lambda e: e.token_s):
-            if e.idle < e.interval or e.offer.available == 0 or e.offer.preview:
+            if (e.idle < e.interval and not e.trial) or e.offer.available == 0 or e.offer.preview:
                 continue  # a previewed offer is judged in shadow, for free
             if not self.can_win(e):
                 continue
@@ -691,15 +711,19 @@ class AdaptivePolicy:
             self.learn_draft_cost(e, k, t_draft, t_first)
         e.acceptance.observe(e.offer.key, k, n_accepted, unsure_end)
         e.judged += k
-        if self.probing is drafter and e.judged >= COLD_JUDGED:  # back off when probes
+        if self.probing is not drafter:
+            return
+        step_s = e.draft_s(k) + self.curve.target(k + 1)
+        faster = (n_accepted + 1) * self.curve.target(1) > step_s  # at the prices held
+        paid = n_accepted == k or faster
+        e.trial = e.trial and faster and e.judged < TRIAL_TOKENS  # a slow probe ends it
+        if e.judged >= COLD_JUDGED:  # back off when probes
             # keep failing to pay, once a few have judged it (COLD_JUDGED). paid: every token
             # kept (a longer draft may pay more), or the step emitted faster than plain
             # decoding at the prices the policy holds (its curve and the drafter's price:
             # one pass's noise does not decide). Counting only the first,
             # a probe that kept 1 of 2 failed: at 90% acceptance 1 probe in 5 doubled the
             # interval of a drafter worth 2.5x (the kit's grid on the H100 llama.cpp curve)
-            step_s = e.draft_s(k) + self.curve.target(k + 1)
-            paid = n_accepted == k or (n_accepted + 1) * self.curve.target(1) > step_s
             e.interval = e.base_interval if paid else min(2 * e.interval, self.max_probe_every)
 
     def learn_draft_cost(self, e: Estimate, k: int, t_draft: float, t_first: float) -> None:

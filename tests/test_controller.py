@@ -6,6 +6,7 @@ import pytest
 from edgespec.acceptance import ByMatchLength, ByPosition
 from edgespec.controller import (
     COLD_JUDGED,
+    TRIAL_TOKENS,
     AdaptivePolicy,
     Choice,
     CostCurve,
@@ -533,6 +534,7 @@ def test_a_drafter_left_behind_is_not_synced_when_it_would_not_win_in_step():
     weak, cheap_but_near = model(0.45, behind=40), model(0.45, behind=2)
     policy.begin([weak, cheap_but_near])
     policy.estimate(weak).acceptance = ByPosition(prior=0.2)  # plain beats it even in step
+    policy.estimate(weak).trial = False  # judged before: no trial
     assert policy.to_sync(list(range(50))) == []  # 2 behind: the next proposal's re-forward
     free = NgramDrafter()
     policy.begin([free])
@@ -566,7 +568,8 @@ def test_on_one_graph_a_draft_model_is_caught_up_only_where_plan_would_draft():
     m = model(0.3, behind=5)
     policy.begin([m])
     policy.estimate(m).acceptance = ByPosition(prior=0.8)
-    policy.estimate(m).idle = 0  # judged before: no first probe
+    policy.estimate(m).idle = 0  # judged before: no first probe, no trial
+    policy.estimate(m).trial = False
     assert policy.to_sync(list(range(50))) == [m]  # the prompt
     assert policy.to_sync(list(range(50))) == []  # from plain: 4 switches to pay
     steps = 0
@@ -784,3 +787,30 @@ def test_the_two_plain_passes_after_the_prompt_pay_their_switches_not_the_curve(
         policy.observe(None, 0, 0, 0.0, t_verify)
     assert policy.curve.target_s == pytest.approx([1.0, 1.2, 1.4, 1.6, 1.8])
     assert policy.estimate(m).token_s == pytest.approx(0.3)
+
+
+def test_a_drafter_never_judged_is_tried_from_the_prompt_while_its_probes_pay():
+    """A 0.7x draft model 40 tokens behind loses at its 0.6 prior even in step, and would win
+    at 0.9: never judged, it is prefilled with the prompt and probed step after step while a
+    probe emits faster than plain (3 tokens for 2 x 0.7 + t(3) = 2.6 passes), until a slow
+    probe (1 token) or TRIAL_TOKENS judged end its trial; then it waits for its interval."""
+    gpu = CostCurve([1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8])
+    for last_kept, judged_before in ((0, 0), (2, TRIAL_TOKENS - 4)):
+        policy = AdaptivePolicy(gpu, k_max=8)
+        policy.curve.smoothing = 0.0
+        m = model(0.7, behind=40)
+        policy.begin([m])
+        assert policy.to_sync(list(range(50))) == [m]  # the prompt, for its trial
+        m.sync(list(range(50)))
+        policy.estimate(m).judged = judged_before
+        assert policy.plan(list(range(50)), SP) == (m, 2)
+        policy.observe(m, 2, 2, t_draft=1.4, t_verify=1.2)  # faster than plain: goes on
+        assert policy.plan(list(range(52)), SP) == (m, 2)
+        policy.observe(m, 2, last_kept, t_draft=1.4, t_verify=1.2)
+        assert policy.plan(list(range(55)), SP) == (None, 0)  # slow, or judged enough
+        assert policy.estimate(m).trial is False
+    known = AdaptivePolicy(gpu, k_max=8)
+    known.learned = policy.lessons()  # judged in an earlier request: no trial, no prefill
+    m.behind = 40
+    known.begin([m])
+    assert known.to_sync(list(range(50))) == []
