@@ -195,9 +195,9 @@ class TokenDist:
         A large one races its likeliest m tokens first (upper_set: every other token has p
         below their smallest, p_b); r2, the second smallest of their races, bounds the
         second smallest overall. Another token j can reach r2 only if E_j <= r2 p_j < r2 p_b,
-        that is u_j > exp(-r2 p_b) for its uniform u_j: a threshold on the counter's top bits,
-        an integer compare per token (noise_top_bits) instead of a float64 log and divide.
-        The few that pass it race exactly; bounds are widened, so a token is never missed.
+        so only if its noise block's smallest E (block_min_noise: one hash a block of
+        NOISE_BLOCK tokens) is below r2 p_b: the tokens of the few blocks that pass race
+        exactly, and no other token is hashed. Bounds are widened, so a token is never missed.
         Below RACE_FRONT_MIN tokens the whole race costs less than the front's fixed work."""
         n = len(self.probs)
         if n < RACE_FRONT_MIN:
@@ -207,15 +207,12 @@ class TokenDist:
         ids = self.ids if self.ids is not None else all_ids(n)
         races = divide_races(exponential_noise(seed, position, ids[front]), p_front)
         r2 = float(np.partition(races, 1)[1])
-        reach = r2 * float(p_front.min()) * (1.0 + 2.0**-20) + 2.0**-50  # E below it can win
+        reach = r2 * float(p_front.min()) * (1.0 + 2.0**-20) + 2.0**-50  # E above it loses
         if not math.isfinite(reach):
             return np.arange(n), self.races(seed, position)
-        u_low = math.exp(-reach)  # u_j = (h_j + 0.5) 2**-53 >= u_low, h_j the top 53 bits
-        h_low = max(int(u_low * 2.0**53) - 2, 0)
-        bits_low = ((h_low << 11) >> 33) << 33  # compared on the top 31 bits (noise_top_bits)
-        passed = noise_top_bits(seed, position, ids) >= np.uint64(bits_low)
-        passed[front] = False  # raced already
-        more = np.flatnonzero(passed)
+        e_min, _ = block_min_noise(seed, position, all_ids(int(ids[-1]) // NOISE_BLOCK + 1))
+        more = tokens_of_blocks(np.flatnonzero(e_min <= reach), ids, n)
+        more = more[~np.isin(more, front, assume_unique=True)]  # raced already
         if not len(more):
             return front, races
         j = np.concatenate([front, more])
@@ -224,6 +221,15 @@ class TokenDist:
         )
         order = np.argsort(j)
         return j[order], races[order]
+
+
+def tokens_of_blocks(blocks: np.ndarray, ids: np.ndarray | None, n: int) -> np.ndarray:
+    """Indices into a support of n entries (ids ascending; all_ids(n): the dense row) of its
+    tokens in the noise blocks `blocks` (ascending)."""
+    if is_all_ids(ids):  # the dense row: the blocks' id ranges, cut at its end
+        j = (blocks[:, None] * NOISE_BLOCK + np.arange(NOISE_BLOCK)).ravel()
+        return j[j < n]
+    return np.flatnonzero(np.isin(ids // NOISE_BLOCK, blocks))
 
 
 def divide_races(noise: np.ndarray, probs: np.ndarray) -> np.ndarray:
@@ -266,65 +272,72 @@ def all_ids(n: int) -> np.ndarray:
     return ids
 
 
-@lru_cache(maxsize=4)
-def counter_base(n: int) -> np.ndarray:
-    """[n] uint64 (id + 1) * GOLDEN for ids 0..n-1: the dense support's counters before the
-    position's key is added, made once per vocabulary size."""
-    x = all_ids(n).astype(np.uint64)
-    x += np.uint64(1)
-    x *= np.uint64(GOLDEN)
-    x.flags.writeable = False
-    return x
-
-
-def is_all_ids(ids: np.ndarray) -> bool:
+def is_all_ids(ids: np.ndarray | None) -> bool:
     """Whether ids is all_ids(len(ids)) itself (looked up only for arrays that could be)."""
+    if ids is None:
+        return False
     n = len(ids)
     return bool(n and not ids.flags.writeable and ids[0] == 0 and ids[-1] == n - 1) and (
         ids is all_ids(n)
     )
 
 
-def counters(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
-    """[m] uint64 splitmix64 states of tokens `ids` at `position`, mixed up to (not including)
-    the last xor-shift: (id + 1) * GOLDEN + key, then x ^= x >> 30, x *= MIX1, x ^= x >> 27,
-    x *= MIX2 (wrapping mod 2**64). A fresh array, in place after the first step."""
-    key = np.uint64(position_key(seed, position))
-    if is_all_ids(ids):  # the dense support: its counters are made once
-        x = np.add(counter_base(len(ids)), key)
-    else:
-        x = ids.astype(np.uint64)
-        x += np.uint64(1)
-        x *= np.uint64(GOLDEN)
-        x += key
+def splitmix(counters: np.ndarray, key: int) -> np.ndarray:
+    """[m] uint64 splitmix64 outputs for the counters (token ids, or noise blocks) under key:
+    (counter + 1) * GOLDEN + key, mixed (wrapping mod 2**64)."""
+    x = counters.astype(np.uint64)
+    x += np.uint64(1)
+    x *= np.uint64(GOLDEN)
+    x += np.uint64(key)
     t = np.empty_like(x)
-    np.right_shift(x, np.uint64(30), out=t)
+    for shift, mul in ((30, MIX1), (27, MIX2)):
+        np.right_shift(x, np.uint64(shift), out=t)
+        x ^= t
+        x *= mul
+    np.right_shift(x, np.uint64(31), out=t)
     x ^= t
-    x *= MIX1
-    np.right_shift(x, np.uint64(27), out=t)
-    x ^= t
-    x *= MIX2
     return x
 
 
-def noise_top_bits(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
-    """[m] uint64 whose top 31 bits are those of the tokens' splitmix64 outputs (the last
-    xor-shift, x ^= x >> 31, leaves them as they are): an integer bound on their uniforms."""
-    return counters(seed, position, ids)
+def uniforms(bits: np.ndarray) -> np.ndarray:
+    """[m] float64 uniforms in (0, 1) from the top 53 bits of splitmix64 outputs."""
+    u = (bits >> np.uint64(11)).astype(np.float64)
+    u += 0.5
+    u *= 2.0**-53
+    return u
+
+
+NOISE_BLOCK = 64  # token ids b * 64 .. b * 64 + 63 share one block of noise (block_min_noise)
+BLOCK_SALT = 0x6A09E667F3BCC908  # the blocks' key apart from the tokens' (sqrt(2)'s bits)
+
+
+def block_min_noise(seed: int, position: int, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For noise blocks `blocks` at `position`: the smallest Exp(1) noise of each block's
+    NOISE_BLOCK tokens, -log(U) / NOISE_BLOCK, and which token of the block (0..63) holds it;
+    one splitmix64 output a block: the top 53 bits give U, the bottom 6 the holder."""
+    bits = splitmix(blocks, mix64_int(position_key(seed, position) ^ BLOCK_SALT))
+    e_min = uniforms(bits)
+    np.log(e_min, out=e_min)
+    e_min *= -1.0 / NOISE_BLOCK
+    return e_min, (bits & np.uint64(NOISE_BLOCK - 1)).astype(np.int64)
 
 
 def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
-    """[m] float64 Exp(1) noise for tokens `ids` at `position`: splitmix64 counters keyed by
-    (seed, position, token), so the same token at the same position always gets the same
-    number, whichever step, drafter or support asks; 53-bit uniforms in (0, 1)."""
-    x = counters(seed, position, ids)
-    x ^= x >> np.uint64(31)
-    u = (x >> np.uint64(11)).astype(np.float64)
-    u += 0.5
-    u *= 2.0**-53
-    np.log(u, out=u)
-    np.negative(u, out=u)
-    return u
+    """[m] float64 Exp(1) noise for tokens `ids` at `position`, keyed by (seed, position,
+    token): the same token at the same position always gets the same number, whichever
+    step, drafter or support asks.
+
+    Drawn a block of NOISE_BLOCK ids at a time, so that a block none of whose tokens can win
+    a race is skipped with one hash (race_front): the block's largest uniform is M = U^(1/64)
+    (block_min_noise), held by one of its tokens chosen uniformly, and every other token's is
+    M u_j, u_j its own uniform. The maximum of 64 uniforms has CDF m^64, its holder is
+    uniform and the rest are uniform below it, independently: jointly these are 64 i.i.d.
+    uniforms, and E = -log(uniform) is i.i.d. Exp(1)."""
+    e_min, holder = block_min_noise(seed, position, ids // NOISE_BLOCK)
+    own = uniforms(splitmix(ids, position_key(seed, position)))
+    np.log(own, out=own)
+    own[ids % NOISE_BLOCK == holder] = 0.0  # the block's largest uniform: M itself
+    return e_min - own
 
 
 def request_params(sp: SamplingParams) -> SamplingParams:

@@ -174,9 +174,37 @@ MUTANTS = (
     Mutant(
         "noise-same-for-every-token",
         "edgespec/sampling.py",
-        "    x *= np.uint64(GOLDEN)\n    x.flags.writeable = False",
-        "    x *= np.uint64(0)\n    x.flags.writeable = False",
+        "    x *= np.uint64(GOLDEN)\n    x += np.uint64(key)",
+        "    x *= np.uint64(0)\n    x += np.uint64(key)",
         (SAMPLING, ENGINE),
+    ),
+    Mutant(  # every token of a block below its largest uniform: no longer Exp(1)
+        "noise-block-largest-not-held",
+        "edgespec/sampling.py",
+        "own[ids % NOISE_BLOCK == holder] = 0.0",
+        "own[ids % NOISE_BLOCK == holder] *= 1.0",
+        (SAMPLING,),
+    ),
+    Mutant(
+        "race-skips-every-block",
+        "edgespec/sampling.py",
+        "np.flatnonzero(e_min <= reach)",
+        "np.flatnonzero(e_min < 0.0)",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(
+        "race-dense-block-ids-wrong",
+        "edgespec/sampling.py",
+        "blocks[:, None] * NOISE_BLOCK + np.arange(NOISE_BLOCK)",
+        "blocks[:, None] + np.arange(NOISE_BLOCK)",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(
+        "race-sparse-block-ids-wrong",
+        "edgespec/sampling.py",
+        "np.isin(ids // NOISE_BLOCK, blocks)",
+        "np.isin(ids, blocks)",
+        ("tests/test_sampling_fast.py",),
     ),
     Mutant(
         "runtime-rollback-keeps-kv",
@@ -531,8 +559,8 @@ MUTANTS = (
     Mutant(
         "probe-a-previewing-drafter",
         "edgespec/controller.py",
-        "if e.idle < e.interval or e.offer.available == 0 or e.offer.preview:",
-        "if e.idle < e.interval or e.offer.available == 0:",
+        "or e.offer.available == 0 or e.offer.preview:",
+        "or e.offer.available == 0:",
         ("tests/test_controller.py",),
     ),
     Mutant(

@@ -5,6 +5,7 @@ from edgespec.errors import SamplingParamsError
 from edgespec.sampling import (
     SamplingParams,
     TokenDist,
+    block_min_noise,
     exponential_noise,
     request_params,
     sample,
@@ -101,6 +102,18 @@ def test_position_keyed_noise_is_exponential():
     assert abs(e.mean() - 1.0) <= 5 * 1.0 / np.sqrt(len(e))
     tail = (e > 3.0).mean()
     assert abs(tail - np.exp(-3.0)) <= 5 * np.sqrt(np.exp(-3.0) / len(e))
+
+
+def test_a_noise_blocks_smallest_is_one_of_its_tokens_noise():
+    """race_front skips a block whose smallest noise cannot win: that smallest is exactly
+    the least of its 64 tokens' noise, held by the token block_min_noise names (ids
+    64 b .. 64 b + 63), in every block, whichever support asks."""
+    ids = np.arange(64 * 300)
+    noise = exponential_noise(5, 9, ids).reshape(300, 64)
+    e_min, holder = block_min_noise(5, 9, np.arange(300))
+    assert noise.min(axis=1).tolist() == e_min.tolist()
+    assert noise.argmin(axis=1).tolist() == holder.tolist()
+    assert exponential_noise(5, 9, np.array([64 * 7 + int(holder[7])])).tolist() == [e_min[7]]
 
 
 @pytest.mark.parametrize("sparse", [False, True])
