@@ -113,15 +113,78 @@ def check_range(
 
 
 @dataclass(frozen=True)
+class ScaledRow:
+    """A dense row under temperature alone, kept as its logits: z = row / temperature.
+
+    A Gumbel race needs only the weights exp(z - max z) of the tokens it races, which rank
+    and divide as the probabilities do; the softmax over the whole row (an exp, a sum and a
+    divide over 152k columns) is computed only where something asks for probabilities."""
+
+    row: np.ndarray  # [V] float32 logits
+    temperature: np.float32
+    z_max: float  # max(row) / temperature: the row's largest z, checked finite
+
+    def z(self, j: np.ndarray) -> np.ndarray:
+        """[m] float32 row[j] / temperature, as upper_set and softmax divide it."""
+        return np.divide(self.row[j], self.temperature, dtype=np.float32)
+
+    def weights(self, j: np.ndarray | None = None) -> np.ndarray:
+        """[m] float64 exp(z - max z) of entries j (None: all): the race's unnormalized p."""
+        z = np.divide(self.row if j is None else self.row[j], self.temperature)
+        w = z.astype(np.float64)
+        w -= self.z_max
+        return np.exp(w, out=w)
+
+    def probs(self) -> np.ndarray:
+        """softmax(z) over the whole row: [V] float32, as dense_softmax computes it."""
+        z = np.divide(self.row, self.temperature)
+        np.subtract(z, np.float32(self.z_max), out=z)
+        np.exp(z, out=z)
+        np.divide(z, z.sum(), out=z)
+        return z
+
+
 class TokenDist:
     """One position's distribution over the vocabulary, stored on its support.
 
-    ids None: probs is dense, one entry per token id. Otherwise probs[j] is the probability
-    of token ids[j] (ascending, each > 0) and every other token has probability exactly 0.
+    ids None: one entry per token id (dense). Otherwise entry j is token ids[j] (ascending)
+    and every other token has probability exactly 0. Kept as probabilities (probs, each > 0
+    on a sparse support) or, for temperature alone, as the scaled row (ScaledRow), whose
+    probabilities are computed when first asked for: a Gumbel race (gumbel_max) divides by
+    weights(), the probabilities or the scaled row's exp(z - max z).
     """
 
-    ids: np.ndarray | None  # [m] int64 ascending, or None
-    probs: np.ndarray  # [m] or [V] float32
+    __slots__ = ("ids", "scaled", "_probs")
+
+    def __init__(
+        self, ids: np.ndarray | None, probs: np.ndarray | None, scaled: ScaledRow | None = None
+    ) -> None:
+        assert (probs is None) != (scaled is None), "probabilities or a scaled row, one"
+        self.ids = ids  # [m] int64 ascending, or None
+        self.scaled = scaled
+        self._probs = probs  # [m] or [V] float32
+
+    @property
+    def probs(self) -> np.ndarray:
+        if self._probs is None:
+            assert self.scaled is not None
+            self._probs = self.scaled.probs()
+        return self._probs
+
+    @property
+    def size(self) -> int:
+        """Entries of the support (of the row where dense)."""
+        if self.scaled is not None:
+            return len(self.scaled.row)
+        assert self._probs is not None
+        return len(self._probs)
+
+    def weights(self, j: np.ndarray | None = None) -> np.ndarray:
+        """What a Gumbel race divides its noise by, for entries j (None: all): probs, or the
+        scaled row's exp(z - max z) (the same ranking and ratios, unnormalized)."""
+        if self.scaled is not None:
+            return self.scaled.weights(j)
+        return self.probs if j is None else self.probs[j]
 
     def prob(self, token: int) -> float:
         if self.ids is None:
@@ -132,7 +195,7 @@ class TokenDist:
     def dense(self, n_vocab: int) -> np.ndarray:
         """[V] float32, zeros off the support (and past a shorter dense row: a draft without
         the target's padding rows)."""
-        if self.ids is None and len(self.probs) == n_vocab:
+        if self.ids is None and self.size == n_vocab:
             return self.probs
         out = np.zeros(n_vocab, dtype=np.float32)
         if self.ids is None:
@@ -146,7 +209,8 @@ class TokenDist:
         (ascending; a draft that keeps some ids: Runtime.logit_ids); None: the same."""
         if columns is None:
             return self
-        return TokenDist(columns if self.ids is None else columns[self.ids], self.probs)
+        ids = columns if self.ids is None else columns[self.ids]
+        return TokenDist(ids, self._probs, self.scaled)
 
     def sample(self, rng: np.random.Generator) -> int:
         """One token id, one uniform: sample() over the stored probabilities. On a support of
@@ -161,7 +225,7 @@ class TokenDist:
         Exp(1) (exponential_noise): one uniform per token that can be drawn, and the token
         follows p exactly. A drafter that takes argmax(log q + g) with the same g proposes the
         target's own token whenever the two agree (the coupling verify_gumbel relies on)."""
-        if len(self.probs) < RACE_FRONT_MIN:  # a small support races whole
+        if self.size < RACE_FRONT_MIN:  # a small support races whole
             return self.token_at(int(np.argmin(self.races(seed, position))))
         j, races = self.race_front(seed, position)
         return self.token_at(int(j[np.argmin(races)]))
@@ -182,10 +246,11 @@ class TokenDist:
         return j if self.ids is None else int(self.ids[j])
 
     def races(self, seed: int, position: int) -> np.ndarray:
-        """E / p per token of the support, E the position's Exp(1) noise: the smallest wins.
-        A token of probability 0 (an exp underflow) gets inf, even where its E is 0."""
-        ids = self.ids if self.ids is not None else all_ids(len(self.probs))
-        return divide_races(exponential_noise(seed, position, ids), self.probs)
+        """E / p per token of the support (p: weights()), E the position's Exp(1) noise: the
+        smallest wins. A token of probability 0 (an exp underflow) gets inf, even where its E
+        is 0."""
+        ids = self.ids if self.ids is not None else all_ids(self.size)
+        return divide_races(exponential_noise(seed, position, ids), self.weights())
 
     def race_front(self, seed: int, position: int) -> tuple[np.ndarray, np.ndarray]:
         """(j ascending, races[j]): entries of the support, as indices into probs, holding
@@ -199,12 +264,16 @@ class TokenDist:
         NOISE_BLOCK tokens) is below r2 p_b: the tokens of the few blocks that pass race
         exactly, and no other token is hashed. Bounds are widened, so a token is never missed.
         Below RACE_FRONT_MIN tokens the whole race costs less than the front's fixed work."""
-        n = len(self.probs)
+        n = self.size
         if n < RACE_FRONT_MIN:
             return np.arange(n), self.races(seed, position)
         m = min(256, n // COLUMN_ROWS // 4)
-        front, p_front = upper_set(self.probs, m, np.float32(1.0))
+        if self.scaled is None:
+            front = upper_set(self.probs, m, np.float32(1.0))[0]
+        else:  # z = row / temperature ranks as p does
+            front = upper_set(self.scaled.row, m, self.scaled.temperature)[0]
         ids = self.ids if self.ids is not None else all_ids(n)
+        p_front = self.weights(front)
         races = divide_races(exponential_noise(seed, position, ids[front]), p_front)
         r2 = float(np.partition(races, 1)[1])
         reach = r2 * float(p_front.min()) * (1.0 + 2.0**-20) + 2.0**-50  # E above it loses
@@ -217,13 +286,13 @@ class TokenDist:
             return front, races
         j = np.concatenate([front, more])
         races = np.concatenate(
-            [races, divide_races(exponential_noise(seed, position, ids[more]), self.probs[more])]
+            [races, divide_races(exponential_noise(seed, position, ids[more]), self.weights(more))]
         )
         order = np.argsort(j)
         return j[order], races[order]
 
 
-def tokens_of_blocks(blocks: np.ndarray, ids: np.ndarray | None, n: int) -> np.ndarray:
+def tokens_of_blocks(blocks: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
     """Indices into a support of n entries (ids ascending; all_ids(n): the dense row) of its
     tokens in the noise blocks `blocks` (ascending)."""
     if is_all_ids(ids):  # the dense row: the blocks' id ranges, cut at its end
@@ -272,10 +341,8 @@ def all_ids(n: int) -> np.ndarray:
     return ids
 
 
-def is_all_ids(ids: np.ndarray | None) -> bool:
+def is_all_ids(ids: np.ndarray) -> bool:
     """Whether ids is all_ids(len(ids)) itself (looked up only for arrays that could be)."""
-    if ids is None:
-        return False
     n = len(ids)
     return bool(n and not ids.flags.writeable and ids[0] == 0 and ids[-1] == n - 1) and (
         ids is all_ids(n)
@@ -353,7 +420,8 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
     (p) and draft (q) share.
 
     One pass over the vocabulary when top-k is on (then everything runs on about k
-    candidates); temperature alone costs one max, one exp, one sum and one divide over it.
+    candidates); temperature alone one max here (ScaledRow: a Gumbel race reads a few
+    thousand of its columns; probabilities cost one exp, one sum and one divide over it).
     Among tokens tied at the k-th largest value, top-k keeps the lowest ids.
     """
     if sp.greedy:
@@ -365,6 +433,11 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         ids, z = top_k(row, sp.top_k, temperature)
         check_scaled(float(z.max()), sp)
         probs = softmax(z)
+    elif sp.top_p >= 1.0 and sp.min_p <= 0.0:  # temperature alone: kept as the row
+        with np.errstate(over="ignore"):  # an overflow is refused just below
+            z_max = np.float32(row.max()) / temperature  # max(row / t): division is monotone
+        check_scaled(float(z_max), sp)
+        return TokenDist(None, None, ScaledRow(row, temperature, float(z_max)))
     else:
         probs = dense_softmax(row, temperature, sp)
         if sp.top_p < 1.0:
@@ -487,10 +560,11 @@ def upper_set(row: np.ndarray, m: int, scale: np.float32) -> tuple[np.ndarray, n
     t = np.partition(col_max, len(col_max) - m)[len(col_max) - m]
     cols = np.flatnonzero(col_max[:n_cols] >= t)
     block = grid[:, cols] / scale  # [COLUMN_ROWS, len(cols)]
-    r, c = np.nonzero(block >= t)
+    found = np.flatnonzero(block >= t)  # flat: np.nonzero's two arrays cost 3x as much
+    r, c = np.divmod(found, len(cols))
     in_tail = np.flatnonzero(tail >= t)
     ids = np.concatenate([r * n_cols + cols[c], n + in_tail])
-    z = np.concatenate([block[r, c], tail[in_tail]])
+    z = np.concatenate([block.ravel()[found], tail[in_tail]])
     order = np.argsort(ids)
     return ids[order], z[order]
 

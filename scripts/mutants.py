@@ -185,6 +185,13 @@ MUTANTS = (
         "own[ids % NOISE_BLOCK == holder] *= 1.0",
         (SAMPLING,),
     ),
+    Mutant(  # the race's definition uses the same weights: only the law can see it
+        "scaled-row-weights-not-exponentiated",
+        "edgespec/sampling.py",
+        "        w -= self.z_max\n        return np.exp(w, out=w)",
+        "        w -= self.z_max\n        return -w",
+        ("tests/test_sampling_fast.py",),
+    ),
     Mutant(
         "race-skips-every-block",
         "edgespec/sampling.py",

@@ -193,12 +193,14 @@ def test_lazy_verify_stops_computing_rows_at_the_first_rejection():
 
 
 def whole_race(dist: TokenDist, seed: int, position: int) -> tuple[int, float]:
-    """The definition: every token of the support races, E / p in float64 (inf where p = 0),
-    the first smallest wins, the margin is log(r2 / r1) of the two smallest."""
-    ids = np.arange(len(dist.probs)) if dist.ids is None else dist.ids
+    """The definition: every token of the support races, E / p in float64 (inf where p = 0;
+    p: the dist's weights, its probabilities or, for temperature alone, exp(z - max z)), the
+    first smallest wins, the margin is log(r2 / r1) of the two smallest."""
+    ids = np.arange(dist.size) if dist.ids is None else dist.ids
     noise = exponential_noise(seed, position, ids)
     races = np.full(len(ids), np.inf)
-    np.divide(noise, dist.probs, out=races, where=dist.probs > 0)
+    weights = dist.weights()
+    np.divide(noise, weights, out=races, where=weights > 0)
     j = int(np.argmin(races))
     first, second = np.partition(races, 1)[:2]
     return int(ids[j]), float(np.log(second / first))
@@ -247,7 +249,8 @@ def test_gumbel_max_is_the_whole_support_race_token_and_margin(name):
 
 def test_the_threshold_finds_winners_outside_the_likeliest_tokens():
     """On a flat row the winner is mostly not among the 256 likeliest tokens raced first:
-    the integer threshold is what finds it, and finds the whole race's token every time."""
+    the noise blocks' threshold is what finds it, and finds the whole race's token every
+    time."""
     dist = GUMBEL_ROWS["flat"]
     front, _ = upper_set(dist.probs, 256, np.float32(1.0))
     outside = 0
@@ -266,6 +269,21 @@ def test_gumbel_max_on_a_large_support_follows_p():
     dist = TokenDist(None, probs / probs.sum())
     n = 4_000
     tokens = np.array([dist.gumbel_max(21, i) for i in range(n)])
+    cells = np.append(np.bincount(tokens, minlength=5)[:5], np.count_nonzero(tokens >= 5)) / n
+    want = np.append(head, 0.2)
+    assert np.all(np.abs(cells - want) <= 5 * np.sqrt(want * (1 - want) / n))
+
+
+def test_gumbel_max_of_a_temperature_alone_row_follows_its_softmax():
+    """Temperature alone keeps the row (ScaledRow) and races exp(z - max z): 5 tokens hold
+    0.8 of softmax(row / 0.7) and 20,000 share 0.2; across 4,000 positions each cell, and
+    the tail's total, within 5 standard errors."""
+    head = np.array([0.3, 0.2, 0.15, 0.1, 0.05])
+    p = np.concatenate([head, np.full(20_000, 0.2 / 20_000)])
+    dist = token_dist((0.7 * np.log(p)).astype(np.float32), SamplingParams(0.7))
+    assert dist.scaled is not None
+    n = 4_000
+    tokens = np.array([dist.gumbel_max(23, i) for i in range(n)])
     cells = np.append(np.bincount(tokens, minlength=5)[:5], np.count_nonzero(tokens >= 5)) / n
     want = np.append(head, 0.2)
     assert np.all(np.abs(cells - want) <= 5 * np.sqrt(want * (1 - want) / n))
