@@ -193,10 +193,24 @@ MUTANTS = (
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(
+        "race-bound-by-the-first-race",
+        "edgespec/sampling.py",
+        "r2 = float(np.partition(races, 1)[1])",
+        "r2 = float(races.min())",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(
+        "race-holders-off-the-support",
+        "edgespec/sampling.py",
+        "    return at[ids[at] == tokens]",
+        "    return at",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(
         "race-skips-every-block",
         "edgespec/sampling.py",
-        "np.flatnonzero(e_min <= reach)",
-        "np.flatnonzero(e_min < 0.0)",
+        "blocks = np.flatnonzero(e_min <= reach(races, p_b))",
+        "blocks = np.flatnonzero(e_min < 0.0)",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(

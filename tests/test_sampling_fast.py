@@ -11,11 +11,14 @@ from edgespec.sampling import (
     RACE_FRONT_MIN,
     SamplingParams,
     TokenDist,
+    all_ids,
     divide_races,
     exponential_noise,
+    holder_entries,
     row_dists,
     sample,
     token_dist,
+    tokens_of_blocks,
     upper_set,
 )
 from edgespec.verify import residual, residual_dist, verify_gumbel, verify_stochastic
@@ -200,7 +203,8 @@ def whole_race(dist: TokenDist, seed: int, position: int) -> tuple[int, float]:
     noise = exponential_noise(seed, position, ids)
     races = np.full(len(ids), np.inf)
     weights = dist.weights()
-    np.divide(noise, weights, out=races, where=weights > 0)
+    with np.errstate(over="ignore"):  # a weight of 1e-310: inf, as the race takes it
+        np.divide(noise, weights, out=races, where=weights > 0)
     j = int(np.argmin(races))
     first, second = np.partition(races, 1)[:2]
     return int(ids[j]), float(np.log(second / first))
@@ -245,6 +249,19 @@ def test_gumbel_max_is_the_whole_support_race_token_and_margin(name):
             want = whole_race(dist, seed, position)
             assert dist.gumbel_max_margin(seed, position) == want
             assert dist.gumbel_max(seed, position) == want[0]
+
+
+def test_a_noise_blocks_tokens_and_holder_are_found_on_dense_and_sparse_supports():
+    """Blocks of 64 ids: entries (indices into the support) of the tokens of blocks 1 and 3,
+    and of the tokens holding blocks 1..3's smallest noise where the support has them."""
+    ids = np.array([3, 64, 70, 130, 200, 1000])
+    assert tokens_of_blocks(np.array([1, 3]), ids, 6).tolist() == [1, 2, 4]  # 64, 70, 200
+    dense = all_ids(200)
+    want = [*range(64), *range(192, 200)]  # the last block cut at the row's end
+    assert tokens_of_blocks(np.array([0, 3]), dense, 200).tolist() == want
+    holders = np.array([6, 5, 8])  # tokens 70, 133 (not in the support), 200
+    assert holder_entries(np.array([1, 2, 3]), holders, ids, 6).tolist() == [2, 4]
+    assert holder_entries(np.array([1, 3]), np.array([6, 8]), dense, 200).tolist() == [70]
 
 
 def test_the_threshold_finds_winners_outside_the_likeliest_tokens():
