@@ -343,7 +343,9 @@ def tokens_of_blocks(blocks: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
 def divide_races(noise: np.ndarray, probs: np.ndarray) -> np.ndarray:
     """E / p in float64, inf where p is 0 (or so small that E / p overflows): [m] each."""
     out = np.full(len(noise), np.inf)
-    with np.errstate(over="ignore"):
+    if probs.dtype != np.float64:  # float32 p >= 1e-45: no overflow, and no errstate's 1.3 us
+        return np.divide(noise, probs, out=out, where=probs > 0)
+    with np.errstate(over="ignore"):  # a scaled row's weight of 1e-310
         return np.divide(noise, probs, out=out, where=probs > 0)
 
 
@@ -389,13 +391,8 @@ def is_all_ids(ids: np.ndarray) -> bool:
     )
 
 
-def splitmix(counters: np.ndarray, key: int) -> np.ndarray:
-    """[m] uint64 splitmix64 outputs for the counters (token ids, or noise blocks) under key:
-    (counter + 1) * GOLDEN + key, mixed (wrapping mod 2**64)."""
-    x = counters.astype(np.uint64)
-    x += np.uint64(1)
-    x *= np.uint64(GOLDEN)
-    x += np.uint64(key)
+def mixed(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64 counters, in place (wrapping mod 2**64)."""
     t = np.empty_like(x)
     for shift, mul in ((30, MIX1), (27, MIX2)):
         np.right_shift(x, np.uint64(shift), out=t)
@@ -418,15 +415,33 @@ NOISE_BLOCK = 64  # token ids b * 64 .. b * 64 + 63 share one block of noise (bl
 BLOCK_SALT = 0x6A09E667F3BCC908  # the blocks' key apart from the tokens' (sqrt(2)'s bits)
 
 
-def block_min_noise(seed: int, position: int, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For noise blocks `blocks` at `position`: the smallest Exp(1) noise of each block's
-    NOISE_BLOCK tokens, -log(U) / NOISE_BLOCK, and which token of the block (0..63) holds it;
-    one splitmix64 output a block: the top 53 bits give U, the bottom 6 the holder."""
-    bits = splitmix(blocks, mix64_int(position_key(seed, position) ^ BLOCK_SALT))
+@lru_cache(maxsize=64)
+def noise_offsets(seed: int, position: int) -> tuple[np.uint64, np.uint64]:
+    """What the tokens' and the noise blocks' splitmix64 counters at (seed, position) add to
+    id * GOLDEN: GOLDEN + their key (mod 2**64). A race asks for one position's noise three
+    or four times (race_front)."""
+    key = position_key(seed, position)
+    block_key = mix64_int(key ^ BLOCK_SALT)
+    return np.uint64((key + GOLDEN) & MASK64), np.uint64((block_key + GOLDEN) & MASK64)
+
+
+def block_minima(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mixed block counters -> each block's smallest Exp(1) noise, -log(U) / NOISE_BLOCK
+    (U from the top 53 bits), and which of its tokens (0..63) holds it (the bottom 6)."""
     e_min = uniforms(bits)
     np.log(e_min, out=e_min)
     e_min *= -1.0 / NOISE_BLOCK
     return e_min, (bits & np.uint64(NOISE_BLOCK - 1)).astype(np.int64)
+
+
+def block_min_noise(seed: int, position: int, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For noise blocks `blocks` at `position`: the smallest Exp(1) noise of each block's
+    NOISE_BLOCK tokens and which token of the block holds it; one splitmix64 output a block:
+    counter (block + 1) * GOLDEN + the blocks' key."""
+    x = blocks.astype(np.uint64)
+    x *= np.uint64(GOLDEN)
+    x += noise_offsets(seed, position)[1]
+    return block_minima(mixed(x))
 
 
 def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
@@ -439,12 +454,24 @@ def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
     (block_min_noise), held by one of its tokens chosen uniformly, and every other token's is
     M u_j, u_j its own uniform. The maximum of 64 uniforms has CDF m^64, its holder is
     uniform and the rest are uniform below it, independently: jointly these are 64 i.i.d.
-    uniforms, and E = -log(uniform) is i.i.d. Exp(1)."""
-    e_min, holder = block_min_noise(seed, position, ids // NOISE_BLOCK)
-    own = uniforms(splitmix(ids, position_key(seed, position)))
-    np.log(own, out=own)
-    own[ids % NOISE_BLOCK == holder] = 0.0  # the block's largest uniform: M itself
-    return e_min - own
+    uniforms, and E = -log(uniform) is i.i.d. Exp(1). The tokens' and their blocks' counters
+    are mixed in one array (a small support's cost is numpy's per-call overhead)."""
+    token_offset, block_offset = noise_offsets(seed, position)
+    m = len(ids)
+    x = np.empty(2 * m, np.uint64)  # counters (id + 1) * GOLDEN + key, then (block + 1) ...
+    x[:m] = ids
+    np.right_shift(ids, 6, out=x[m:], casting="unsafe")  # ids // NOISE_BLOCK
+    x *= np.uint64(GOLDEN)
+    x[:m] += token_offset
+    x[m:] += block_offset
+    holder = mixed(x)[m:] & np.uint64(NOISE_BLOCK - 1)
+    u = uniforms(x)
+    np.log(u, out=u)  # log of the tokens' own uniforms, then of their blocks' U
+    own, e_min = u[:m], u[m:]
+    e_min *= -1.0 / NOISE_BLOCK
+    own[(ids & (NOISE_BLOCK - 1)) == holder] = 0.0  # the block's largest uniform: M itself
+    e_min -= own
+    return e_min
 
 
 def request_params(sp: SamplingParams) -> SamplingParams:
