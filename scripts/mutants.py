@@ -174,15 +174,15 @@ MUTANTS = (
     Mutant(
         "noise-same-for-every-token",
         "edgespec/sampling.py",
-        "    x *= np.uint64(GOLDEN)\n    x += np.uint64(key)",
-        "    x *= np.uint64(0)\n    x += np.uint64(key)",
+        "    x *= np.uint64(GOLDEN)\n    x[:m] += token_offset",
+        "    x *= np.uint64(0)\n    x[:m] += token_offset",
         (SAMPLING, ENGINE),
     ),
     Mutant(  # every token of a block below its largest uniform: no longer Exp(1)
         "noise-block-largest-not-held",
         "edgespec/sampling.py",
-        "own[ids % NOISE_BLOCK == holder] = 0.0",
-        "own[ids % NOISE_BLOCK == holder] *= 1.0",
+        "own[(ids & (NOISE_BLOCK - 1)) == holder] = 0.0",
+        "own[(ids & (NOISE_BLOCK - 1)) == holder] *= 1.0",
         (SAMPLING,),
     ),
     Mutant(  # the race's definition uses the same weights: only the law can see it
