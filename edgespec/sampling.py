@@ -488,7 +488,8 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
 
     One pass over the vocabulary when top-k is on (then everything runs on about k
     candidates); temperature alone one max here (ScaledRow: a Gumbel race reads a few
-    thousand of its columns; probabilities cost one exp, one sum and one divide over it).
+    thousand of its columns; probabilities cost one exp, one sum and one divide over it);
+    min-p a max and one compare (min_p_support); top-p the dense softmax.
     Among tokens tied at the k-th largest value, top-k keeps the lowest ids.
     """
     if sp.greedy:
@@ -500,20 +501,44 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         ids, z = top_k(row, sp.top_k, temperature)
         check_scaled(float(z.max()), sp)
         probs = softmax(z)
-    elif sp.top_p >= 1.0 and sp.min_p <= 0.0:  # temperature alone: kept as the row
+    elif sp.top_p >= 1.0:  # temperature alone (kept as the row), or with min-p
         with np.errstate(over="ignore"):  # an overflow is refused just below
             z_max = np.float32(row.max()) / temperature  # max(row / t): division is monotone
         check_scaled(float(z_max), sp)
-        return TokenDist(None, None, ScaledRow(row, temperature, float(z_max)))
+        if sp.min_p <= 0.0:
+            return TokenDist(None, None, ScaledRow(row, temperature, float(z_max)))
+        found = min_p_support(row, temperature, z_max, sp.min_p)
+        if found is not None:
+            return cut_tail(*found, sp)
+        probs = dense_softmax(row, temperature, sp)  # a token at the cut: the dense row decides
+        ids = np.flatnonzero(probs >= np.float32(sp.min_p) * probs.max())
+        probs = probs[ids]
     else:
         probs = dense_softmax(row, temperature, sp)
-        if sp.top_p < 1.0:
-            ids = top_p_candidates(probs, sp.top_p)
-            probs = probs[ids]
-        elif sp.min_p > 0.0:  # the cut below, found with one compare over the vocabulary
-            ids = np.flatnonzero(probs >= np.float32(sp.min_p) * probs.max())
-            probs = probs[ids]
+        ids = top_p_candidates(probs, sp.top_p)
+        probs = probs[ids]
     return cut_tail(ids, probs, sp)
+
+
+MIN_P_BAND = 2.0**-16  # relative: an exp(z - max z) this near min-p is left to the dense row
+
+
+def min_p_support(
+    row: np.ndarray, temperature: np.float32, z_max: np.float32, min_p: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """min-p's support (ids ascending) and its tokens' exp(z - max z), from the logits: p_j >=
+    min_p p_max is exp(z_j - max z) >= min_p, the softmax's sum cancelling, so one compare
+    over the row finds the tokens and the exp runs on them alone (cut_tail renormalizes).
+    None where a token lies within MIN_P_BAND of the cut, where the dense softmax's
+    roundings decide (token_dist's dense path)."""
+    # z_j - z_max >= log(min_p), widened: row / temperature rounds both ways
+    low = (float(z_max) + math.log(min_p) - 1e-3) * float(temperature)
+    ids = np.flatnonzero(row >= low)
+    e = np.exp(np.divide(row[ids], temperature, dtype=np.float32) - z_max)
+    if np.any(np.abs(e - np.float32(min_p)) <= MIN_P_BAND * min_p):
+        return None
+    keep = e >= np.float32(min_p)
+    return ids[keep], e[keep]
 
 
 def cut_tail(ids: np.ndarray | None, probs: np.ndarray, sp: SamplingParams) -> TokenDist:

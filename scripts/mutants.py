@@ -207,6 +207,20 @@ MUTANTS = (
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(
+        "min-p-at-the-cut-not-left-to-the-dense-row",
+        "edgespec/sampling.py",
+        "if np.any(np.abs(e - np.float32(min_p)) <= MIN_P_BAND * min_p):",
+        "if False:",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(
+        "min-p-support-cut-twice-as-high",
+        "edgespec/sampling.py",
+        "keep = e >= np.float32(min_p)",
+        "keep = e >= np.float32(2 * min_p)",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(
         "race-skips-every-block",
         "edgespec/sampling.py",
         "blocks = np.flatnonzero(e_min <= reach(races, p_b))",

@@ -15,6 +15,7 @@ from edgespec.sampling import (
     divide_races,
     exponential_noise,
     holder_entries,
+    min_p_support,
     row_dists,
     sample,
     token_dist,
@@ -71,6 +72,23 @@ def test_temperature_alone_is_bitwise_the_reference():
         np.stack([token_dist(row, sp).probs for row in logits]),
         reference.logits_to_probs(logits, sp),
     )
+
+
+def test_min_p_finds_its_tokens_from_the_logits_and_leaves_a_token_at_the_cut_to_the_dense_row():
+    """exp(z - max z) >= min_p is min-p's own test, without the softmax's sum; a token whose
+    exp(z - max z) lies within rounding of min_p is decided by the dense row, as the
+    reference decides it."""
+    rng = np.random.default_rng(3)
+    row = (rng.standard_normal(151_936) * 3).astype(np.float32)
+    sp = SamplingParams(0.7, min_p=0.05)
+    t, z_max = np.float32(0.7), np.float32(row.max()) / np.float32(0.7)
+    ids, _ = min_p_support(row, t, z_max, 0.05)
+    assert ids.tolist() == np.flatnonzero(reference.logits_to_probs(row, sp)).tolist()
+    at_cut = row.copy()
+    at_cut[7] = np.float32((float(z_max) + np.log(0.05)) * 0.7)  # exp(z_7 - max z) = 0.05
+    assert min_p_support(at_cut, t, z_max, 0.05) is None
+    got = token_dist(at_cut, sp)
+    assert got.ids.tolist() == np.flatnonzero(reference.logits_to_probs(at_cut, sp)).tolist()
 
 
 @pytest.mark.parametrize("vocab", [151_936, 300])
