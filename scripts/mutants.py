@@ -221,6 +221,13 @@ MUTANTS = (
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(
+        "calibration-keeps-noisy-wide-passes",
+        "edgespec/calibrate.py",
+        "target_s = [target_s[0]] + [max(t, target_s[0]) for t in target_s[1:]]",
+        "target_s = list(target_s)",
+        ("tests/test_measure_curve.py",),
+    ),
+    Mutant(
         "race-skips-every-block",
         "edgespec/sampling.py",
         "blocks = np.flatnonzero(e_min <= reach(races, p_b))",

@@ -104,3 +104,21 @@ def test_on_a_one_graph_runtime_the_calibration_measures_what_a_switch_costs(clo
     assert curve.draft_s == pytest.approx(1.0)
     plain = calibrate.calibrate(TimedRuntime(clock), None, n_max=2)  # any other runtime
     assert plain.switch_s == 0.0
+
+
+class NoisyRuntime(TimedRuntime):
+    """One-token passes that each take 3 units (a host's hiccup on every one), wider ones 1."""
+
+    def forward(self, tokens, *, last_only=False):
+        self.clock.now += 2.0 if len(tokens) == 1 else 0.0
+        return super().forward(tokens, last_only=last_only)
+
+
+def test_a_noisy_calibration_stores_no_wide_pass_cheaper_than_a_one_token_pass(clock):
+    """Measured ratios under 1 (here 1/3 at two tokens) are the host's noise; stored below
+    half a one-token pass, such a curve was refused at every later load (curve_problem) and
+    measured again, with a warning each time."""
+    curve = calibrate.calibrate(NoisyRuntime(clock), None, n_max=3)
+    assert curve.target_s[1:] == [curve.target_s[0]] * 2
+    entry = {**calibrate.curve_entry(curve), "time": 0.0}
+    assert calibrate.curve_problem(entry) is None
