@@ -124,10 +124,6 @@ class ScaledRow:
     temperature: np.float32
     z_max: float  # max(row) / temperature: the row's largest z, checked finite
 
-    def z(self, j: np.ndarray) -> np.ndarray:
-        """[m] float32 row[j] / temperature, as upper_set and softmax divide it."""
-        return np.divide(self.row[j], self.temperature, dtype=np.float32)
-
     def weights(self, j: np.ndarray | None = None) -> np.ndarray:
         """[m] float64 exp(z - max z) of entries j (None: all): the race's unnormalized p."""
         z = np.divide(self.row if j is None else self.row[j], self.temperature)
@@ -375,9 +371,10 @@ def position_key(seed: int, position: int) -> int:
     return mix64_int(key + (position + 1) * GOLDEN)
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def all_ids(n: int) -> np.ndarray:
-    """[n] int64 0..n-1: the dense support, made once per vocabulary size."""
+    """[n] int64 0..n-1: the dense support, made once per vocabulary size (and per count of
+    noise blocks: race_front)."""
     ids = np.arange(n, dtype=np.int64)
     ids.flags.writeable = False
     return ids
@@ -411,7 +408,8 @@ def uniforms(bits: np.ndarray) -> np.ndarray:
     return u
 
 
-NOISE_BLOCK = 64  # token ids b * 64 .. b * 64 + 63 share one block of noise (block_min_noise)
+NOISE_BLOCK_BITS = 6
+NOISE_BLOCK = 1 << NOISE_BLOCK_BITS  # ids b * 64 .. b * 64 + 63 share a block of noise
 BLOCK_SALT = 0x6A09E667F3BCC908  # the blocks' key apart from the tokens' (sqrt(2)'s bits)
 
 
@@ -460,18 +458,18 @@ def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
     m = len(ids)
     x = np.empty(2 * m, np.uint64)  # counters (id + 1) * GOLDEN + key, then (block + 1) ...
     x[:m] = ids
-    np.right_shift(ids, 6, out=x[m:], casting="unsafe")  # ids // NOISE_BLOCK
+    np.right_shift(ids, NOISE_BLOCK_BITS, out=x[m:], casting="unsafe")  # their blocks
     x *= np.uint64(GOLDEN)
     x[:m] += token_offset
     x[m:] += block_offset
     holder = mixed(x)[m:] & np.uint64(NOISE_BLOCK - 1)
     u = uniforms(x)
-    np.log(u, out=u)  # log of the tokens' own uniforms, then of their blocks' U
-    own, e_min = u[:m], u[m:]
-    e_min *= -1.0 / NOISE_BLOCK
-    own[(ids & (NOISE_BLOCK - 1)) == holder] = 0.0  # the block's largest uniform: M itself
-    e_min -= own
-    return e_min
+    np.log(u, out=u)  # log u_j of the tokens' own uniforms, then log U of their blocks'
+    log_own, noise = u[:m], u[m:]
+    noise *= -1.0 / NOISE_BLOCK  # -log M = the block's smallest E
+    log_own[(ids & (NOISE_BLOCK - 1)) == holder] = 0.0  # the holder's uniform is M itself
+    noise -= log_own  # -log(M u_j)
+    return noise
 
 
 def request_params(sp: SamplingParams) -> SamplingParams:

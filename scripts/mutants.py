@@ -181,8 +181,8 @@ MUTANTS = (
     Mutant(  # every token of a block below its largest uniform: no longer Exp(1)
         "noise-block-largest-not-held",
         "edgespec/sampling.py",
-        "own[(ids & (NOISE_BLOCK - 1)) == holder] = 0.0",
-        "own[(ids & (NOISE_BLOCK - 1)) == holder] *= 1.0",
+        "log_own[(ids & (NOISE_BLOCK - 1)) == holder] = 0.0",
+        "log_own[(ids & (NOISE_BLOCK - 1)) == holder] *= 1.0",
         (SAMPLING,),
     ),
     Mutant(  # the race's definition uses the same weights: only the law can see it
