@@ -228,6 +228,20 @@ MUTANTS = (
         ("tests/test_measure_curve.py",),
     ),
     Mutant(
+        "draft-cache-prefix-kept-for-a-new-list",
+        "edgespec/drafters/model.py",
+        "self._cached, self._known = tokens, None",
+        "self._cached = tokens",
+        ("tests/test_draft_sync.py",),
+    ),
+    Mutant(
+        "draft-cache-prefix-for-another-context",
+        "edgespec/drafters/model.py",
+        "if self._known is not None and self._known[0] is context:",
+        "if self._known is not None:",
+        ("tests/test_draft_sync.py",),
+    ),
+    Mutant(
         "race-skips-every-block",
         "edgespec/sampling.py",
         "blocks = np.flatnonzero(e_min <= reach(races, p_b))",

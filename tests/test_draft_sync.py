@@ -134,3 +134,43 @@ def test_on_a_one_graph_runtime_the_draft_forwards_one_token_a_pass(tiny_runtime
         widths[told] = counting.widths[1:]  # after the prompt's pass
     assert 2 in widths[False]
     assert set(widths[True]) == {1} and len(widths[True]) > len(widths[False])
+
+
+class WatchedContext(list):
+    """The engine's context list, recording where each slice taken of it starts."""
+
+    def __init__(self, tokens):
+        super().__init__(tokens)
+        self.starts: list[int] = []
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            self.starts.append(i.start or 0)
+        return super().__getitem__(i)
+
+
+def test_a_draft_caches_common_prefix_with_the_growing_context_compares_only_its_tail():
+    """The engine appends to one list a request: a prefix found equal stays equal, so a
+    step compares only what follows it. Appending draft tokens in place keeps what is known;
+    a new list (truncated, then other tokens), or another context list, is compared whole."""
+    from edgespec.drafters.model import CachedTokens, common_prefix_len
+
+    cache = CachedTokens()
+    context = WatchedContext(range(100, 1100))  # 1,000 tokens
+    cache.cached = list(range(100, 1100))
+    assert cache.common_prefix(context) == 1000
+    context.append(7)
+    context.starts.clear()
+    assert cache.common_prefix(context) == 1000
+    assert context.starts == [1000]  # the tail alone
+    cache.cached.extend([8, 9])  # a draft's own tokens, the first of them wrong
+    assert cache.common_prefix(context) == 1000
+    cache.cached = cache.cached[:990] + [5] * 20  # another list: compared whole
+    assert cache.common_prefix(context) == 990 == common_prefix_len(cache.cached, context)
+    other = list(context)
+    other[3] = 1
+    assert cache.common_prefix(other) == 3  # another context list: compared whole
+    assert cache.common_prefix(context, offset=1) == common_prefix_len(cache.cached, context[1:])
+    cache.cache_context(context, 1001)
+    context.starts.clear()
+    assert cache.common_prefix(context) == 1001 and context.starts == [1001]

@@ -27,12 +27,12 @@ import numpy as np
 
 from edgespec.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
-from edgespec.drafters.model import common_prefix_len
+from edgespec.drafters.model import CachedTokens
 from edgespec.runtime import DraftHead, Runtime
 from edgespec.sampling import SamplingParams, token_dist
 
 
-class HeadDrafter:
+class HeadDrafter(CachedTokens):
     def __init__(
         self,
         target: Runtime,
@@ -50,7 +50,7 @@ class HeadDrafter:
         self.token_s = token_s
         self.clock = clock
         self.rng = np.random.default_rng(seed)
-        self.cached: list[int] = []  # c[P + 1] of each head position P written from features
+        self.cached = []  # c[P + 1] of each head position P written from features
 
     def reset(self, rng: np.random.Generator) -> None:
         self.rng = rng
@@ -66,7 +66,7 @@ class HeadDrafter:
 
     def behind(self, context: Sequence[int]) -> int:
         """Head positions a proposal must write from the target's features first."""
-        return max(0, len(context) - 1 - common_prefix_len(self.cached, context[1:]))
+        return max(0, len(context) - 1 - self.common_prefix(context, offset=1))
 
     def sync(self, context: Sequence[int]) -> None:
         """Write what the head lacks of positions 0..n-3 (all but the boundary row, which the
@@ -77,7 +77,7 @@ class HeadDrafter:
     def catch_up(self, context: Sequence[int], end: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Make head positions 0..end-1 hold (context[P + 1], g[P]); the last written row's
         (logits, pre-norm state), or None where nothing needed writing."""
-        keep = min(common_prefix_len(self.cached, context[1:]), end)
+        keep = min(self.common_prefix(context, offset=1), end)
         if keep == end and keep == len(self.cached) == self.head.n_past:
             return None
         self.head.rollback(keep)
