@@ -132,12 +132,8 @@ class ScaledRow:
         return np.exp(w, out=w)
 
     def probs(self) -> np.ndarray:
-        """softmax(z) over the whole row: [V] float32, as dense_softmax computes it."""
-        z = np.divide(self.row, self.temperature)
-        np.subtract(z, np.float32(self.z_max), out=z)
-        np.exp(z, out=z)
-        np.divide(z, z.sum(), out=z)
-        return z
+        """softmax(z) over the whole row: [V] float32."""
+        return dense_softmax(self.row, self.temperature, self.z_max)
 
 
 class TokenDist:
@@ -241,11 +237,15 @@ class TokenDist:
     def token_at(self, j: int) -> int:
         return j if self.ids is None else int(self.ids[j])
 
+    def token_ids(self) -> np.ndarray:
+        """The token id of each entry of the support (all_ids where dense)."""
+        return self.ids if self.ids is not None else all_ids(self.size)
+
     def races(self, seed: int, position: int) -> np.ndarray:
         """E / p per token of the support (p: weights()), E the position's Exp(1) noise: the
         smallest wins. A token of probability 0 (an exp underflow) gets inf, even where its E
         is 0."""
-        ids = self.ids if self.ids is not None else all_ids(self.size)
+        ids = self.token_ids()
         return divide_races(exponential_noise(seed, position, ids), self.weights())
 
     def race_front(self, seed: int, position: int) -> tuple[np.ndarray, np.ndarray]:
@@ -270,7 +270,7 @@ class TokenDist:
             front = upper_set(self.probs, m, np.float32(1.0))[0]
         else:  # z = row / temperature ranks as p does
             front = upper_set(self.scaled.row, m, self.scaled.temperature)[0]
-        ids = self.ids if self.ids is not None else all_ids(n)
+        ids = self.token_ids()
         p_front = self.weights(front)
         races = divide_races(exponential_noise(seed, position, ids[front]), p_front)
         p_b = float(p_front.min())
@@ -294,7 +294,7 @@ class TokenDist:
         more = more[~np.isin(more, j, assume_unique=True)]
         if not len(more):
             return j, races
-        ids = self.ids if self.ids is not None else all_ids(self.size)
+        ids = self.token_ids()
         noise = exponential_noise(seed, position, ids[more])
         return np.concatenate([j, more]), np.concatenate(
             [races, divide_races(noise, self.weights(more))]
@@ -494,28 +494,26 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         raise ValueError("greedy decoding takes the argmax; it has no probability vector")
     row = np.asarray(logits, dtype=np.float32)
     temperature = np.float32(sp.temperature)
-    ids: np.ndarray | None = None
     if 0 < sp.top_k < len(row):
         ids, z = top_k(row, sp.top_k, temperature)
         check_scaled(float(z.max()), sp)
         probs = softmax(z)
-    elif sp.top_p >= 1.0:  # temperature alone (kept as the row), or with min-p
-        with np.errstate(over="ignore"):  # an overflow is refused just below
-            z_max = np.float32(row.max()) / temperature  # max(row / t): division is monotone
-        check_scaled(float(z_max), sp)
-        if sp.min_p <= 0.0:
-            return TokenDist(None, None, ScaledRow(row, temperature, float(z_max)))
+        return cut_tail(ids, probs, sp)
+    with np.errstate(over="ignore"):  # an overflow is refused just below
+        z_max = np.float32(row.max()) / temperature  # max(row / t): division is monotone
+    check_scaled(float(z_max), sp)
+    if sp.top_p < 1.0:
+        probs = dense_softmax(row, temperature, float(z_max))
+        ids = top_p_candidates(probs, sp.top_p)
+    elif sp.min_p > 0.0:
         found = min_p_support(row, temperature, z_max, sp.min_p)
         if found is not None:
             return cut_tail(*found, sp)
-        probs = dense_softmax(row, temperature, sp)  # a token at the cut: the dense row decides
-        ids = np.flatnonzero(probs >= np.float32(sp.min_p) * probs.max())
-        probs = probs[ids]
-    else:
-        probs = dense_softmax(row, temperature, sp)
-        ids = top_p_candidates(probs, sp.top_p)
-        probs = probs[ids]
-    return cut_tail(ids, probs, sp)
+        probs = dense_softmax(row, temperature, float(z_max))  # a token at the cut: the
+        ids = np.flatnonzero(probs >= np.float32(sp.min_p) * probs.max())  # dense row decides
+    else:  # temperature alone: kept as the row
+        return TokenDist(None, None, ScaledRow(row, temperature, float(z_max)))
+    return cut_tail(ids, probs[ids], sp)
 
 
 MIN_P_BAND = 2.0**-16  # relative: an exp(z - max z) this near min-p is left to the dense row
@@ -604,12 +602,11 @@ def softmax(z: np.ndarray) -> np.ndarray:
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
 
 
-def dense_softmax(row: np.ndarray, temperature: np.float32, sp: SamplingParams) -> np.ndarray:
-    """softmax(row / temperature) over the whole vocabulary in one buffer: [V] float32."""
+def dense_softmax(row: np.ndarray, temperature: np.float32, z_max: float) -> np.ndarray:
+    """softmax(row / temperature) over the whole vocabulary in one buffer: [V] float32;
+    z_max = max(row) / temperature, checked finite (check_scaled)."""
     z = np.divide(row, temperature)
-    z_max = z.max()
-    check_scaled(float(z_max), sp)
-    np.subtract(z, z_max, out=z)
+    np.subtract(z, np.float32(z_max), out=z)
     np.exp(z, out=z)
     np.divide(z, z.sum(), out=z)
     return z
