@@ -126,8 +126,16 @@ class ScaledRow:
 
     def weights(self, j: np.ndarray | None = None) -> np.ndarray:
         """[m] float64 exp(z - max z) of entries j (None: all): the race's unnormalized p."""
-        z = np.divide(self.row if j is None else self.row[j], self.temperature)
-        w = z.astype(np.float64)
+        return self.weights_of(self.row if j is None else self.row[j])
+
+    def block_weights(self) -> np.ndarray:
+        """[blocks] float64 each noise block's largest weight (block_maxima), computed as a
+        token's is: no token of the block weighs more."""
+        return self.weights_of(block_maxima(self.row))
+
+    def weights_of(self, logits: np.ndarray) -> np.ndarray:
+        """exp(z - max z) of these logits, z = logit / temperature in float32 as the row's."""
+        w = np.divide(logits, self.temperature).astype(np.float64)
         w -= self.z_max
         return np.exp(w, out=w)
 
@@ -219,7 +227,7 @@ class TokenDist:
         target's own token whenever the two agree (the coupling verify_gumbel relies on)."""
         if self.size < RACE_FRONT_MIN:  # a small support races whole
             return self.token_at(int(np.argmin(self.races(seed, position))))
-        j, races = self.race_front(seed, position)
+        j, races = self.race_front(seed, position, places=1)
         return self.token_at(int(j[np.argmin(races)]))
 
     def gumbel_max_margin(self, seed: int, position: int) -> tuple[int, float]:
@@ -227,7 +235,7 @@ class TokenDist:
         largest log p + g, log(r2 / r1) of the two smallest E / p (inf where one token can be
         drawn). A Gumbel draft's confidence: the target's p, close to q, keeps the draft's
         token where its own perturbed scores keep that order, likelier the wider the gap."""
-        j, races = self.race_front(seed, position)
+        j, races = self.race_front(seed, position, places=2)
         token = self.token_at(int(j[np.argmin(races)]))
         if len(races) < 2:
             return token, math.inf
@@ -248,77 +256,137 @@ class TokenDist:
         ids = self.token_ids()
         return divide_races(exponential_noise(seed, position, ids), self.weights())
 
-    def race_front(self, seed: int, position: int) -> tuple[np.ndarray, np.ndarray]:
+    def race_front(self, seed: int, position: int, places: int) -> tuple[np.ndarray, np.ndarray]:
         """(j ascending, races[j]): entries of the support, as indices into probs, holding
-        every entry whose race is at most the second smallest, so that their first argmin and
-        their two smallest races are the whole support's. A small support races whole.
+        every entry whose race is at most the places-th smallest (1 or 2), so that their
+        first argmin (and, for 2, their two smallest races) are the whole support's.
 
-        A large one races its likeliest m tokens first (upper_set: every other token has p
-        below their smallest, p_b); r2, the second smallest of the races run, bounds the
-        second smallest overall. Another token j can reach r2 only if E_j <= r2 p_j < r2 p_b,
-        so only if its noise block's smallest E (block_min_noise: one hash a block of
-        NOISE_BLOCK tokens) is below r2 p_b: the tokens of the few blocks that pass race
-        exactly, and no other token is hashed. On a flat row many pass (the winner is mostly
-        not among the likeliest 256), so the tokens holding their blocks' smallest E race
-        first and tighten r2. Bounds are widened, so a token is never missed. Below
-        RACE_FRONT_MIN tokens the whole race costs less than the front's fixed work."""
+        A token j of noise block b races at least e_min[b] / p_j, e_min[b] its block's
+        smallest noise (block_min_noise: one hash a block). Given r, a bound on the
+        places-th smallest race, only tokens with e_min[b] <= r p_j can reach it, and only
+        blocks whose largest p reaches e_min / r hold any: those few tokens are hashed
+        (dense_race_front, sparse_race_front). Below RACE_FRONT_MIN tokens the whole race
+        costs less than the fixed work."""
         n = self.size
         if n < RACE_FRONT_MIN:
             return np.arange(n), self.races(seed, position)
-        m = min(RACE_FRONT, n // COLUMN_ROWS // 4)
-        if self.scaled is None:
-            front = upper_set(self.probs, m, np.float32(1.0))[0]
-        else:  # z = row / temperature ranks as p does
-            front = upper_set(self.scaled.row, m, self.scaled.temperature)[0]
-        ids = self.token_ids()
-        p_front = self.weights(front)
-        races = divide_races(exponential_noise(seed, position, ids[front]), p_front)
-        p_b = float(p_front.min())
-        if not math.isfinite(reach(races, p_b)):
-            return np.arange(n), self.races(seed, position)
-        e_min, holder = block_min_noise(seed, position, all_ids(int(ids[-1]) // NOISE_BLOCK + 1))
-        blocks = np.flatnonzero(e_min <= reach(races, p_b))
-        j = front
-        if len(blocks) > HOLDERS_FIRST:
-            held = holder_entries(blocks, holder[blocks], ids, n)
-            j, races = self.raced_with(j, races, held, seed, position)
-            blocks = blocks[e_min[blocks] <= reach(races, p_b)]
-        j, races = self.raced_with(j, races, tokens_of_blocks(blocks, ids, n), seed, position)
+        if self.ids is None:
+            return self.dense_race_front(seed, position, places)
+        return self.sparse_race_front(seed, position, places)
+
+    def dense_race_front(
+        self, seed: int, position: int, places: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """race_front of a dense row. Each noise block is bounded by its own largest weight
+        (block_maxima: one strided pass over the row): a token j of block b races at least
+        e_min[b] / p_j >= e_min[b] / w_max[b]. Given a reach R, only tokens with e_min[b] <=
+        R p_j can race below R, and only blocks with e_min <= R w_max hold any: those few are
+        hashed, in one call. R starts at FRONT_REACH races of the likeliest token (its noise
+        is that far above its mean 1 once in 50 rows), or the holders' (a block's holder
+        races for free: its noise is the block's smallest); where the places-th smallest race
+        found lies above R, R rises to it and the tokens it adds race too."""
+        n = self.size
+        w_max = self.scaled.block_weights() if self.scaled is not None else block_maxima(self.probs)
+        e_min, holder = block_min_noise(seed, position, all_ids(len(w_max)))
+        w_top = float(w_max.max())
+        reach_s = FRONT_REACH * places / w_top
+        j, races = np.empty(0, np.int64), np.empty(0)
+        blocks = np.flatnonzero(e_min <= reach_s * w_max)
+        if len(blocks) > HOLDERS_FIRST:  # a flat row: the tokens holding those blocks'
+            # smallest noise race first, unhashed (their noise is e_min), and lower the reach
+            j = block_tokens(blocks, holder[blocks])
+            inside = j < n  # a block's smallest may sit on a slot past the row's end
+            j, blocks = j[inside], blocks[inside]
+            order = np.argsort(j)
+            j, blocks = j[order], blocks[order]
+            races = divide_races(e_min[blocks], self.weights(j))
+            reach_s = min(reach_s, reach(races, places))
+        held = j  # ascending
+        hashed_to = 0.0  # tokens with e_min <= hashed_to * p_j have raced
+        while True:
+            more = tokens_of_blocks(np.flatnonzero(e_min <= reach_s * w_max), all_ids(n), n)
+            bound = e_min[block_of(more)]
+            w = self.weights(more)
+            more = more[(bound <= reach_s * w) & (bound > hashed_to * w)]
+            if len(held):
+                more = more[~in_sorted(more, held)]
+            j = np.concatenate([j, more])
+            races = np.concatenate([races, self.race_of(more, seed, position)])
+            r = reach(races, places)
+            if r <= reach_s:
+                break
+            if not math.isfinite(r):  # fewer than `places` raced: look 64x as far, then
+                if reach_s > FRONT_REACH * 2.0**40 / w_top:  # everywhere (all others p = 0)
+                    return np.arange(n), self.races(seed, position)
+                r = reach_s * 64.0
+            hashed_to, reach_s = reach_s, r
+        front = races <= r
+        j, races = j[front], races[front]
         order = np.argsort(j)
         return j[order], races[order]
 
-    def raced_with(
-        self, j: np.ndarray, races: np.ndarray, more: np.ndarray, seed: int, position: int
+    def sparse_race_front(
+        self, seed: int, position: int, places: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Entries j and their races, with the entries `more` not among them raced too."""
-        more = more[~np.isin(more, j, assume_unique=True)]
-        if not len(more):
-            return j, races
-        ids = self.token_ids()
-        noise = exponential_noise(seed, position, ids[more])
-        return np.concatenate([j, more]), np.concatenate(
-            [races, divide_races(noise, self.weights(more))]
-        )
+        """race_front of a sparse support: its likeliest m tokens race first (upper_set:
+        every other token has p below their smallest, p_b), r is the places-th smallest of
+        their races, and a block can hold another token that reaches r only if e_min <= r
+        p_b. Where many blocks pass (a flat support), the tokens holding their smallest
+        noise race first, unhashed (their noise is e_min), and tighten r."""
+        ids, n = self.token_ids(), self.size
+        front = upper_set(self.probs, min(RACE_FRONT, n // COLUMN_ROWS // 4), np.float32(1.0))[0]
+        j, races = front, self.race_of(front, seed, position)
+        p_b = float(self.probs[front].min())
+        if not (p_b > 0.0 and math.isfinite(reach(races, places))):
+            return np.arange(n), self.races(seed, position)
+        e_min, holder = block_min_noise(seed, position, all_ids(block_count(int(ids[-1]) + 1)))
+        blocks = np.flatnonzero(e_min <= reach(races, places) * p_b)
+        held = np.empty(0, np.int64)
+        if len(blocks) > HOLDERS_FIRST:
+            held = np.sort(holder_entries(blocks, holder[blocks], ids, n))
+            held = held[~in_sorted(held, front)]
+            held_races = divide_races(e_min[block_of(ids[held])], self.weights(held))
+            j, races = np.concatenate([j, held]), np.concatenate([races, held_races])
+            blocks = blocks[e_min[blocks] <= reach(races, places) * p_b]
+        more = tokens_of_blocks(blocks, ids, n)
+        more = more[e_min[block_of(ids[more])] <= reach(races, places) * self.weights(more)]
+        more = more[~in_sorted(more, front) & ~in_sorted(more, held)]
+        j = np.concatenate([j, more])
+        races = np.concatenate([races, self.race_of(more, seed, position)])
+        order = np.argsort(j)
+        return j[order], races[order]
+
+    def race_of(self, j: np.ndarray, seed: int, position: int) -> np.ndarray:
+        """E / p of entries j, each hashed (exponential_noise)."""
+        return divide_races(exponential_noise(seed, position, self.token_ids()[j]), self.weights(j))
+
+
+def in_sorted(x: np.ndarray, ascending: np.ndarray) -> np.ndarray:
+    """Whether each of x is in `ascending` (np.isin's fixed cost was a fifth of a race)."""
+    at = np.searchsorted(ascending, x)
+    at[at == len(ascending)] = 0
+    return ascending[at] == x if len(ascending) else np.zeros(len(x), dtype=bool)
 
 
 # blocks whose smallest noise could win, past which their holders race first (race_front):
-# on real rows a few blocks pass; on a flat row (random weights, a high temperature) about
-# 40% of 2,374 did, and racing every token of them cost 3.4 ms a row where hashing the whole
-# vocabulary had cost 0.7
+# on real rows a few blocks pass; on a flat row (random weights, a high temperature) a large
+# share of them do, and hashing every token of them cost more than the whole vocabulary
 HOLDERS_FIRST = 16
 
 
-def reach(races: np.ndarray, p_b: float) -> float:
-    """The largest E a token below p_b can have and still reach the second smallest race:
-    r2 p_b, widened so that rounding never skips a token."""
-    r2 = float(np.partition(races, 1)[1])
-    return r2 * p_b * (1.0 + 2.0**-20) + 2.0**-50
+def reach(races: np.ndarray, places: int) -> float:
+    """The places-th smallest race (inf where fewer ran), widened so that rounding never
+    skips a token that can reach it."""
+    if len(races) < places:
+        return math.inf
+    r = float(races.min() if places == 1 else np.partition(races, places - 1)[places - 1])
+    return r * (1.0 + 2.0**-20) + 2.0**-50
 
 
 def holder_entries(blocks: np.ndarray, holders: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
-    """Entries (ascending) of a support of n (ids ascending) holding these noise blocks'
-    smallest noise: token blocks * NOISE_BLOCK + holders, where the support has it."""
-    tokens = blocks * NOISE_BLOCK + holders
+    """Entries of a support of n (ids ascending) holding these noise blocks' smallest noise
+    (holders: their slots), where the support has them."""
+    tokens = block_tokens(blocks, holders)
     if is_all_ids(ids):
         return tokens[tokens < n]
     at = np.searchsorted(ids, tokens)
@@ -329,11 +397,11 @@ def holder_entries(blocks: np.ndarray, holders: np.ndarray, ids: np.ndarray, n: 
 
 def tokens_of_blocks(blocks: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
     """Indices into a support of n entries (ids ascending; all_ids(n): the dense row) of its
-    tokens in the noise blocks `blocks` (ascending)."""
-    if is_all_ids(ids):  # the dense row: the blocks' id ranges, cut at its end
-        j = (blocks[:, None] * NOISE_BLOCK + np.arange(NOISE_BLOCK)).ravel()
+    tokens in the noise blocks `blocks`."""
+    if is_all_ids(ids):  # the dense row: every slot of the blocks, cut at its end
+        j = block_tokens(blocks[:, None], all_ids(NOISE_BLOCK)).ravel()
         return j[j < n]
-    return np.flatnonzero(np.isin(ids // NOISE_BLOCK, blocks))
+    return np.flatnonzero(np.isin(block_of(ids), blocks))
 
 
 def divide_races(noise: np.ndarray, probs: np.ndarray) -> np.ndarray:
@@ -408,8 +476,60 @@ def uniforms(bits: np.ndarray) -> np.ndarray:
     return u
 
 
-NOISE_BLOCK_BITS = 6
-NOISE_BLOCK = 1 << NOISE_BLOCK_BITS  # ids b * 64 .. b * 64 + 63 share a block of noise
+# The noise's blocks: ids are laid out in bands of NOISE_BLOCK rows of NOISE_STRIDE, and a
+# block is one column of a band, its NOISE_BLOCK tokens NOISE_STRIDE ids apart (slot r of
+# block c of band g is id g * NOISE_BAND + r * NOISE_STRIDE + c). A row's largest logit per
+# block is then one strided max over the row (block_maxima: 12 us for 152k float32 columns
+# on the EPYC, where the max of each 64 adjacent ids cost 142), and the layout depends on no
+# vocabulary size: a draft's ids get the noise the target's do.
+NOISE_BLOCK_BITS = 7
+NOISE_BLOCK = 1 << NOISE_BLOCK_BITS  # tokens (slots) a block
+NOISE_STRIDE_BITS = 11
+NOISE_STRIDE = 1 << NOISE_STRIDE_BITS  # blocks a band
+NOISE_BAND_BITS = NOISE_BLOCK_BITS + NOISE_STRIDE_BITS
+NOISE_BAND = 1 << NOISE_BAND_BITS  # ids a band
+FRONT_REACH = 4.0  # a dense race's first reach, in races of its likeliest token (dense_race_front)
+
+
+def block_of(ids: np.ndarray) -> np.ndarray:
+    """The noise block of each token id."""
+    return ((ids >> NOISE_BAND_BITS) << NOISE_STRIDE_BITS) | (ids & (NOISE_STRIDE - 1))
+
+
+def slot_of(ids: np.ndarray) -> np.ndarray:
+    """Each token id's slot (0..NOISE_BLOCK - 1) in its noise block."""
+    return (ids >> NOISE_STRIDE_BITS) & (NOISE_BLOCK - 1)
+
+
+def block_tokens(blocks: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """The token id at each (block, slot): block_of and slot_of undone (broadcasting)."""
+    band = (blocks >> NOISE_STRIDE_BITS) << NOISE_BAND_BITS
+    return band | (slots << NOISE_STRIDE_BITS) | (blocks & (NOISE_STRIDE - 1))
+
+
+def block_count(n: int) -> int:
+    """Noise blocks holding any of token ids 0..n-1 (n >= 1)."""
+    last_band = (n - 1) >> NOISE_BAND_BITS
+    return (last_band << NOISE_STRIDE_BITS) + min(NOISE_STRIDE, n - (last_band << NOISE_BAND_BITS))
+
+
+def block_maxima(row: np.ndarray) -> np.ndarray:
+    """[block_count(len(row))] each noise block's largest entry of a dense row [n]: per band,
+    a max down its rows (strided: numpy runs it across the columns at once)."""
+    out = []
+    for start in range(0, len(row), NOISE_BAND):
+        band = row[start : start + NOISE_BAND]
+        rows = len(band) // NOISE_STRIDE
+        rest = band[rows * NOISE_STRIDE :]
+        if not rows:
+            out.append(rest)
+            continue
+        top = band[: rows * NOISE_STRIDE].reshape(rows, NOISE_STRIDE).max(axis=0)
+        np.maximum(top[: len(rest)], rest, out=top[: len(rest)])
+        out.append(top)
+    return out[0] if len(out) == 1 else np.concatenate(out)
+
+
 BLOCK_SALT = 0x6A09E667F3BCC908  # the blocks' key apart from the tokens' (sqrt(2)'s bits)
 
 
@@ -425,7 +545,7 @@ def noise_offsets(seed: int, position: int) -> tuple[np.uint64, np.uint64]:
 
 def block_minima(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mixed block counters -> each block's smallest Exp(1) noise, -log(U) / NOISE_BLOCK
-    (U from the top 53 bits), and which of its tokens (0..63) holds it (the bottom 6)."""
+    (U from the top 53 bits), and which of its slots holds it (the bottom NOISE_BLOCK_BITS)."""
     e_min = uniforms(bits)
     np.log(e_min, out=e_min)
     e_min *= -1.0 / NOISE_BLOCK
@@ -434,8 +554,9 @@ def block_minima(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def block_min_noise(seed: int, position: int, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For noise blocks `blocks` at `position`: the smallest Exp(1) noise of each block's
-    NOISE_BLOCK tokens and which token of the block holds it; one splitmix64 output a block:
-    counter (block + 1) * GOLDEN + the blocks' key."""
+    NOISE_BLOCK slots and which slot holds it (a slot past the vocabulary's end may: the
+    smallest is then a bound on the tokens'); one splitmix64 output a block: counter
+    (block + 1) * GOLDEN + the blocks' key."""
     x = blocks.astype(np.uint64)
     x *= np.uint64(GOLDEN)
     x += noise_offsets(seed, position)[1]
@@ -447,18 +568,19 @@ def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
     token): the same token at the same position always gets the same number, whichever
     step, drafter or support asks.
 
-    Drawn a block of NOISE_BLOCK ids at a time, so that a block none of whose tokens can win
-    a race is skipped with one hash (race_front): the block's largest uniform is M = U^(1/64)
-    (block_min_noise), held by one of its tokens chosen uniformly, and every other token's is
-    M u_j, u_j its own uniform. The maximum of 64 uniforms has CDF m^64, its holder is
-    uniform and the rest are uniform below it, independently: jointly these are 64 i.i.d.
-    uniforms, and E = -log(uniform) is i.i.d. Exp(1). The tokens' and their blocks' counters
-    are mixed in one array (a small support's cost is numpy's per-call overhead)."""
+    Drawn a block of NOISE_BLOCK slots at a time (block_of), so that a block none of whose
+    tokens can win a race is skipped with one hash (race_front): the block's largest uniform
+    is M = U^(1/128) (block_min_noise), held by one of its slots chosen uniformly, and every
+    other slot's is M u_j, u_j its own uniform. The maximum of 128 uniforms has CDF m^128,
+    its holder is uniform and the rest are uniform below it, independently: jointly these are
+    128 i.i.d. uniforms, and E = -log(uniform) is i.i.d. Exp(1). The tokens' and their
+    blocks' counters are mixed in one array (a small support's cost is numpy's per-call
+    overhead)."""
     token_offset, block_offset = noise_offsets(seed, position)
     m = len(ids)
     x = np.empty(2 * m, np.uint64)  # counters (id + 1) * GOLDEN + key, then (block + 1) ...
     x[:m] = ids
-    np.right_shift(ids, NOISE_BLOCK_BITS, out=x[m:], casting="unsafe")  # their blocks
+    x[m:] = block_of(ids)
     x *= np.uint64(GOLDEN)
     x[:m] += token_offset
     x[m:] += block_offset
@@ -467,7 +589,7 @@ def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
     np.log(u, out=u)  # log u_j of the tokens' own uniforms, then log U of their blocks'
     log_own, noise = u[:m], u[m:]
     noise *= -1.0 / NOISE_BLOCK  # -log M = the block's smallest E
-    log_own[(ids & (NOISE_BLOCK - 1)) == holder] = 0.0  # the holder's uniform is M itself
+    log_own[slot_of(ids) == holder] = 0.0  # the holder's uniform is M itself
     noise -= log_own  # -log(M u_j)
     return noise
 

@@ -6,9 +6,12 @@ from edgespec.sampling import (
     SamplingParams,
     TokenDist,
     block_min_noise,
+    block_of,
+    block_tokens,
     exponential_noise,
     request_params,
     sample,
+    slot_of,
 )
 from tests.fakes import logits_to_probs
 
@@ -106,14 +109,21 @@ def test_position_keyed_noise_is_exponential():
 
 def test_a_noise_blocks_smallest_is_one_of_its_tokens_noise():
     """race_front skips a block whose smallest noise cannot win: that smallest is exactly
-    the least of its 64 tokens' noise, held by the token block_min_noise names (ids
-    64 b .. 64 b + 63), in every block, whichever support asks."""
-    ids = np.arange(64 * 300)
-    noise = exponential_noise(5, 9, ids).reshape(300, 64)
-    e_min, holder = block_min_noise(5, 9, np.arange(300))
+    the least of its 128 slots' noise, held by the slot block_min_noise names, in blocks of
+    two bands (slot r of block c of band g: id g * 2**18 + r * 2048 + c), whichever support
+    asks."""
+    blocks = np.array([0, 1, 7, 2047, 2048, 2049, 4095])
+    ids = block_tokens(blocks[:, None], np.arange(128))  # [7, 128]
+    assert ids[1].tolist() == [1 + 2048 * r for r in range(128)]
+    assert ids[4, 0] == 2**18 and ids[6, 127] == 2**18 + 127 * 2048 + 2047
+    assert block_of(ids).tolist() == [[b] * 128 for b in blocks.tolist()]
+    assert slot_of(ids).tolist() == [list(range(128))] * 7
+    noise = exponential_noise(5, 9, ids.ravel()).reshape(ids.shape)
+    e_min, holder = block_min_noise(5, 9, blocks)
     assert noise.min(axis=1).tolist() == e_min.tolist()
     assert noise.argmin(axis=1).tolist() == holder.tolist()
-    assert exponential_noise(5, 9, np.array([64 * 7 + int(holder[7])])).tolist() == [e_min[7]]
+    token = int(ids[2, holder[2]])
+    assert exponential_noise(5, 9, np.array([token])).tolist() == [e_min[2]]
 
 
 @pytest.mark.parametrize("sparse", [False, True])

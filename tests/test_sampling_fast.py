@@ -12,6 +12,9 @@ from edgespec.sampling import (
     SamplingParams,
     TokenDist,
     all_ids,
+    block_count,
+    block_maxima,
+    block_of,
     divide_races,
     exponential_noise,
     holder_entries,
@@ -243,6 +246,8 @@ def gumbel_rows():
     yield "top-p", token_dist(flat, SamplingParams(1.0, top_p=0.9))
     yield "min-p", token_dist(flat * 2.5, SamplingParams(1.0, min_p=0.0001))  # 17,758 left
     yield "small", token_dist(flat[:16_383], SamplingParams(1.0))  # races whole
+    two_bands = rng.standard_normal(2**18 + 5_000).astype(np.float32)  # Gemma's 262k and more
+    yield "two-bands", token_dist(two_bands * 4, SamplingParams(0.7))
     # 200 tokens hold half the mass, 151,736 the other half: the winner is raced first about
     # half the time and its runner-up is then often in the tail (the margin's own bound)
     half = rng.uniform(1.0, 1.5, 151_936)  # distinct: the tail is not one tie with the front
@@ -270,16 +275,45 @@ def test_gumbel_max_is_the_whole_support_race_token_and_margin(name):
 
 
 def test_a_noise_blocks_tokens_and_holder_are_found_on_dense_and_sparse_supports():
-    """Blocks of 64 ids: entries (indices into the support) of the tokens of blocks 1 and 3,
-    and of the tokens holding blocks 1..3's smallest noise where the support has them."""
-    ids = np.array([3, 64, 70, 130, 200, 1000])
-    assert tokens_of_blocks(np.array([1, 3]), ids, 6).tolist() == [1, 2, 4]  # 64, 70, 200
-    dense = all_ids(200)
-    want = [*range(64), *range(192, 200)]  # the last block cut at the row's end
-    assert tokens_of_blocks(np.array([0, 3]), dense, 200).tolist() == want
-    holders = np.array([6, 5, 8])  # tokens 70, 133 (not in the support), 200
-    assert holder_entries(np.array([1, 2, 3]), holders, ids, 6).tolist() == [2, 4]
-    assert holder_entries(np.array([1, 3]), np.array([6, 8]), dense, 200).tolist() == [70]
+    """Block c holds ids c, c + 2048, c + 4096, ...: entries (indices into the support) of
+    the tokens of blocks 1 and 3, and of the tokens holding blocks' smallest noise where the
+    support has them."""
+    ids = np.array([3, 5, 2049, 4000, 4097, 6147])  # blocks 3, 5, 1, 1952, 1, 3
+    assert sorted(tokens_of_blocks(np.array([1, 3]), ids, 6).tolist()) == [0, 2, 4, 5]
+    dense = all_ids(5000)
+    want = [0, 3, 2048, 2051, 4096, 4099]  # the blocks cut at the row's end
+    assert sorted(tokens_of_blocks(np.array([0, 3]), dense, 5000).tolist()) == want
+    holders = np.array([2, 1, 0])  # tokens 4097, 2051 (not in the support), 5
+    assert sorted(holder_entries(np.array([1, 3, 5]), holders, ids, 6).tolist()) == [1, 4]
+    assert holder_entries(np.array([1, 3]), np.array([6, 2]), dense, 5000).tolist() == [4099]
+
+
+@pytest.mark.parametrize("n", [1_000, 5_000, 151_936, 2**18, 2**18 + 1_000, 2**18 + 3 * 2048 + 7])
+def test_block_maxima_hold_each_noise_blocks_largest_entry(n):
+    """One strided max per band gives every block's largest entry (bands cut anywhere)."""
+    row = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    blocks = block_of(np.arange(n))
+    want = np.full(block_count(n), -np.inf, dtype=np.float32)
+    np.maximum.at(want, blocks, row)
+    assert block_count(n) == blocks.max() + 1
+    assert block_maxima(row).tolist() == want.tolist()
+
+
+def test_a_dense_race_reaches_further_where_the_likeliest_tokens_noise_is_high():
+    """A dense race first hashes the tokens that can race below FRONT_REACH (4) races of the
+    likeliest token; at positions where that token's own noise is above 4 (30, 36, 77 here)
+    the reach rises to what was found, and where no second token is found (every other p
+    ~1e-16: the margin's runner-up) it looks further until one is: the whole race's token
+    and margin every time."""
+    row = np.random.default_rng(3).standard_normal(151_936).astype(np.float32)
+    row[1234] = 40.0
+    dist = token_dist(row, SamplingParams(1.0))
+    high = [p for p in range(80) if exponential_noise(5, p, np.array([1234]))[0] > 4.0]
+    assert high == [30, 36, 77]
+    for position in [*high, 31]:
+        want = whole_race(dist, 5, position)
+        assert dist.gumbel_max(5, position) == want[0] == 1234
+        assert dist.gumbel_max_margin(5, position) == want
 
 
 def test_the_threshold_finds_winners_outside_the_likeliest_tokens():
