@@ -123,6 +123,7 @@ class ScaledRow:
     row: np.ndarray  # [V] float32 logits
     temperature: np.float32
     z_max: float  # max(row) / temperature: the row's largest z, checked finite
+    block_max: np.ndarray  # block_maxima(row): what bounds each noise block's race
 
     def weights(self, j: np.ndarray | None = None) -> np.ndarray:
         """[m] float64 exp(z - max z) of entries j (None: all): the race's unnormalized p."""
@@ -131,7 +132,7 @@ class ScaledRow:
     def block_weights(self) -> np.ndarray:
         """[blocks] float64 each noise block's largest weight (block_maxima), computed as a
         token's is: no token of the block weighs more."""
-        return self.weights_of(block_maxima(self.row))
+        return self.weights_of(self.block_max)
 
     def weights_of(self, logits: np.ndarray) -> np.ndarray:
         """exp(z - max z) of these logits, z = logit / temperature in float32 as the row's."""
@@ -621,8 +622,11 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         check_scaled(float(z.max()), sp)
         probs = softmax(z)
         return cut_tail(ids, probs, sp)
+    alone = sp.top_p >= 1.0 and sp.min_p <= 0.0
+    block_max = block_maxima(row) if alone else None  # its race's bounds; their max the row's
     with np.errstate(over="ignore"):  # an overflow is refused just below
-        z_max = np.float32(row.max()) / temperature  # max(row / t): division is monotone
+        peak = row.max() if block_max is None else block_max.max()
+        z_max = np.float32(peak) / temperature  # max(row / t): division is monotone
     check_scaled(float(z_max), sp)
     if sp.top_p < 1.0:
         probs = dense_softmax(row, temperature, float(z_max))
@@ -634,7 +638,8 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         probs = dense_softmax(row, temperature, float(z_max))  # a token at the cut: the
         ids = np.flatnonzero(probs >= np.float32(sp.min_p) * probs.max())  # dense row decides
     else:  # temperature alone: kept as the row
-        return TokenDist(None, None, ScaledRow(row, temperature, float(z_max)))
+        assert block_max is not None
+        return TokenDist(None, None, ScaledRow(row, temperature, float(z_max), block_max))
     return cut_tail(ids, probs[ids], sp)
 
 
