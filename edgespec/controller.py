@@ -373,7 +373,7 @@ class Estimate:
         return draft_s(self.first_s, self.token_s, k)
 
     # can_win's last answer: the curve and the price in its one-token passes it was for
-    can_win_at: tuple[CostCurve, float, bool] | None = None
+    can_win_at: tuple[CostCurve, float, int] | None = None  # and the k it wins at (0: none)
 
     @property
     def free(self) -> bool:
@@ -651,7 +651,12 @@ class AdaptivePolicy:
     def can_win(self, e: Estimate) -> bool:
         """Whether the drafter would beat plain decoding at 90% acceptance per token.
 
-        On a compute-bound device a draft model would not, and probing it only costs time.
+        On a compute-bound device a draft model would not, and probing it only costs time."""
+        return self.winning_k(e) > 0
+
+    def winning_k(self, e: Estimate) -> int:
+        """The k at which the drafter would pay most at 90% acceptance per token (0: none).
+
         The answer depends on the price in target tokens alone (the curve keeps its shape:
         CostCurve.observe_target rescales it, and each step rescales a draft model's price
         with it), so it is kept until that changes: pricing 8 widths every step cost ~18 us
@@ -660,13 +665,20 @@ class AdaptivePolicy:
         held = e.can_win_at
         if held is None or held[0] is not self.curve or not math.isclose(held[1], price):
             optimistic = Option(e.drafter, [0.9] * self.k_max, e.token_s, first_s=e.first_s)
-            wins = best_choice(self.curve, [optimistic], self.k_max).drafter is e.drafter
-            e.can_win_at = held = (self.curve, price, wins)
+            k = best_choice(self.curve, [optimistic], self.k_max).k
+            e.can_win_at = held = (self.curve, price, k)
         return held[2]
 
     def probe(self) -> Choice:
-        """A drafter idle for its interval gets a short draft, to refresh its estimates;
-        the cheapest due drafter first.
+        """A drafter idle for its interval gets a draft of the length that would pay most
+        were it right 90% of the time (winning_k), to refresh its estimates; the cheapest due
+        drafter first. Two tokens, as before, could never show that a drafter pays where
+        only a long draft does (the H100's fp16 ONNX curve: 2 tokens cost 4.1 plain passes,
+        8 tokens 4.75), and at high acceptance the probe itself pays: over 8 realizations
+        of the kit's grid (bench/replay_grid.py), `auto` reached 1.00 of the best k at
+        acceptance 1.0 on every llama.cpp curve, where it had 0.88-0.93 at 128 tokens; it
+        costs where a wide probe's first token fails on a one-graph curve at acceptance 0.6
+        (0.88 -> 0.82 of the best k, H200 demo pair, 128 tokens).
 
         A drafter is not probed while catching up would cost more than a target token: for a
         draft model on a CPU that is whenever it is more than a few tokens behind (a new
@@ -681,7 +693,7 @@ class AdaptivePolicy:
             if self.catch_up_cost(e.token_s, e.offer.behind) > self.curve.target(1):
                 continue
             self.probing = e.drafter
-            return Choice(e.drafter, min(2, self.k_max, e.offer.available), 0.0)
+            return Choice(e.drafter, min(self.winning_k(e), e.offer.available), 0.0)
         return Choice(None, 0, 0.0)
 
     def observe(
