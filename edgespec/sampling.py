@@ -628,10 +628,10 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         peak = row.max() if block_max is None else block_max.max()
         z_max = np.float32(peak) / temperature  # max(row / t): division is monotone
     check_scaled(float(z_max), sp)
-    if sp.top_p < 1.0:
-        probs = dense_softmax(row, temperature, float(z_max))
-        ids = top_p_candidates(probs, sp.top_p)
-    elif sp.min_p > 0.0:
+    if sp.top_p < 1.0:  # the softmax's divide is left to the candidates (top_p_candidates)
+        weights = dense_exp(row, temperature, float(z_max))
+        return cut_tail(*top_p_candidates(weights, weights.sum(), sp.top_p), sp)
+    if sp.min_p > 0.0:
         found = min_p_support(row, temperature, z_max, sp.min_p)
         if found is not None:
             return cut_tail(*found, sp)
@@ -732,11 +732,16 @@ def softmax(z: np.ndarray) -> np.ndarray:
 def dense_softmax(row: np.ndarray, temperature: np.float32, z_max: float) -> np.ndarray:
     """softmax(row / temperature) over the whole vocabulary in one buffer: [V] float32;
     z_max = max(row) / temperature, checked finite (check_scaled)."""
+    e = dense_exp(row, temperature, z_max)
+    return np.divide(e, e.sum(), out=e)
+
+
+def dense_exp(row: np.ndarray, temperature: np.float32, z_max: float) -> np.ndarray:
+    """exp(row / temperature - z_max) over the whole vocabulary in one buffer: [V] float32,
+    dense_softmax's before its divide by their sum."""
     z = np.divide(row, temperature)
     np.subtract(z, np.float32(z_max), out=z)
-    np.exp(z, out=z)
-    np.divide(z, z.sum(), out=z)
-    return z
+    return np.exp(z, out=z)
 
 
 def top_k(row: np.ndarray, k: int, temperature: np.float32) -> tuple[np.ndarray, np.ndarray]:
@@ -784,22 +789,25 @@ def upper_set(row: np.ndarray, m: int, scale: np.float32) -> tuple[np.ndarray, n
     return ids[order], z[order]
 
 
-def top_p_candidates(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """Ids (ascending) of a prefix of the tokens sorted by probability that holds every
-    token cut_top_p keeps: the candidate set grows until its mass passes top_p.
+def top_p_candidates(
+    weights: np.ndarray, total: np.float32, top_p: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ids ascending, probs) of a prefix of the tokens sorted by probability that holds
+    every token cut_top_p keeps, each probability weights / total (dense_exp and its float32
+    sum: the dense softmax's, divided here for the candidates alone, bit for bit): the
+    candidate set grows until its mass passes top_p.
 
     cut_top_p keeps a token while the mass before it is < top_p. Float32 partial sums of
     non-negative values never decrease, so once the candidates' mass exceeds top_p by more
     than the rounding of one subtraction, no token after them is kept.
     """
     m = 64
-    one = np.float32(1.0)
-    while 4 * m <= len(probs) // COLUMN_ROWS:  # past that, upper_set bounds the whole row
-        ids, p = upper_set(probs, m, one)
+    while 4 * m <= len(weights) // COLUMN_ROWS:  # past that, upper_set bounds the whole row
+        ids, p = upper_set(weights, m, total)
         if np.cumsum(np.sort(p)[::-1])[-1] >= top_p + 2.0**-20:  # cut_top_p's own sum
-            return ids
+            return ids, p
         m *= 8
-    return np.arange(len(probs))
+    return np.arange(len(weights)), np.divide(weights, total)
 
 
 def cut_top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
