@@ -617,12 +617,18 @@ class AdaptivePolicy:
         One further behind stays behind, priced with its catch-up, as probe() treats it:
         measured on ONNX Runtime, catching a draft model up after every run of prompt lookup
         or for every probe cost more than it drafted (f7269df:docs/benchmarks.md). A drafter on
-        trial (never judged) is prefilled whatever its estimate: its first probes decide it."""
+        trial (never judged) is prefilled whatever its estimate: its first probes decide it. A
+        free drafter reads the prompt with the target's prefill (what it costs is the
+        prompt's), and later tokens as it offers."""
         prefill, self.prefill = self.prefill, False
         switch_s = [] if prefill else self.switch_s()  # the prompt: judged as in a run
         due = []
         for e in self.estimates:
-            if e.free or not self.can_win(e):
+            if e.free:  # the prompt indexed with the target's prefill (prompt lookup: 18 ms
+                if prefill:  # at 8,000 tokens, which the first step's plan had charged to
+                    due.append(e.drafter)  # decoding); then it indexes as it goes
+                continue
+            if not self.can_win(e):
                 continue
             offer = e.drafter.offer(context)
             if offer.behind <= 2 or offer.available == 0:

@@ -388,6 +388,20 @@ MUTANTS = (
         "ours = 1",
         ("tests/test_threads.py",),
     ),
+    Mutant(  # prompt lookup left to index the prompt in the first step's plan
+        "free-drafter-not-read-with-the-prefill",
+        "edgespec/controller.py",
+        "                    due.append(e.drafter)  # decoding); then it indexes as it goes",
+        "                    pass  # decoding); then it indexes as it goes",
+        ("tests/test_controller.py", ENGINE),
+    ),
+    Mutant(  # a probe of 2 tokens whatever the curve
+        "probe-width-fixed-at-two",
+        "edgespec/controller.py",
+        "            return Choice(e.drafter, min(self.winning_k(e), e.offer.available), 0.0)",
+        "            return Choice(e.drafter, min(2, e.offer.available), 0.0)",
+        ("tests/test_controller.py",),
+    ),
     Mutant(
         "acceptance-reset-per-request",
         "edgespec/controller.py",

@@ -539,7 +539,8 @@ def test_a_drafter_left_behind_is_not_synced_when_it_would_not_win_in_step():
     assert policy.to_sync(list(range(50))) == []  # 2 behind: the next proposal's re-forward
     free = NgramDrafter()
     policy.begin([free])
-    assert policy.to_sync([1, 2, 3, 1, 2]) == []  # a free drafter indexes as it goes
+    assert policy.to_sync([1, 2, 3, 1, 2]) == [free]  # the prompt, with the target's prefill
+    assert policy.to_sync([1, 2, 3, 1, 2, 3]) == []  # then it indexes as it goes
 
 
 def test_mid_request_only_a_drafter_a_few_tokens_behind_is_caught_up():

@@ -314,6 +314,19 @@ def test_a_seeded_request_repeats_exactly_in_auto_mode():
     assert outputs == {tuple(ref)}
 
 
+def test_prompt_lookup_reads_the_prompt_with_the_targets_prefill_under_auto():
+    """The prompt's n-grams are indexed in begin (counted as prefill), not by the first
+    step's plan, where at 8,000 tokens they had cost decoding 18 ms."""
+    from edgespec.controller import AdaptivePolicy, CostCurve
+
+    rt, _ = far_pair()
+    ngram = NgramDrafter(2)
+    dec = SpeculativeDecoder(rt, [ngram], AdaptivePolicy(CostCurve([1.0, 1.1, 1.2]), k_max=2))
+    tokens = list(PROMPT)
+    dec.begin(tokens, SamplingParams())
+    assert ngram.indexed == tokens
+
+
 def test_unseeded_requests_differ_and_a_seed_fixes_them():
     rt, model = far_pair()
     dec = SpeculativeDecoder(rt, [model], FixedPolicy("model", 3))
