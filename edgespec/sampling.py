@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -515,20 +514,23 @@ def block_count(n: int) -> int:
 
 
 def block_maxima(row: np.ndarray) -> np.ndarray:
-    """[block_count(len(row))] each noise block's largest entry of a dense row [n]: per band,
-    a max down its rows (strided: numpy runs it across the columns at once)."""
+    """[..., block_count(V)] each noise block's largest entry of dense rows [..., V]: per
+    band, a max down its rows (strided: numpy runs it across the columns at once)."""
     out = []
-    for start in range(0, len(row), NOISE_BAND):
-        band = row[start : start + NOISE_BAND]
-        rows = len(band) // NOISE_STRIDE
-        rest = band[rows * NOISE_STRIDE :]
+    lead = row.shape[:-1]
+    for start in range(0, row.shape[-1], NOISE_BAND):
+        band = row[..., start : start + NOISE_BAND]
+        rows = band.shape[-1] // NOISE_STRIDE
+        rest = band[..., rows * NOISE_STRIDE :]
         if not rows:
             out.append(rest)
             continue
-        top = band[: rows * NOISE_STRIDE].reshape(rows, NOISE_STRIDE).max(axis=0)
-        np.maximum(top[: len(rest)], rest, out=top[: len(rest)])
+        grid = band[..., : rows * NOISE_STRIDE].reshape(*lead, rows, NOISE_STRIDE)
+        top = grid.max(axis=-2)
+        width = rest.shape[-1]
+        np.maximum(top[..., :width], rest, out=top[..., :width])
         out.append(top)
-    return out[0] if len(out) == 1 else np.concatenate(out)
+    return out[0] if len(out) == 1 else np.concatenate(out, axis=-1)
 
 
 BLOCK_SALT = 0x6A09E667F3BCC908  # the blocks' key apart from the tokens' (sqrt(2)'s bits)
@@ -577,7 +579,14 @@ def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
     128 i.i.d. uniforms, and E = -log(uniform) is i.i.d. Exp(1). The tokens' and their
     blocks' counters are mixed in one array (a small support's cost is numpy's per-call
     overhead)."""
-    token_offset, block_offset = noise_offsets(seed, position)
+    return noise_at(ids, *noise_offsets(seed, position))
+
+
+def noise_at(
+    ids: np.ndarray, token_offset: np.uint64 | np.ndarray, block_offset: np.uint64 | np.ndarray
+) -> np.ndarray:
+    """exponential_noise of tokens ids at the positions whose noise_offsets these are: one
+    pair for all, or one per token ([m] uint64 each: a step's rows at once)."""
     m = len(ids)
     x = np.empty(2 * m, np.uint64)  # counters (id + 1) * GOLDEN + key, then (block + 1) ...
     x[:m] = ids
@@ -719,9 +728,90 @@ def candidate_dist(
     return cut_tail(ids, probs, sp)
 
 
-def row_dists(logits: np.ndarray, sp: SamplingParams) -> Callable[[int], TokenDist]:
+def row_dists(logits: np.ndarray, sp: SamplingParams) -> RowDists:
     """[n, V] logits -> (i -> token_dist(logits[i], sp)), computed only when asked for."""
-    return lambda i: token_dist(logits[i], sp)
+    return RowDists(logits, sp)
+
+
+class RowDists:
+    """A verify pass's rows as the distributions their tokens are drawn from: row i's
+    token_dist when asked for it, and under temperature alone every row's Gumbel-max token at
+    once (gumbel_maxes)."""
+
+    def __init__(self, logits: np.ndarray, sp: SamplingParams) -> None:
+        self.logits, self.sp = logits, sp
+
+    def __call__(self, i: int) -> TokenDist:
+        return token_dist(self.logits[i], self.sp)
+
+    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
+        """[n] row i's token_dist(...).gumbel_max(seed, position + i), every row in one pass
+        (gumbel_max_rows), where the sampler is temperature alone on a large vocabulary;
+        None elsewhere (each row races its own support)."""
+        sp, width = self.sp, self.logits.shape[-1]
+        if sp.greedy or sp.top_k > 0 or sp.top_p < 1.0 or sp.min_p > 0.0:
+            return None
+        if width < RACE_FRONT_MIN:
+            return None
+        return gumbel_max_rows(self.logits, sp, seed, position)
+
+
+# blocks past which a row of gumbel_max_rows runs its own race (holders first): below, the
+# tokens of every passing block are weighed at once and only those that can reach hashed
+BATCH_BLOCKS = 256
+
+
+def gumbel_max_rows(logits: np.ndarray, sp: SamplingParams, seed: int, position: int) -> np.ndarray:
+    """[n] each row's Gumbel-max token under temperature alone at positions position + i:
+    dense_race_front's first round, batched, so that a verify step pays numpy's per-call cost
+    once, not once a row (a k = 4 step made ~60 calls a row). A row whose race needs more
+    (a flat row's holders first, a reach that must rise) runs its own race."""
+    rows = np.asarray(logits, dtype=np.float32)
+    n, width = rows.shape
+    temperature = np.float32(sp.temperature)
+    block_max = block_maxima(rows)  # [n, B]
+    with np.errstate(over="ignore"):  # an overflow is refused just below
+        z_max = block_max.max(axis=1) / temperature
+    for z in z_max:
+        check_scaled(float(z), sp)
+    z64 = z_max.astype(np.float64)[:, None]
+    w_max = np.divide(block_max, temperature).astype(np.float64)
+    w_max -= z64
+    np.exp(w_max, out=w_max)  # ScaledRow.block_weights of each row
+    offsets = [noise_offsets(seed, position + i) for i in range(n)]
+    token_offsets = np.array([o[0] for o in offsets], dtype=np.uint64)
+    block_offsets = np.array([o[1] for o in offsets], dtype=np.uint64)
+    blocks = all_ids(block_max.shape[1])
+    x = blocks.astype(np.uint64) * np.uint64(GOLDEN) + block_offsets[:, None]
+    e_min = block_minima(mixed(x.ravel()))[0].reshape(n, -1)  # block_min_noise of each row
+    reach_s = FRONT_REACH / w_max.max(axis=1)  # dense_race_front's first reach, places 1
+    passing = e_min <= reach_s[:, None] * w_max
+    tokens = np.full(n, -1, dtype=np.int64)
+    own = np.count_nonzero(passing, axis=1) > BATCH_BLOCKS  # flat rows: their own races
+    passing[own] = False
+    row_of, block = np.nonzero(passing)
+    cand = block_tokens(block[:, None], all_ids(NOISE_BLOCK))  # [P, NOISE_BLOCK]
+    row_of = np.broadcast_to(row_of[:, None], cand.shape).ravel()
+    cand = cand.ravel()
+    inside = cand < width
+    row_of, cand = row_of[inside], cand[inside]
+    w = np.divide(rows[row_of, cand], temperature).astype(np.float64)
+    w -= z64[row_of, 0]
+    np.exp(w, out=w)
+    keep = e_min[row_of, block_of(cand)] <= reach_s[row_of] * w
+    row_of, cand, w = row_of[keep], cand[keep], w[keep]
+    races = divide_races(noise_at(cand, token_offsets[row_of], block_offsets[row_of]), w)
+    order = np.lexsort((cand, row_of))  # by row, then id: the first smallest is the lowest id
+    row_of, cand, races = row_of[order], cand[order], races[order]
+    starts = np.flatnonzero(np.r_[True, row_of[1:] != row_of[:-1]]).tolist() if len(row_of) else []
+    for a, b in zip(starts, [*starts[1:], len(row_of)]):
+        i = int(row_of[a])
+        if reach(races[a:b], 1) <= reach_s[i]:  # no other token can race below the winner
+            tokens[i] = cand[a + int(np.argmin(races[a:b]))]
+    for i in np.flatnonzero(tokens < 0).tolist():  # token_dist's, its block maxima found
+        scaled = ScaledRow(rows[i], temperature, float(z_max[i]), block_max[i])
+        tokens[i] = TokenDist(None, None, scaled).gumbel_max(seed, position + i)
+    return tokens
 
 
 def softmax(z: np.ndarray) -> np.ndarray:

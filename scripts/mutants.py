@@ -248,6 +248,27 @@ MUTANTS = (
         "blocks = np.flatnonzero(e_min < 0.0)",
         ("tests/test_sampling_fast.py",),
     ),
+    Mutant(  # a step's rows raced at once take the first reach as final
+        "rows-race-trusts-the-first-reach",
+        "edgespec/sampling.py",
+        "        if reach(races[a:b], 1) <= reach_s[i]:",
+        "        if True:",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # a step's rows raced at once hash too few of their tokens
+        "rows-race-token-bound-too-tight",
+        "edgespec/sampling.py",
+        "    keep = e_min[row_of, block_of(cand)] <= reach_s[row_of] * w",
+        "    keep = e_min[row_of, block_of(cand)] <= reach_s[row_of] * w * w",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # every row of a step drawn with the first row's noise
+        "rows-race-rows-share-one-position",
+        "edgespec/sampling.py",
+        "    offsets = [noise_offsets(seed, position + i) for i in range(n)]",
+        "    offsets = [noise_offsets(seed, position) for i in range(n)]",
+        ("tests/test_sampling_fast.py",),
+    ),
     Mutant(  # a dense race looks into the likeliest token's block alone
         "dense-race-skips-other-blocks",
         "edgespec/sampling.py",

@@ -3,9 +3,12 @@
 float32 rounding, at every row of a verify pass; the sampler and the lazy verifier against
 their dense counterparts, seed for seed."""
 
+import math
+
 import numpy as np
 import pytest
 
+from edgespec.errors import SamplingParamsError
 from edgespec.sampling import (
     COLUMN_ROWS,
     RACE_FRONT_MIN,
@@ -14,9 +17,12 @@ from edgespec.sampling import (
     all_ids,
     block_count,
     block_maxima,
+    block_min_noise,
     block_of,
+    block_tokens,
     divide_races,
     exponential_noise,
+    gumbel_max_rows,
     holder_entries,
     min_p_support,
     row_dists,
@@ -314,6 +320,53 @@ def test_a_dense_race_reaches_further_where_the_likeliest_tokens_noise_is_high()
         want = whole_race(dist, 5, position)
         assert dist.gumbel_max(5, position) == want[0] == 1234
         assert dist.gumbel_max_margin(5, position) == want
+
+
+@pytest.mark.parametrize("vocab", [151_936, 151_973, 2**18 + 5_000])
+def test_every_rows_gumbel_max_at_once_is_each_rows_own(vocab):
+    """A verify pass's rows under temperature alone race in one pass (gumbel_max_rows): each
+    row's token is its own race's, bit for bit, on rows of every shape in one batch (flat
+    rows and a row whose likeliest token's noise lies beyond the first reach run their own
+    races), at 8 positions of two seeds."""
+    rng = np.random.default_rng(vocab)
+    base = rng.standard_normal((5, vocab)).astype(np.float32)
+    rows = base * np.array([1.0, 4.0, 8.0, 12.0, 1.0], dtype=np.float32)[:, None]
+    rows[4, 1234] = 40.0  # every other p ~1e-16: its race looks further at some positions
+    sp = SamplingParams(0.8)
+    for seed in (3, 2**70 + 5):
+        for position in range(0, 80, 10):
+            own = [token_dist(r, sp).gumbel_max(seed, position + i) for i, r in enumerate(rows)]
+            assert gumbel_max_rows(rows, sp, seed, position).tolist() == own
+            assert row_dists(rows, sp).gumbel_maxes(seed, position).tolist() == own
+    assert row_dists(rows, SamplingParams(0.8, top_p=0.9)).gumbel_maxes(3, 0) is None
+    assert row_dists(rows[:, :16_000], sp).gumbel_maxes(3, 0) is None  # races whole
+
+
+def test_a_token_beyond_the_first_reach_wins_where_the_likeliest_tokens_noise_is_high():
+    """At (seed 5, position 30) the likeliest token's race is 5.56, beyond the first reach
+    of 4: a token whose block's smallest noise is its own and whose weight puts its race at
+    4.5 is not hashed in the first round, and wins. One row's race and the rows' race at
+    once both find it."""
+    row = np.random.default_rng(3).standard_normal(151_936).astype(np.float32)
+    row[1234] = 40.0
+    e_min, holder = block_min_noise(5, 30, all_ids(2048))
+    token = int(block_tokens(np.array([777]), holder[[777]])[0])
+    row[token] = np.float32(40.0 + math.log(e_min[777] / 4.5))
+    sp = SamplingParams(1.0)
+    assert whole_race(token_dist(row, sp), 5, 30)[0] == token
+    assert token_dist(row, sp).gumbel_max(5, 30) == token
+    assert gumbel_max_rows(row[None], sp, 5, 30).tolist() == [token]
+
+
+def test_rows_raced_at_once_refuse_a_temperature_that_overflows_as_one_row_does():
+    rows = np.zeros((2, 151_936), dtype=np.float32)
+    rows[1, 5] = 3e38
+    sp = SamplingParams(0.5)
+    with pytest.raises(SamplingParamsError) as one:
+        token_dist(rows[1], sp)
+    with pytest.raises(SamplingParamsError) as every:
+        gumbel_max_rows(rows, sp, 1, 0)
+    assert str(every.value) == str(one.value)
 
 
 def test_the_threshold_finds_winners_outside_the_likeliest_tokens():
