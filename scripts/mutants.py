@@ -146,8 +146,8 @@ MUTANTS = (
     Mutant(
         "gumbel-same-noise-at-every-row",
         "edgespec/verify.py",
-        "y = p(i).gumbel_max(seed, position + i)",
-        "y = p(i).gumbel_max(seed, position)",
+        "else p(i).gumbel_max(seed, position + i)",
+        "else p(i).gumbel_max(seed, position)",
         (VERIFY, ENGINE),
     ),
     Mutant(
@@ -300,7 +300,7 @@ MUTANTS = (
     Mutant(  # a vocabulary cut mid-row: its last partial row left out of the blocks' maxima
         "block-maxima-miss-the-partial-row",
         "edgespec/sampling.py",
-        "        np.maximum(top[: len(rest)], rest, out=top[: len(rest)])\n",
+        "        np.maximum(top[..., :width], rest, out=top[..., :width])\n",
         "",
         ("tests/test_sampling_fast.py",),
     ),
