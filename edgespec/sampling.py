@@ -627,10 +627,7 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
     row = np.asarray(logits, dtype=np.float32)
     temperature = np.float32(sp.temperature)
     if 0 < sp.top_k < len(row):
-        ids, z = top_k(row, sp.top_k, temperature)
-        check_scaled(float(z.max()), sp)
-        probs = softmax(z)
-        return cut_tail(ids, probs, sp)
+        return top_k_dist(*top_k(row, sp.top_k, temperature), sp)
     alone = sp.top_p >= 1.0 and sp.min_p <= 0.0
     block_max = block_maxima(row) if alone else None  # its race's bounds; their max the row's
     with np.errstate(over="ignore"):  # an overflow is refused just below
@@ -749,12 +746,19 @@ class RowDists:
         (gumbel_max_rows), where the sampler is temperature alone on a large vocabulary;
         None elsewhere (each row races its own support)."""
         sp, width = self.sp, self.logits.shape[-1]
-        if sp.greedy or sp.top_k > 0 or sp.top_p < 1.0 or sp.min_p > 0.0:
+        if sp.greedy:
             return None
-        if width < RACE_FRONT_MIN:
+        if 0 < sp.top_k <= TOP_K_ROWS and sp.top_k < width:  # each support k tokens or fewer
+            rows = np.asarray(self.logits, dtype=np.float32)
+            top = top_k_rows(rows, sp.top_k, np.float32(sp.temperature))
+            return gumbel_max_supports([top_k_dist(*t, sp) for t in top], seed, position)
+        if sp.top_k > 0 or sp.top_p < 1.0 or sp.min_p > 0.0 or width < RACE_FRONT_MIN:
             return None
         return gumbel_max_rows(self.logits, sp, seed, position)
 
+
+# the largest top-k whose rows RowDists races at once (their supports race whole)
+TOP_K_ROWS = 1024
 
 # blocks past which a row of gumbel_max_rows runs its own race (holders first): below, the
 # tokens of every passing block are weighed at once and only those that can reach hashed
@@ -836,9 +840,63 @@ def dense_exp(row: np.ndarray, temperature: np.float32, z_max: float) -> np.ndar
 
 def top_k(row: np.ndarray, k: int, temperature: np.float32) -> tuple[np.ndarray, np.ndarray]:
     """The k tokens with the largest z = row / temperature: (ids ascending [k], their z [k])."""
-    ids, z = upper_set(row, k, temperature)
+    return kept_top_k(*upper_set(row, k, temperature), k)
+
+
+def kept_top_k(ids: np.ndarray, z: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k of upper_set's (ids, z) with the largest z, ids ascending."""
     keep = np.sort(np.argsort(-z, kind="stable")[:k])  # stable: lowest ids win ties
     return ids[keep], z[keep]
+
+
+def top_k_dist(ids: np.ndarray, z: np.ndarray, sp: SamplingParams) -> TokenDist:
+    """token_dist of a row from its top k (ids ascending, z = logit / temperature)."""
+    check_scaled(float(z.max()), sp)
+    return cut_tail(ids, softmax(z), sp)
+
+
+def top_k_rows(
+    rows: np.ndarray, k: int, temperature: np.float32
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """top_k of each row [n, V], upper_set's grid reduced for every row in one call each:
+    the same ids and z, bit for bit, as row by row."""
+    n_rows, width = rows.shape
+    n_cols = width // COLUMN_ROWS
+    if n_cols < 4 * k:
+        return [top_k(row, k, temperature) for row in rows]
+    n = n_cols * COLUMN_ROWS
+    grid = rows[:, :n].reshape(n_rows, COLUMN_ROWS, n_cols)
+    tail = rows[:, n:] / temperature
+    col_max = np.concatenate([grid.max(axis=1) / temperature, tail], axis=1)
+    at = col_max.shape[1] - k
+    t = np.partition(col_max, at, axis=1)[:, at]
+    row_of, cols = np.nonzero(col_max[:, :n_cols] >= t[:, None])
+    block = grid[row_of, :, cols] / temperature  # [P, COLUMN_ROWS]
+    pair, r = np.nonzero(block >= t[row_of][:, None])
+    in_row, in_tail = np.nonzero(tail >= t[:, None])
+    row_of = np.concatenate([row_of[pair], in_row])
+    ids = np.concatenate([r * n_cols + cols[pair], n + in_tail])
+    z = np.concatenate([block[pair, r], tail[in_row, in_tail]])
+    order = np.lexsort((ids, row_of))
+    row_of, ids, z = row_of[order], ids[order], z[order]
+    ends = np.searchsorted(row_of, np.arange(1, n_rows + 1))
+    starts = np.r_[0, ends[:-1]]
+    return [kept_top_k(ids[a:b], z[a:b], k) for a, b in zip(starts.tolist(), ends.tolist())]
+
+
+def gumbel_max_supports(dists: list[TokenDist], seed: int, position: int) -> np.ndarray:
+    """[n] each small support's gumbel_max(seed, position + i), raced whole: one hash call
+    for every row's support at once."""
+    sizes = [d.size for d in dists]
+    ids = np.concatenate([d.token_ids() for d in dists])
+    weights = np.concatenate([d.weights() for d in dists])
+    row_of = np.repeat(np.arange(len(dists)), sizes)
+    offsets = [noise_offsets(seed, position + i) for i in range(len(dists))]
+    token_offsets = np.array([o[0] for o in offsets], dtype=np.uint64)[row_of]
+    block_offsets = np.array([o[1] for o in offsets], dtype=np.uint64)[row_of]
+    races = divide_races(noise_at(ids, token_offsets, block_offsets), weights)
+    starts = np.cumsum([0, *sizes[:-1]]).tolist()
+    return np.array([ids[a + int(np.argmin(races[a : a + m]))] for a, m in zip(starts, sizes)])
 
 
 RACE_FRONT = 256  # the likeliest tokens a large race runs first

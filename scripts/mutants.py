@@ -248,6 +248,20 @@ MUTANTS = (
         "blocks = np.flatnonzero(e_min < 0.0)",
         ("tests/test_sampling_fast.py",),
     ),
+    Mutant(  # the rows' top-k bound one rank too high: fewer than k candidates
+        "top-k-rows-bound-a-rank-too-high",
+        "edgespec/sampling.py",
+        "    at = col_max.shape[1] - k\n",
+        "    at = min(col_max.shape[1] - k + 1, col_max.shape[1] - 1)\n",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # every row's support raced with the first row's noise
+        "supports-race-on-one-position",
+        "edgespec/sampling.py",
+        "    offsets = [noise_offsets(seed, position + i) for i in range(len(dists))]",
+        "    offsets = [noise_offsets(seed, position) for i in range(len(dists))]",
+        ("tests/test_sampling_fast.py",),
+    ),
     Mutant(  # a step's rows raced at once take the first reach as final
         "rows-race-trusts-the-first-reach",
         "edgespec/sampling.py",

@@ -358,6 +358,35 @@ def test_a_token_beyond_the_first_reach_wins_where_the_likeliest_tokens_noise_is
     assert gumbel_max_rows(row[None], sp, 5, 30).tolist() == [token]
 
 
+@pytest.mark.parametrize("vocab", [151_936, 151_973])
+def test_every_rows_top_k_token_at_once_is_each_rows_own(vocab):
+    """Under top-k (with top-p and min-p cuts too) a verify pass's rows find their top k in
+    one reduction each and race their supports in one hash call: each row's token is its own
+    race's, bit for bit, ties included (a few dozen distinct logits: top-k keeps the lowest
+    ids), and where k is too large for the grid (1,000) row by row."""
+    rng = np.random.default_rng(vocab)
+    rows = rng.standard_normal((5, vocab)).astype(np.float32)
+    rows *= np.array([1.0, 3.0, 6.0, 1.0, 0.5], dtype=np.float32)[:, None]
+    rows[3] = np.round(rows[3] * 2) / 2  # ties everywhere
+    for sp in (SamplingParams(0.8, top_k=40), SamplingParams(0.8, top_k=40, top_p=0.9),
+               SamplingParams(1.2, top_k=1), SamplingParams(0.7, top_k=500, min_p=0.05),
+               SamplingParams(1.0, top_k=1_000)):  # fmt: skip
+        for seed, position in ((3, 0), (2**70 + 5, 41), (9, 1_000)):
+            own = [token_dist(r, sp).gumbel_max(seed, position + i) for i, r in enumerate(rows)]
+            assert row_dists(rows, sp).gumbel_maxes(seed, position).tolist() == own
+    # exactly k tokens stand out, each the peak of its own column: the k-th largest column
+    # peak is the bound, and each of the k wins at some position
+    rows = rng.standard_normal((5, vocab)).astype(np.float32)
+    rows[:, :4] = np.array([10.0, 10.01, 10.02, 10.03], dtype=np.float32)
+    sp = SamplingParams(1.0, top_k=4)
+    won = set()
+    for position in range(0, 100, 5):
+        own = [token_dist(r, sp).gumbel_max(7, position + i) for i, r in enumerate(rows)]
+        assert row_dists(rows, sp).gumbel_maxes(7, position).tolist() == own
+        won.update(own)
+    assert won == {0, 1, 2, 3}
+
+
 def test_rows_raced_at_once_refuse_a_temperature_that_overflows_as_one_row_does():
     rows = np.zeros((2, 151_936), dtype=np.float32)
     rows[1, 5] = 3e38
