@@ -134,14 +134,22 @@ class ScaledRow:
         return self.weights_of(self.block_max)
 
     def weights_of(self, logits: np.ndarray) -> np.ndarray:
-        """exp(z - max z) of these logits, z = logit / temperature in float32 as the row's."""
-        w = np.divide(logits, self.temperature).astype(np.float64)
-        w -= self.z_max
-        return np.exp(w, out=w)
+        """exp(z - max z) of these logits (scaled_weights)."""
+        return scaled_weights(logits, self.temperature, self.z_max)
 
     def probs(self) -> np.ndarray:
         """softmax(z) over the whole row: [V] float32."""
         return dense_softmax(self.row, self.temperature, self.z_max)
+
+
+def scaled_weights(
+    logits: np.ndarray, temperature: np.float32, z_max: float | np.ndarray
+) -> np.ndarray:
+    """float64 exp(z - z_max), z = logit / temperature in float32: a race's unnormalized p
+    under temperature alone (z_max one row's, or one per logit: a step's rows at once)."""
+    w = np.divide(logits, temperature).astype(np.float64)
+    w -= z_max
+    return np.exp(w, out=w)
 
 
 class TokenDist:
@@ -560,10 +568,34 @@ def block_min_noise(seed: int, position: int, blocks: np.ndarray) -> tuple[np.nd
     NOISE_BLOCK slots and which slot holds it (a slot past the vocabulary's end may: the
     smallest is then a bound on the tokens'); one splitmix64 output a block: counter
     (block + 1) * GOLDEN + the blocks' key."""
-    x = blocks.astype(np.uint64)
-    x *= np.uint64(GOLDEN)
-    x += noise_offsets(seed, position)[1]
-    return block_minima(mixed(x))
+    return block_noise_at(blocks, noise_offsets(seed, position)[1])
+
+
+def block_noise_at(
+    blocks: np.ndarray, block_offset: np.uint64 | np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """block_min_noise of blocks at the positions whose noise_offsets' block part this is:
+    one for all, or one per block (broadcasting: a step's rows at once)."""
+    x = blocks.astype(np.uint64) * np.uint64(GOLDEN) + block_offset
+    shape = x.shape
+    e_min, holder = block_minima(mixed(x.ravel()))
+    return e_min.reshape(shape), holder.reshape(shape)
+
+
+def row_noise_offsets(seed: int, position: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """[n] uint64 each: noise_offsets' token and block parts at positions position + i."""
+    offsets = [noise_offsets(seed, position + i) for i in range(n)]
+    return (
+        np.array([o[0] for o in offsets], dtype=np.uint64),
+        np.array([o[1] for o in offsets], dtype=np.uint64),
+    )
+
+
+def row_ranges(row_of: np.ndarray, n: int) -> list[tuple[int, int]]:
+    """[n] (start, end) of each row's entries in row_of (ascending row numbers; a row with
+    none gets an empty range)."""
+    ends = np.searchsorted(row_of, np.arange(1, n + 1)).tolist()
+    return list(zip([0, *ends[:-1]], ends))
 
 
 def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
@@ -778,16 +810,10 @@ def gumbel_max_rows(logits: np.ndarray, sp: SamplingParams, seed: int, position:
         z_max = block_max.max(axis=1) / temperature
     for z in z_max:
         check_scaled(float(z), sp)
-    z64 = z_max.astype(np.float64)[:, None]
-    w_max = np.divide(block_max, temperature).astype(np.float64)
-    w_max -= z64
-    np.exp(w_max, out=w_max)  # ScaledRow.block_weights of each row
-    offsets = [noise_offsets(seed, position + i) for i in range(n)]
-    token_offsets = np.array([o[0] for o in offsets], dtype=np.uint64)
-    block_offsets = np.array([o[1] for o in offsets], dtype=np.uint64)
-    blocks = all_ids(block_max.shape[1])
-    x = blocks.astype(np.uint64) * np.uint64(GOLDEN) + block_offsets[:, None]
-    e_min = block_minima(mixed(x.ravel()))[0].reshape(n, -1)  # block_min_noise of each row
+    z64 = z_max.astype(np.float64)
+    w_max = scaled_weights(block_max, temperature, z64[:, None])  # each row's block_weights
+    token_offsets, block_offsets = row_noise_offsets(seed, position, n)
+    e_min = block_noise_at(all_ids(block_max.shape[1]), block_offsets[:, None])[0]
     reach_s = FRONT_REACH / w_max.max(axis=1)  # dense_race_front's first reach, places 1
     passing = e_min <= reach_s[:, None] * w_max
     tokens = np.full(n, -1, dtype=np.int64)
@@ -799,18 +825,14 @@ def gumbel_max_rows(logits: np.ndarray, sp: SamplingParams, seed: int, position:
     cand = cand.ravel()
     inside = cand < width
     row_of, cand = row_of[inside], cand[inside]
-    w = np.divide(rows[row_of, cand], temperature).astype(np.float64)
-    w -= z64[row_of, 0]
-    np.exp(w, out=w)
+    w = scaled_weights(rows[row_of, cand], temperature, z64[row_of])
     keep = e_min[row_of, block_of(cand)] <= reach_s[row_of] * w
     row_of, cand, w = row_of[keep], cand[keep], w[keep]
     races = divide_races(noise_at(cand, token_offsets[row_of], block_offsets[row_of]), w)
     order = np.lexsort((cand, row_of))  # by row, then id: the first smallest is the lowest id
     row_of, cand, races = row_of[order], cand[order], races[order]
-    starts = np.flatnonzero(np.r_[True, row_of[1:] != row_of[:-1]]).tolist() if len(row_of) else []
-    for a, b in zip(starts, [*starts[1:], len(row_of)]):
-        i = int(row_of[a])
-        if reach(races[a:b], 1) <= reach_s[i]:  # no other token can race below the winner
+    for i, (a, b) in enumerate(row_ranges(row_of, n)):
+        if a < b and reach(races[a:b], 1) <= reach_s[i]:  # none can race below the winner
             tokens[i] = cand[a + int(np.argmin(races[a:b]))]
     for i in np.flatnonzero(tokens < 0).tolist():  # token_dist's, its block maxima found
         scaled = ScaledRow(rows[i], temperature, float(z_max[i]), block_max[i])
@@ -879,9 +901,7 @@ def top_k_rows(
     z = np.concatenate([block[pair, r], tail[in_row, in_tail]])
     order = np.lexsort((ids, row_of))
     row_of, ids, z = row_of[order], ids[order], z[order]
-    ends = np.searchsorted(row_of, np.arange(1, n_rows + 1))
-    starts = np.r_[0, ends[:-1]]
-    return [kept_top_k(ids[a:b], z[a:b], k) for a, b in zip(starts.tolist(), ends.tolist())]
+    return [kept_top_k(ids[a:b], z[a:b], k) for a, b in row_ranges(row_of, n_rows)]
 
 
 def gumbel_max_supports(dists: list[TokenDist], seed: int, position: int) -> np.ndarray:
@@ -891,10 +911,8 @@ def gumbel_max_supports(dists: list[TokenDist], seed: int, position: int) -> np.
     ids = np.concatenate([d.token_ids() for d in dists])
     weights = np.concatenate([d.weights() for d in dists])
     row_of = np.repeat(np.arange(len(dists)), sizes)
-    offsets = [noise_offsets(seed, position + i) for i in range(len(dists))]
-    token_offsets = np.array([o[0] for o in offsets], dtype=np.uint64)[row_of]
-    block_offsets = np.array([o[1] for o in offsets], dtype=np.uint64)[row_of]
-    races = divide_races(noise_at(ids, token_offsets, block_offsets), weights)
+    token_offsets, block_offsets = row_noise_offsets(seed, position, len(dists))
+    races = divide_races(noise_at(ids, token_offsets[row_of], block_offsets[row_of]), weights)
     starts = np.cumsum([0, *sizes[:-1]]).tolist()
     return np.array([ids[a + int(np.argmin(races[a : a + m]))] for a, m in zip(starts, sizes)])
 
