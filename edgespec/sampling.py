@@ -651,7 +651,8 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
     One pass over the vocabulary when top-k is on (then everything runs on about k
     candidates); temperature alone one max here (ScaledRow: a Gumbel race reads a few
     thousand of its columns; probabilities cost one exp, one sum and one divide over it);
-    min-p a max and one compare (min_p_support); top-p the dense softmax.
+    min-p a max and one compare (min_p_support); top-p a max and one compare where the
+    tokens near the peak decide its cut (top_p_head), else the row's exp and sum.
     Among tokens tied at the k-th largest value, top-k keeps the lowest ids.
     """
     if sp.greedy:
@@ -666,9 +667,13 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         peak = row.max() if block_max is None else block_max.max()
         z_max = np.float32(peak) / temperature  # max(row / t): division is monotone
     check_scaled(float(z_max), sp)
-    if sp.top_p < 1.0:  # the softmax's divide is left to the candidates (top_p_candidates)
-        weights = dense_exp(row, temperature, float(z_max))
-        return cut_tail(*top_p_candidates(weights, weights.sum(), sp.top_p), sp)
+    if sp.top_p < 1.0:
+        nucleus = top_p_head(row, temperature, z_max, sp.top_p)
+        if nucleus is not None:
+            return kept_dist(*nucleus, sp)
+        weights = dense_exp(row, temperature, float(z_max))  # the whole row decides
+        total = float(weights.sum(dtype=np.float64))
+        return cut_tail(*top_p_candidates(weights, total, sp.top_p), sp, total)
     if sp.min_p > 0.0:
         found = min_p_support(row, temperature, z_max, sp.min_p)
         if found is not None:
@@ -678,7 +683,7 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
     else:  # temperature alone: kept as the row
         assert block_max is not None
         return TokenDist(None, None, ScaledRow(row, temperature, float(z_max), block_max))
-    return cut_tail(ids, probs[ids], sp)
+    return kept_dist(ids, probs[ids], sp)
 
 
 MIN_P_BAND = 2.0**-16  # relative: an exp(z - max z) this near min-p is left to the dense row
@@ -702,16 +707,25 @@ def min_p_support(
     return ids[keep], e[keep]
 
 
-def cut_tail(ids: np.ndarray | None, probs: np.ndarray, sp: SamplingParams) -> TokenDist:
-    """The last of token_dist: top-p and min-p cut the candidates (ids ascending, None: the
-    whole row), what is left is renormalized, and tokens at probability 0 leave the support."""
+def cut_tail(
+    ids: np.ndarray, weights: np.ndarray, sp: SamplingParams, total: float | None = None
+) -> TokenDist:
+    """The last of token_dist: top-p and min-p cut the candidates (ids ascending, weights
+    exp(z - max z) or probabilities: top-p's masses are weights / total, total the whole
+    row's float64 sum, None: the candidates' own), what is left is normalized once, and
+    tokens at probability 0 leave the support."""
     if sp.top_p < 1.0:
-        probs = cut_top_p(probs, sp.top_p)
+        row_total = float(weights.sum(dtype=np.float64)) if total is None else total
+        weights = cut_top_p(weights, sp.top_p, row_total)
+    return kept_dist(ids, weights, sp)
+
+
+def kept_dist(ids: np.ndarray, weights: np.ndarray, sp: SamplingParams) -> TokenDist:
+    """The distribution over the tokens top-p kept (ids ascending, their weights; a cut token
+    weighs 0): min-p's cut, one normalization, and the tokens at 0 left out."""
     if sp.min_p > 0.0:
-        probs = np.where(probs >= sp.min_p * probs.max(axis=-1, keepdims=True), probs, 0.0)
-        probs = (probs / probs.sum(axis=-1, keepdims=True)).astype(np.float32)
-    if ids is None:
-        return TokenDist(None, probs)
+        weights = np.where(weights >= sp.min_p * weights.max(), weights, 0.0)
+    probs = (weights / weights.sum()).astype(np.float32)
     support = probs > 0  # cut tokens and exp underflows leave the support
     return TokenDist(ids[support], probs[support])
 
@@ -742,19 +756,18 @@ def candidate_dist(
         if sp.top_k > m:
             return None
         keep = np.sort(np.argsort(-z, kind="stable")[: sp.top_k])  # as top_k() keeps them
-        check_scaled(float(z[keep].max()), sp)
-        return cut_tail(ids[keep], softmax(z[keep]), sp)
+        return top_k_dist(ids[keep], z[keep], sp)
     if sp.top_p >= 1.0 and sp.min_p <= 0.0:
         return None  # temperature alone: every token can be drawn
     check_scaled(float(values[0] / temperature), sp)
     probs = np.exp(z - np.float32(lse)).astype(np.float32)
     spare = np.float32(np.exp(np.float32(values[m] / temperature) - np.float32(lse)))
     if sp.top_p < 1.0:
-        if not np.cumsum(np.sort(probs)[::-1])[-1] >= sp.top_p + 2.0**-20:
+        if not sorted_mass(probs) >= sp.top_p:  # the row's mass is 1 by lse
             return None
     elif not spare < np.float32(sp.min_p) * probs.max():
         return None
-    return cut_tail(ids, probs, sp)
+    return cut_tail(ids, probs, sp, total=1.0)
 
 
 def row_dists(logits: np.ndarray, sp: SamplingParams) -> RowDists:
@@ -774,9 +787,10 @@ class RowDists:
         return token_dist(self.logits[i], self.sp)
 
     def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
-        """[n] row i's token_dist(...).gumbel_max(seed, position + i), every row in one pass
-        (gumbel_max_rows), where the sampler is temperature alone on a large vocabulary;
-        None elsewhere (each row races its own support)."""
+        """[n] row i's token_dist(...).gumbel_max(seed, position + i), every row at once:
+        under temperature alone in one pass over the rows (gumbel_max_rows, a large
+        vocabulary), else the small supports in one race (gumbel_max_supports); None for
+        temperature alone on a small vocabulary (each row races its own)."""
         sp, width = self.sp, self.logits.shape[-1]
         if sp.greedy:
             return None
@@ -784,7 +798,10 @@ class RowDists:
             rows = np.asarray(self.logits, dtype=np.float32)
             top = top_k_rows(rows, sp.top_k, np.float32(sp.temperature))
             return gumbel_max_supports([top_k_dist(*t, sp) for t in top], seed, position)
-        if sp.top_k > 0 or sp.top_p < 1.0 or sp.min_p > 0.0 or width < RACE_FRONT_MIN:
+        if sp.top_k > 0 or sp.top_p < 1.0 or sp.min_p > 0.0:
+            dists = [self(i) for i in range(len(self.logits))]
+            return gumbel_max_supports(dists, seed, position)
+        if width < RACE_FRONT_MIN:
             return None
         return gumbel_max_rows(self.logits, sp, seed, position)
 
@@ -840,11 +857,6 @@ def gumbel_max_rows(logits: np.ndarray, sp: SamplingParams, seed: int, position:
     return tokens
 
 
-def softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
-
-
 def dense_softmax(row: np.ndarray, temperature: np.float32, z_max: float) -> np.ndarray:
     """softmax(row / temperature) over the whole vocabulary in one buffer: [V] float32;
     z_max = max(row) / temperature, checked finite (check_scaled)."""
@@ -872,9 +884,11 @@ def kept_top_k(ids: np.ndarray, z: np.ndarray, k: int) -> tuple[np.ndarray, np.n
 
 
 def top_k_dist(ids: np.ndarray, z: np.ndarray, sp: SamplingParams) -> TokenDist:
-    """token_dist of a row from its top k (ids ascending, z = logit / temperature)."""
-    check_scaled(float(z.max()), sp)
-    return cut_tail(ids, softmax(z), sp)
+    """token_dist of a row from its top k (ids ascending, z = logit / temperature): their
+    weights exp(z - max z) are the dense row's, bit for bit."""
+    z_max = z.max()
+    check_scaled(float(z_max), sp)
+    return cut_tail(ids, np.exp(z - z_max), sp)
 
 
 def top_k_rows(
@@ -905,16 +919,28 @@ def top_k_rows(
 
 
 def gumbel_max_supports(dists: list[TokenDist], seed: int, position: int) -> np.ndarray:
-    """[n] each small support's gumbel_max(seed, position + i), raced whole: one hash call
-    for every row's support at once."""
-    sizes = [d.size for d in dists]
-    ids = np.concatenate([d.token_ids() for d in dists])
-    weights = np.concatenate([d.weights() for d in dists])
-    row_of = np.repeat(np.arange(len(dists)), sizes)
+    """[n] each dist's gumbel_max(seed, position + i): the supports smaller than
+    RACE_FRONT_MIN raced whole in one hash call for all of them, a larger one on its own
+    (its front first)."""
+    tokens = np.array(
+        [
+            d.gumbel_max(seed, position + i) if d.size >= RACE_FRONT_MIN else -1
+            for i, d in enumerate(dists)
+        ],
+        dtype=np.int64,
+    )
+    small = np.flatnonzero(tokens < 0)
+    if not len(small):
+        return tokens
+    sizes = [dists[i].size for i in small]
+    ids = np.concatenate([dists[i].token_ids() for i in small])
+    weights = np.concatenate([dists[i].weights() for i in small])
+    row_of = np.repeat(small, sizes)
     token_offsets, block_offsets = row_noise_offsets(seed, position, len(dists))
     races = divide_races(noise_at(ids, token_offsets[row_of], block_offsets[row_of]), weights)
     starts = np.cumsum([0, *sizes[:-1]]).tolist()
-    return np.array([ids[a + int(np.argmin(races[a : a + m]))] for a, m in zip(starts, sizes)])
+    tokens[small] = [ids[a + int(np.argmin(races[a : a + m]))] for a, m in zip(starts, sizes)]
+    return tokens
 
 
 RACE_FRONT = 256  # the likeliest tokens a large race runs first
@@ -956,37 +982,83 @@ def upper_set(row: np.ndarray, m: int, scale: np.float32) -> tuple[np.ndarray, n
 
 
 def top_p_candidates(
-    weights: np.ndarray, total: np.float32, top_p: float
+    weights: np.ndarray, total: float, top_p: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(ids ascending, probs) of a prefix of the tokens sorted by probability that holds
-    every token cut_top_p keeps, each probability weights / total (dense_exp and its float32
-    sum: the dense softmax's, divided here for the candidates alone, bit for bit): the
-    candidate set grows until its mass passes top_p.
-
-    cut_top_p keeps a token while the mass before it is < top_p. Float32 partial sums of
-    non-negative values never decrease, so once the candidates' mass exceeds top_p by more
-    than the rounding of one subtraction, no token after them is kept.
-    """
+    """(ids ascending, weights) of a prefix of the tokens sorted by weight (dense_exp's row,
+    total its float64 sum) that holds every token cut_top_p keeps: the candidate set grows
+    until its mass reaches top_p. A token after them has at least their mass before it."""
     m = 64
     while 4 * m <= len(weights) // COLUMN_ROWS:  # past that, upper_set bounds the whole row
-        ids, p = upper_set(weights, m, total)
-        if np.cumsum(np.sort(p)[::-1])[-1] >= top_p + 2.0**-20:  # cut_top_p's own sum
-            return ids, p
+        ids, w = upper_set(weights, m, np.float32(1.0))
+        if sorted_mass(w) >= top_p * total:
+            return ids, w
         m *= 8
-    return np.arange(len(weights)), np.divide(weights, total)
+    return all_ids(len(weights)), weights
 
 
-def cut_top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p: one row [m] in,
-    renormalized. Plain indexing, no copies: with take/put_along_axis it cost 37 us a row on
-    the EPYC, all of it call overhead on a top-k's few dozen candidates; now 20."""
-    order = np.argsort(-probs, kind="stable")
-    sorted_probs = probs[order]
-    mass_before = np.cumsum(sorted_probs) - sorted_probs
-    keep = np.empty(len(probs), dtype=bool)
-    keep[order] = mass_before < top_p  # the first token is always kept
-    cut = probs * keep
-    return (cut / cut.sum()).astype(np.float32, copy=False)
+def sorted_mass(weights: np.ndarray) -> float:
+    """The float64 sum of weights added largest first, as cut_top_p adds them."""
+    return float(np.cumsum(np.sort(weights)[::-1], dtype=np.float64)[-1])
+
+
+def mass_before(sorted_weights: np.ndarray) -> np.ndarray:
+    """[m] float64 each token's mass before it: the sum of the weights ahead of it, added in
+    order (sequentially, so that a prefix's sums are the whole row's, bit for bit)."""
+    before = np.zeros(len(sorted_weights))
+    np.cumsum(sorted_weights[:-1], dtype=np.float64, out=before[1:])
+    return before
+
+
+def cut_top_p(weights: np.ndarray, top_p: float, total: float) -> np.ndarray:
+    """Top-p's cut of one row's candidates [m] (weights, any scale; total the whole row's
+    float64 sum): the smallest set of heaviest tokens whose mass reaches top_p, each kept
+    while the mass before it is < top_p * total (float64: a float32 running sum over 100k
+    tokens drifts by more than one token's mass). Ties go to the lowest ids. The cut
+    tokens' weights become 0."""
+    order = np.argsort(-weights, kind="stable")
+    keep = np.empty(len(weights), dtype=bool)
+    keep[order] = mass_before(weights[order]) < top_p * total  # the first token is always kept
+    return weights * keep
+
+
+TOP_P_HEAD_NATS = 20.0  # top_p_head's tokens: those within this of the row's peak (in z)
+TOP_P_HEAD_MAX = 16_384  # a head this large or larger: the whole row decides
+TOTAL_ROUNDING = 1e-9  # relative: any float64 sum of a row's weights lies this near the true one
+
+
+def top_p_head(
+    row: np.ndarray, temperature: np.float32, z_max: np.float32, top_p: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Top-p's nucleus (ids ascending, weights exp(z - max z)) found from the tokens within
+    TOP_P_HEAD_NATS of the peak: one compare over the row and the exp on those alone. Each
+    token left out weighs under exp(-TOP_P_HEAD_NATS), so the row's total lies between the
+    head's sum and that plus their count times it; where the cut is the same at both ends
+    (and every kept token outweighs any left out) it is the whole row's cut, bit for bit.
+    None where it is not, or the head is large (a flat row): the whole row decides."""
+    slack = 1e-3 + 2.0**-20 * abs(float(z_max))  # row / temperature - z_max rounds both ways
+    ids = np.flatnonzero(row >= (float(z_max) - TOP_P_HEAD_NATS) * float(temperature))
+    if len(ids) >= TOP_P_HEAD_MAX:
+        return None
+    w = np.exp(np.divide(row[ids], temperature) - z_max)  # dense_exp's, bit for bit
+    left_out = math.exp(slack - TOP_P_HEAD_NATS)  # the most a token left out can weigh
+    head = float(w.sum(dtype=np.float64))
+    low = top_p * head * (1.0 - TOTAL_ROUNDING)
+    high = top_p * (head + (len(row) - len(ids)) * left_out) * (1.0 + TOTAL_ROUNDING)
+    m = 64
+    while True:  # the heaviest m, ties included, sorted: a prefix of the row's order
+        top = np.arange(len(w)) if m >= len(w) else np.flatnonzero(w >= np.partition(w, -m)[-m])
+        top = top[np.argsort(-w[top], kind="stable")]
+        before = mass_before(w[top])
+        if before[-1] + w[top[-1]] >= high or m >= len(w):
+            break
+        m *= 8
+    kept = int(np.count_nonzero(before < high))
+    if kept != np.count_nonzero(before < low) or not w[top[kept - 1]] > left_out:
+        return None  # the tail's mass can move the cut, or ties with the tail
+    if kept == len(top) and not before[-1] + w[top[-1]] >= high:
+        return None  # the nucleus may reach past the head
+    keep = np.sort(top[:kept])
+    return ids[keep], w[keep]
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

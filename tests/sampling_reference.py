@@ -1,7 +1,9 @@
 """The sampling transform and the verifier as they were before the candidate-set rewrite
 (edgespec.sampling and edgespec.verify at e40ea9f): dense over the whole vocabulary,
-argpartition for top-k, a full sort for top-p, every row of p computed up front. The fast
-path is compared with them token set by token set and seed for seed."""
+argpartition for top-k, a full sort for top-p, every row of p computed up front; top-p's
+masses in float64 and one normalization since the cut by the tokens near the peak
+(top_p_head). The fast path is compared with them token set by token set and seed for
+seed."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from edgespec.sampling import SamplingParams
 def logits_to_probs(logits: np.ndarray, sp: SamplingParams) -> np.ndarray:
     """[n, V] or [V] float logits -> float32 probabilities of the same shape.
 
-    Tokens cut by top-k, top-p or min-p get probability exactly 0.
+    Tokens cut by top-k, top-p or min-p get probability exactly 0. Each row's weights are
+    exp(z - max z); top-p cuts them by float64 masses, min-p by the heaviest, and what is
+    left is normalized once.
     """
     if sp.greedy:
         raise ValueError("greedy decoding takes the argmax; it has no probability vector")
@@ -25,30 +29,25 @@ def logits_to_probs(logits: np.ndarray, sp: SamplingParams) -> np.ndarray:
         cut = np.full_like(z, -np.inf)
         np.put_along_axis(cut, keep, np.take_along_axis(z, keep, axis=-1), axis=-1)
         z = cut
-    probs = softmax(z)
+    w = np.exp(z - z.max(axis=-1, keepdims=True))
     if sp.top_p < 1.0:
-        probs = cut_top_p(probs, sp.top_p)
+        w = np.stack([cut_top_p(row, sp.top_p) for row in w])
     if sp.min_p > 0.0:
-        probs = np.where(probs >= sp.min_p * probs.max(axis=-1, keepdims=True), probs, 0.0)
-        probs = (probs / probs.sum(axis=-1, keepdims=True)).astype(np.float32)
+        w = np.where(w >= sp.min_p * w.max(axis=-1, keepdims=True), w, 0.0)
+    probs = (w / w.sum(axis=-1, keepdims=True)).astype(np.float32)
     return probs[0] if squeeze else probs
 
 
-def softmax(z: np.ndarray) -> np.ndarray:
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
-
-
-def cut_top_p(probs: np.ndarray, top_p: float) -> np.ndarray:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p."""
-    order = np.argsort(-probs, axis=-1, kind="stable")  # [n, V]
-    sorted_probs = np.take_along_axis(probs, order, axis=-1)
-    mass_before = np.cumsum(sorted_probs, axis=-1) - sorted_probs
-    keep_sorted = mass_before < top_p  # the first token is always kept
-    keep = np.empty_like(keep_sorted)
-    np.put_along_axis(keep, order, keep_sorted, axis=-1)
-    cut = np.where(keep, probs, 0.0)
-    return (cut / cut.sum(axis=-1, keepdims=True)).astype(np.float32)
+def cut_top_p(weights: np.ndarray, top_p: float) -> np.ndarray:
+    """Keep the smallest set of heaviest tokens of one row whose mass reaches top_p: each
+    token while the float64 sum of the weights ahead of it (added in order, ties by id) is
+    < top_p times the row's float64 total; the cut ones weigh 0."""
+    order = np.argsort(-weights, kind="stable")
+    running = np.cumsum(weights[order], dtype=np.float64)
+    before = np.concatenate([[0.0], running[:-1]])
+    keep = np.empty(len(weights), dtype=bool)
+    keep[order] = before < top_p * weights.sum(dtype=np.float64)  # the first is always kept
+    return np.where(keep, weights, 0.0)
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

@@ -29,6 +29,7 @@ from edgespec.sampling import (
     sample,
     token_dist,
     tokens_of_blocks,
+    top_p_head,
     upper_set,
 )
 from edgespec.verify import residual, residual_dist, verify_gumbel, verify_stochastic
@@ -125,6 +126,77 @@ def test_top_p_finds_its_cut_past_the_first_candidate_sets():
     want = reference.logits_to_probs(row, sp)
     assert dist.ids.tolist() == np.flatnonzero(want).tolist()
     assert len(dist.ids) > 2600  # 90% of 3,000, give or take float32 rounding
+
+
+def peaked_rows(n: int, vocab: int, seed: int) -> np.ndarray:
+    """[n, V] rows shaped like a language model's: a few dozen likely tokens far above a
+    wide tail (the head within 20 nats of the peak is small)."""
+    rng = np.random.default_rng(seed)
+    rows = (rng.standard_normal((n, vocab)) * 2.0).astype(np.float32)
+    for row in rows:
+        likely = rng.choice(vocab, int(rng.integers(1, 60)), replace=False)
+        row[likely] = 22.0 + 3.0 * rng.standard_normal(len(likely))
+    return rows
+
+
+@pytest.mark.parametrize("top_p", [0.3, 0.9, 0.99])
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_top_p_cut_from_the_tokens_near_the_peak_is_the_whole_rows(top_p, temperature):
+    """Where the tokens within 20 nats of the peak decide top-p's cut (top_p_head), it is the
+    dense reference's: the same tokens, the same probabilities to float32 rounding; on these
+    rows the head decides nearly every cut."""
+    sp = SamplingParams(temperature, top_p=top_p)
+    rows = peaked_rows(24, 151_936, seed=int(100 * top_p + 10 * temperature))
+    want = reference.logits_to_probs(rows, sp)
+    decided = 0
+    for i, row in enumerate(rows):
+        t = np.float32(temperature)
+        decided += top_p_head(row, t, np.float32(row.max()) / t, top_p) is not None
+        dist = token_dist(row, sp)
+        assert dist.ids.tolist() == np.flatnonzero(want[i]).tolist(), i
+        np.testing.assert_array_max_ulp(dist.probs, want[i][dist.ids], maxulp=4)
+    assert decided >= 22
+
+
+def test_a_top_p_cut_the_tail_can_move_is_left_to_the_whole_row():
+    """Two tokens tie at the peak and top-p is 0.5: the second is kept only if the tail adds
+    any mass (the mass before it, 1, must be < 0.5 x the total). The head cannot tell; the
+    whole row decides, both ways."""
+    sp, t = SamplingParams(1.0, top_p=0.5), np.float32(1.0)
+    for tail, kept in ((-1e4, [10]), (-21.0, [10, 20])):  # weights 0, and e^-21 each
+        row = np.full(151_936, tail, np.float32)
+        row[[10, 20]] = 0.0
+        assert top_p_head(row, t, np.float32(0.0), 0.5) is None
+        assert token_dist(row, sp).ids.tolist() == kept
+        assert np.flatnonzero(reference.logits_to_probs(row, sp)).tolist() == kept
+
+
+def test_a_nucleus_reaching_past_the_tokens_near_the_peak_is_left_to_the_whole_row():
+    """One token at the peak and the rest 21 nats below it, with 1.2e-4 of the mass between
+    them: top-p 0.99995 needs ~85,000 of them, which the head (one token) does not hold;
+    top-p 0.9 keeps the peak alone, which it decides."""
+    t = np.float32(1.0)
+    row = np.full(151_936, -21.0, np.float32)
+    row[5] = 0.0
+    assert top_p_head(row, t, np.float32(0.0), 0.99995) is None
+    sp = SamplingParams(1.0, top_p=0.99995)
+    want = np.flatnonzero(reference.logits_to_probs(row, sp)).tolist()
+    assert 80_000 < len(want) < 90_000
+    assert token_dist(row, sp).ids.tolist() == want
+    ids, _ = top_p_head(row, t, np.float32(0.0), 0.9)
+    assert ids.tolist() == [5] == token_dist(row, SamplingParams(1.0, top_p=0.9)).ids.tolist()
+
+
+def test_top_p_masses_are_float64():
+    """100,000 tokens of weight 0.1 and top-p 0.5: in float64 the mass before token j is
+    0.1 j to 1e-10, so exactly the first 50,000 are kept; a float32 running sum drifts by
+    hundreds of tokens' mass."""
+    row = np.full(100_000, np.log(0.1), np.float32)
+    row[0] = 0.0  # the peak: the rest weigh 0.1 each (as float32 exp rounds it)
+    dist = token_dist(row, SamplingParams(1.0, top_p=0.5))
+    w = np.float64(np.exp(np.float32(np.log(0.1))))
+    want = 1 + int(np.ceil((0.5 * (1.0 + 99_999 * w) - 1.0) / w))  # before < 0.5 total
+    assert len(dist.ids) == want
 
 
 @pytest.mark.parametrize("vocab", [151_936, 151_973, 300])
@@ -338,8 +410,33 @@ def test_every_rows_gumbel_max_at_once_is_each_rows_own(vocab):
             own = [token_dist(r, sp).gumbel_max(seed, position + i) for i, r in enumerate(rows)]
             assert gumbel_max_rows(rows, sp, seed, position).tolist() == own
             assert row_dists(rows, sp).gumbel_maxes(seed, position).tolist() == own
-    assert row_dists(rows, SamplingParams(0.8, top_p=0.9)).gumbel_maxes(3, 0) is None
     assert row_dists(rows[:, :16_000], sp).gumbel_maxes(3, 0) is None  # races whole
+
+
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(0.8, top_p=0.9),
+        SamplingParams(0.7, min_p=0.05),
+        SamplingParams(1.0, top_p=0.8, min_p=0.02),
+        SamplingParams(0.8, top_k=20_000, top_p=0.95),
+    ],
+)
+def test_every_rows_top_p_and_min_p_token_at_once_is_each_rows_own(sp):
+    """Under top-p and min-p (and a top-k too large to batch) a verify pass's supports race
+    in one hash call where they are small; a flat row's large support races on its own.
+    Each row's token is its own race's, bit for bit, at 8 positions of two seeds."""
+    rng = np.random.default_rng(11)
+    rows = rng.standard_normal((5, 151_936)).astype(np.float32)
+    rows *= np.array([0.1, 4.0, 2.0, 1.0, 3.0], dtype=np.float32)[:, None]  # row 0 flat
+    rows[2, rng.choice(151_936, 40, replace=False)] += 30.0  # a peaked row: a small head
+    rows[4, 99] = 40.0
+    dists = [token_dist(r, sp) for r in rows]
+    assert min(d.size for d in dists) < 2_000 and max(d.size for d in dists) > 16_384
+    for seed in (3, 2**70 + 5):
+        for position in range(0, 80, 10):
+            own = [d.gumbel_max(seed, position + i) for i, d in enumerate(dists)]
+            assert row_dists(rows, sp).gumbel_maxes(seed, position).tolist() == own
 
 
 def test_a_token_beyond_the_first_reach_wins_where_the_likeliest_tokens_noise_is_high():
