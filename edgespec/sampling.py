@@ -668,12 +668,10 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         z_max = np.float32(peak) / temperature  # max(row / t): division is monotone
     check_scaled(float(z_max), sp)
     if sp.top_p < 1.0:
-        nucleus = top_p_head(row, temperature, z_max, sp.top_p)
-        if nucleus is not None:
-            return kept_dist(*nucleus, sp)
-        weights = dense_exp(row, temperature, float(z_max))  # the whole row decides
-        total = float(weights.sum(dtype=np.float64))
-        return cut_tail(*top_p_candidates(weights, total, sp.top_p), sp, total)
+        found = top_p_head(row, temperature, z_max, sp.top_p)
+        if found is None:
+            found = dense_top_p(row, temperature, z_max, sp.top_p)
+        return kept_dist(*found, sp)
     if sp.min_p > 0.0:
         found = min_p_support(row, temperature, z_max, sp.min_p)
         if found is not None:
@@ -738,7 +736,7 @@ def candidate_dist(
     lse = log(sum(exp(row / temperature))) over all n_columns. None where these cannot
     decide: the last value is a spare that must lie strictly below the others in row /
     temperature (so every column left out is below every one kept), top-k must fit in the
-    m, top-p's mass must be reached inside them (top_p_candidates' own rule), min-p's cut must
+    m, top-p's mass must be reached inside them (nucleus's own rule), min-p's cut must
     fall inside them, and temperature alone can draw any token.
 
     With top-k on, the result is token_dist's bit for bit: the same k logits in the same
@@ -981,21 +979,6 @@ def upper_set(row: np.ndarray, m: int, scale: np.float32) -> tuple[np.ndarray, n
     return ids[order], z[order]
 
 
-def top_p_candidates(
-    weights: np.ndarray, total: float, top_p: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """(ids ascending, weights) of a prefix of the tokens sorted by weight (dense_exp's row,
-    total its float64 sum) that holds every token cut_top_p keeps: the candidate set grows
-    until its mass reaches top_p. A token after them has at least their mass before it."""
-    m = 64
-    while 4 * m <= len(weights) // COLUMN_ROWS:  # past that, upper_set bounds the whole row
-        ids, w = upper_set(weights, m, np.float32(1.0))
-        if sorted_mass(w) >= top_p * total:
-            return ids, w
-        m *= 8
-    return all_ids(len(weights)), weights
-
-
 def sorted_mass(weights: np.ndarray) -> float:
     """The float64 sum of weights added largest first, as cut_top_p adds them."""
     return float(np.cumsum(np.sort(weights)[::-1], dtype=np.float64)[-1])
@@ -1021,8 +1004,61 @@ def cut_top_p(weights: np.ndarray, top_p: float, total: float) -> np.ndarray:
     return weights * keep
 
 
+def heaviest(weights: np.ndarray, m: int) -> np.ndarray:
+    """Indices of the m heaviest entries of weights [n] and of any tied with the m-th,
+    heaviest first (ties by index): a prefix of the whole array's order. Found by one grid
+    pass where the array has columns enough (upper_set), else by a partition, or all of
+    them where m is half of them or more."""
+    n = len(weights)
+    if 2 * m >= n:  # a partition would leave little out
+        return heaviest_first(weights, np.arange(n))
+    if 4 * m <= n // COLUMN_ROWS:
+        top = upper_set(weights, m, np.float32(1.0))[0]
+    else:
+        top = np.flatnonzero(weights >= np.partition(weights, n - m)[n - m])
+    return heaviest_first(weights, top)
+
+
+def heaviest_first(weights: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Indices at (ascending) sorted by weights[at] descending, ties by index. A long one is
+    sorted as one uint64 key each, the weight's float32 bits complemented over the index
+    (numpy's vectorized sort; the stable argsort of 152k float32 costs twice as much)."""
+    w = np.asarray(weights[at], dtype=np.float32)  # >= 0: its bits rank as it does
+    if len(at) < 4096:
+        return at[np.argsort(-w, kind="stable")]
+    key = (np.uint64(0xFFFFFFFF) - w.view(np.uint32).astype(np.uint64)) << np.uint64(32)
+    key |= np.arange(len(at), dtype=np.uint64)
+    key.sort()
+    return at[(key & np.uint64(0xFFFFFFFF)).astype(np.int64)]
+
+
+def nucleus(weights: np.ndarray, low: float, high: float, left_out: float) -> np.ndarray | None:
+    """Indices (ascending) of the tokens top-p keeps among a row's candidates [n] (weights in
+    id order), where the cut is the same at every limit from low to high (top_p times the
+    bounds of the row's float64 total) and each kept token outweighs left_out, the most a
+    token not among them can weigh (0: there is none); else None. The heaviest grow (64,
+    512, ...) until their mass reaches high: no token after them is kept."""
+    m = 64
+    while True:
+        top = heaviest(weights, m)
+        before = mass_before(weights[top])
+        mass = before[-1] + weights[top[-1]]  # the mass before the next token
+        if mass >= high or len(top) == len(weights):
+            break
+        last = float(weights[top[-1]])  # each token after them weighs at most this much:
+        m = max(8 * m, len(top) + int((high - mass) / last)) if last > 0.0 else len(weights)
+    kept = int(np.count_nonzero(before < high))
+    if kept != np.count_nonzero(before < low) or not weights[top[kept - 1]] > left_out:
+        return None  # the total's bounds straddle a token, or it ties with one left out
+    if kept == len(top) and left_out > 0.0 and not mass >= high:
+        return None  # the nucleus may reach past the candidates
+    keep = np.zeros(len(weights), dtype=bool)
+    keep[top[:kept]] = True
+    return np.flatnonzero(keep)
+
+
 TOP_P_HEAD_NATS = 20.0  # top_p_head's tokens: those within this of the row's peak (in z)
-TOP_P_HEAD_MAX = 16_384  # a head this large or larger: the whole row decides
+TOP_P_HEAD_MAX = 32_768  # a head larger than this: the whole row decides (dense_top_p)
 TOTAL_ROUNDING = 1e-9  # relative: any float64 sum of a row's weights lies this near the true one
 
 
@@ -1032,33 +1068,35 @@ def top_p_head(
     """Top-p's nucleus (ids ascending, weights exp(z - max z)) found from the tokens within
     TOP_P_HEAD_NATS of the peak: one compare over the row and the exp on those alone. Each
     token left out weighs under exp(-TOP_P_HEAD_NATS), so the row's total lies between the
-    head's sum and that plus their count times it; where the cut is the same at both ends
-    (and every kept token outweighs any left out) it is the whole row's cut, bit for bit.
-    None where it is not, or the head is large (a flat row): the whole row decides."""
+    head's sum and that plus their count times it; where the cut is the same at both ends it
+    is the whole row's, bit for bit. Where it is not, the row's own total (its exp and sum)
+    decides among the same tokens. None where the nucleus may reach past them, ties with one
+    left out, or the head is large: the whole row decides (dense_top_p)."""
     slack = 1e-3 + 2.0**-20 * abs(float(z_max))  # row / temperature - z_max rounds both ways
     ids = np.flatnonzero(row >= (float(z_max) - TOP_P_HEAD_NATS) * float(temperature))
-    if len(ids) >= TOP_P_HEAD_MAX:
+    if len(ids) > TOP_P_HEAD_MAX:  # a flat row: gathering the head costs more than the row
         return None
     w = np.exp(np.divide(row[ids], temperature) - z_max)  # dense_exp's, bit for bit
     left_out = math.exp(slack - TOP_P_HEAD_NATS)  # the most a token left out can weigh
     head = float(w.sum(dtype=np.float64))
-    low = top_p * head * (1.0 - TOTAL_ROUNDING)
     high = top_p * (head + (len(row) - len(ids)) * left_out) * (1.0 + TOTAL_ROUNDING)
-    m = 64
-    while True:  # the heaviest m, ties included, sorted: a prefix of the row's order
-        top = np.arange(len(w)) if m >= len(w) else np.flatnonzero(w >= np.partition(w, -m)[-m])
-        top = top[np.argsort(-w[top], kind="stable")]
-        before = mass_before(w[top])
-        if before[-1] + w[top[-1]] >= high or m >= len(w):
-            break
-        m *= 8
-    kept = int(np.count_nonzero(before < high))
-    if kept != np.count_nonzero(before < low) or not w[top[kept - 1]] > left_out:
-        return None  # the tail's mass can move the cut, or ties with the tail
-    if kept == len(top) and not before[-1] + w[top[-1]] >= high:
-        return None  # the nucleus may reach past the head
-    keep = np.sort(top[:kept])
-    return ids[keep], w[keep]
+    kept = nucleus(w, top_p * head * (1.0 - TOTAL_ROUNDING), high, left_out)
+    if kept is None and len(ids) < len(row):  # the tail's mass may move the cut
+        limit = top_p * float(dense_exp(row, temperature, float(z_max)).sum(dtype=np.float64))
+        kept = nucleus(w, limit, limit, left_out)
+    return None if kept is None else (ids[kept], w[kept])
+
+
+def dense_top_p(
+    row: np.ndarray, temperature: np.float32, z_max: np.float32, top_p: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Top-p's nucleus (ids ascending, weights) from the whole row's exp and float64 sum."""
+    weights = dense_exp(row, temperature, float(z_max))
+    total = float(weights.sum(dtype=np.float64))
+    kept = nucleus(weights, top_p * total, top_p * total, 0.0)
+    if kept is None:  # a kept token at weight 0: top_p within rounding of 1
+        kept = np.flatnonzero(cut_top_p(weights, top_p, total))
+    return kept, weights[kept]
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

@@ -286,8 +286,29 @@ MUTANTS = (
     Mutant(  # top-p's nucleus taken from the head where it needs tokens left out of it
         "top-p-head-trusts-a-short-nucleus",
         "edgespec/sampling.py",
-        "    if kept == len(top) and not before[-1] + w[top[-1]] >= high:\n",
+        "    if kept == len(top) and left_out > 0.0 and not mass >= high:\n",
         "    if False:\n",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # a cut the tail's mass could move left to the whole row's exp and sort
+        "top-p-head-skips-the-rows-total",
+        "edgespec/sampling.py",
+        "    if kept is None and len(ids) < len(row):  # the tail's mass may move the cut\n",
+        "    if False:\n",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # the m heaviest found without the entries tied with the m-th
+        "heaviest-drops-ties",
+        "edgespec/sampling.py",
+        "        top = np.flatnonzero(weights >= np.partition(weights, n - m)[n - m])",
+        "        top = np.flatnonzero(weights > np.partition(weights, n - m)[n - m])",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # a long candidate set sorted lightest first
+        "heaviest-first-sorts-lightest-first",
+        "edgespec/sampling.py",
+        "    key = (np.uint64(0xFFFFFFFF) - w.view(np.uint32).astype(np.uint64)) << np.uint64(32)",
+        "    key = w.view(np.uint32).astype(np.uint64) << np.uint64(32)",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-p's masses summed in float32

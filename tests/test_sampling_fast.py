@@ -116,16 +116,18 @@ def test_top_k_ties_keep_exactly_k_lowest_ids(vocab):
     np.testing.assert_array_max_ulp(np.sort(dist.probs), np.sort(want[want > 0]), maxulp=4)
 
 
-def test_top_p_finds_its_cut_past_the_first_candidate_sets():
-    """A flat head of 3,000 tokens: top-p 0.9 needs more than the first two candidate sets
-    (64, then 512 tokens) hold."""
+@pytest.mark.parametrize("tied", [3000, 40_000])
+def test_top_p_finds_its_cut_past_the_first_candidate_sets(tied):
+    """A flat head of tied tokens: top-p 0.9 needs more than the first two candidate sets
+    (64, then 512 tokens) hold, and keeps the lowest ids of the tie (40,000: a head past
+    TOP_P_HEAD_MAX, sorted by uint64 keys)."""
     row = np.full(151_936, -30.0, np.float32)
-    row[np.random.default_rng(0).choice(151_936, 3000, replace=False)] = 0.0
+    row[np.random.default_rng(0).choice(151_936, tied, replace=False)] = 0.0
     sp = SamplingParams(1.0, top_p=0.9)
     dist = token_dist(row, sp)
     want = reference.logits_to_probs(row, sp)
     assert dist.ids.tolist() == np.flatnonzero(want).tolist()
-    assert len(dist.ids) > 2600  # 90% of 3,000, give or take float32 rounding
+    assert 0.9 * tied <= len(dist.ids) <= 0.9 * tied + 1  # the mass before the last < 0.9
 
 
 def peaked_rows(n: int, vocab: int, seed: int) -> np.ndarray:
@@ -158,15 +160,15 @@ def test_top_p_cut_from_the_tokens_near_the_peak_is_the_whole_rows(top_p, temper
     assert decided >= 22
 
 
-def test_a_top_p_cut_the_tail_can_move_is_left_to_the_whole_row():
+def test_a_top_p_cut_the_tail_can_move_takes_the_rows_own_total():
     """Two tokens tie at the peak and top-p is 0.5: the second is kept only if the tail adds
-    any mass (the mass before it, 1, must be < 0.5 x the total). The head cannot tell; the
-    whole row decides, both ways."""
+    any mass (the mass before it, 1, must be < 0.5 x the total). The head's bounds on the
+    total cannot tell; the row's own total decides, both ways."""
     sp, t = SamplingParams(1.0, top_p=0.5), np.float32(1.0)
     for tail, kept in ((-1e4, [10]), (-21.0, [10, 20])):  # weights 0, and e^-21 each
         row = np.full(151_936, tail, np.float32)
         row[[10, 20]] = 0.0
-        assert top_p_head(row, t, np.float32(0.0), 0.5) is None
+        assert top_p_head(row, t, np.float32(0.0), 0.5)[0].tolist() == kept
         assert token_dist(row, sp).ids.tolist() == kept
         assert np.flatnonzero(reference.logits_to_probs(row, sp)).tolist() == kept
 
