@@ -13,6 +13,7 @@ import math
 import secrets
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TypeVar
 
 import numpy as np
 
@@ -387,8 +388,24 @@ def reach(races: np.ndarray, places: int) -> float:
     skips a token that can reach it."""
     if len(races) < places:
         return math.inf
-    r = float(races.min() if places == 1 else np.partition(races, places - 1)[places - 1])
-    return r * (1.0 + 2.0**-20) + 2.0**-50
+    return float(
+        widened(races.min() if places == 1 else np.partition(races, places - 1)[places - 1])
+    )
+
+
+RaceT = TypeVar("RaceT", float, np.ndarray)
+
+
+def z_rounding(z_max: RaceT) -> RaceT:
+    """How far z - z_max (z = logit / temperature in float32) can lie from its exact value,
+    widened: 2^-20 of the largest |z|, and 1e-3 (a float or an array of them)."""
+    return 1e-3 + 2.0**-20 * abs(z_max)
+
+
+def widened(race: RaceT) -> RaceT:
+    """A race widened so that rounding never skips a token that can reach it (a float or an
+    array of them)."""
+    return race * (1.0 + 2.0**-20) + 2.0**-50
 
 
 def holder_entries(blocks: np.ndarray, holders: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
@@ -835,20 +852,26 @@ def gumbel_max_rows(logits: np.ndarray, sp: SamplingParams, seed: int, position:
     own = np.count_nonzero(passing, axis=1) > BATCH_BLOCKS  # flat rows: their own races
     passing[own] = False
     row_of, block = np.nonzero(passing)
-    cand = block_tokens(block[:, None], all_ids(NOISE_BLOCK))  # [P, NOISE_BLOCK]
-    row_of = np.broadcast_to(row_of[:, None], cand.shape).ravel()
-    cand = cand.ravel()
-    inside = cand < width
-    row_of, cand = row_of[inside], cand[inside]
+    # a token of a passing block races at most reach_s only if its logit reaches the block's
+    # e_min / reach_s in z (widened for rounding): the rest are not weighed
+    z = z64[row_of]
+    floor = (z + np.log(e_min[row_of, block] / reach_s[row_of]) - z_rounding(z)) * temperature
+    slots = all_ids(min(NOISE_BLOCK, -(-width // NOISE_STRIDE)))  # those the vocabulary has
+    cand = block_tokens(block[:, None], slots)  # [P, slots]
+    reaches = rows[row_of[:, None], np.minimum(cand, width - 1)] >= floor[:, None]
+    pair, slot = np.nonzero(reaches & (cand < width))
+    row_of, cand = row_of[pair], cand[pair, slot]
     w = scaled_weights(rows[row_of, cand], temperature, z64[row_of])
-    keep = e_min[row_of, block_of(cand)] <= reach_s[row_of] * w
-    row_of, cand, w = row_of[keep], cand[keep], w[keep]
     races = divide_races(noise_at(cand, token_offsets[row_of], block_offsets[row_of]), w)
     order = np.lexsort((cand, row_of))  # by row, then id: the first smallest is the lowest id
     row_of, cand, races = row_of[order], cand[order], races[order]
-    for i, (a, b) in enumerate(row_ranges(row_of, n)):
-        if a < b and reach(races[a:b], 1) <= reach_s[i]:  # none can race below the winner
-            tokens[i] = cand[a + int(np.argmin(races[a:b]))]
+    starts = np.flatnonzero(np.diff(row_of, prepend=-1))  # each raced row's first entry
+    raced = row_of[starts]
+    smallest = np.minimum.reduceat(races, starts) if len(races) else races
+    won = np.flatnonzero(races == smallest[np.searchsorted(raced, row_of)])
+    first_won = won[np.diff(row_of[won], prepend=-1) != 0]  # the lowest id among ties
+    sure = widened(smallest) <= reach_s[raced]  # none can race below the winner
+    tokens[raced[sure]] = cand[first_won[sure]]
     for i in np.flatnonzero(tokens < 0).tolist():  # token_dist's, its block maxima found
         scaled = ScaledRow(rows[i], temperature, float(z_max[i]), block_max[i])
         tokens[i] = TokenDist(None, None, scaled).gumbel_max(seed, position + i)
@@ -1072,7 +1095,7 @@ def top_p_head(
     is the whole row's, bit for bit. Where it is not, the row's own total (its exp and sum)
     decides among the same tokens. None where the nucleus may reach past them, ties with one
     left out, or the head is large: the whole row decides (dense_top_p)."""
-    slack = 1e-3 + 2.0**-20 * abs(float(z_max))  # row / temperature - z_max rounds both ways
+    slack = z_rounding(float(z_max))
     ids = np.flatnonzero(row >= (float(z_max) - TOP_P_HEAD_NATS) * float(temperature))
     if len(ids) > TOP_P_HEAD_MAX:  # a flat row: gathering the head costs more than the row
         return None

@@ -258,15 +258,15 @@ MUTANTS = (
     Mutant(  # a step's rows raced at once take the first reach as final
         "rows-race-trusts-the-first-reach",
         "edgespec/sampling.py",
-        "        if a < b and reach(races[a:b], 1) <= reach_s[i]:",
-        "        if a < b:",
+        "    sure = widened(smallest) <= reach_s[raced]  # none can race below the winner",
+        "    sure = smallest == smallest",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # a step's rows raced at once hash too few of their tokens
         "rows-race-token-bound-too-tight",
         "edgespec/sampling.py",
-        "    keep = e_min[row_of, block_of(cand)] <= reach_s[row_of] * w",
-        "    keep = e_min[row_of, block_of(cand)] <= reach_s[row_of] * w * w",
+        "    floor = (z + np.log(e_min[row_of, block] / reach_s[row_of]) - z_rounding(z)) * temperature",
+        "    floor = (z + 0.5 * np.log(e_min[row_of, block] / reach_s[row_of])) * temperature",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # every row of a step drawn with the first row's noise (its rows and supports)
