@@ -943,15 +943,14 @@ def gumbel_max_supports(dists: list[TokenDist], seed: int, position: int) -> np.
     """[n] each dist's gumbel_max(seed, position + i): the supports smaller than
     RACE_FRONT_MIN raced whole in one hash call for all of them, a larger one on its own
     (its front first)."""
-    tokens = np.array(
-        [
-            d.gumbel_max(seed, position + i) if d.size >= RACE_FRONT_MIN else -1
-            for i, d in enumerate(dists)
-        ],
-        dtype=np.int64,
-    )
-    small = np.flatnonzero(tokens < 0)
-    if not len(small):
+    tokens = np.empty(len(dists), dtype=np.int64)
+    small = []
+    for i, d in enumerate(dists):
+        if d.size < RACE_FRONT_MIN:
+            small.append(i)
+        else:
+            tokens[i] = d.gumbel_max(seed, position + i)
+    if not small:
         return tokens
     sizes = [dists[i].size for i in small]
     ids = np.concatenate([dists[i].token_ids() for i in small])
