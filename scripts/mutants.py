@@ -265,8 +265,8 @@ MUTANTS = (
     Mutant(  # a step's rows raced at once hash too few of their tokens
         "rows-race-token-bound-too-tight",
         "edgespec/sampling.py",
-        "    floor = (z + np.log(e_min[row_of, block] / reach_s[row_of]) - z_rounding(z)) * temperature",
-        "    floor = (z + 0.5 * np.log(e_min[row_of, block] / reach_s[row_of])) * temperature",
+        "floor = (z + np.log(e_min[row_of, block] / reach_s[row_of]) - z_rounding(z))",
+        "floor = (z + 0.5 * np.log(e_min[row_of, block] / reach_s[row_of]))",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # every row of a step drawn with the first row's noise (its rows and supports)
@@ -310,6 +310,13 @@ MUTANTS = (
         "    key = (np.uint64(0xFFFFFFFF) - w.view(np.uint32).astype(np.uint64)) << np.uint64(32)",
         "    key = w.view(np.uint32).astype(np.uint64) << np.uint64(32)",
         ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # the acceptance estimates' moving average back at 0.1
+        "acceptance-smoothing-at-0.1",
+        "edgespec/acceptance.py",
+        "        smoothing: float = 0.05,",
+        "        smoothing: float = 0.1,",
+        ("tests/test_controller.py",),
     ),
     Mutant(  # top-p's masses summed in float32
         "top-p-masses-in-float32",

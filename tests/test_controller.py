@@ -657,7 +657,7 @@ def test_on_a_one_graph_runtime_a_lone_guess_stays_plain_and_a_long_copy_drafts(
 
 def test_a_first_request_learns_fast_from_its_prior_and_a_later_one_at_the_moving_average():
     """The prior is worth COLD_WEIGHT (2) outcomes in the first request that judges a drafter:
-    its outcomes move the estimate by 1/3, 1/4, ... down to the smoothing (0.1). At 0.1 from
+    its outcomes move the estimate by 1/3, 1/4, ... down to the smoothing (0.05). At 0.1 from
     the start, the kit's oracle drafter (kept 90%, free) was judged for 100 steps of a fresh
     128-token request before its 0.6 prior let it draft (bench/replay_grid.py)."""
     a = ByPosition()
@@ -668,11 +668,16 @@ def test_a_first_request_learns_fast_from_its_prior_and_a_later_one_at_the_movin
     assert a.alphas(0, 1) == [pytest.approx(first + (1 - first) / 4)]
     for _ in range(8):
         a.observe(0, 1, 1)
-    a.next_request()  # ten outcomes known: the request starts from them, at the smoothing
+    a.next_request()  # ten outcomes known: the request starts from them
     start = a.alphas(0, 1)[0]
     assert start == pytest.approx((10 + 60) / 110)
-    a.observe(0, 1, 0)
-    assert a.alphas(0, 1) == [pytest.approx(start - 0.1 * start)]
+    a.observe(0, 1, 0)  # the start is worth 12 outcomes (the prior's 2 and 10): 1/13, not 0.05
+    assert a.alphas(0, 1) == [pytest.approx(start - start / 13)]
+    for _ in range(30):
+        a.observe(0, 1, 0)
+    before = a.alphas(0, 1)[0]
+    a.observe(0, 1, 1)  # past 20 outcomes: the smoothing
+    assert a.alphas(0, 1) == [pytest.approx(before + 0.05 * (1 - before))]
 
 
 def test_a_probe_drafts_what_would_pay_most_were_the_drafter_right_90_percent_of_the_time():
