@@ -1095,6 +1095,8 @@ def top_p_head(
     decides among the same tokens. None where the nucleus may reach past them, ties with one
     left out, or the head is large: the whole row decides (dense_top_p)."""
     slack = z_rounding(float(z_max))
+    if slack > 1.0:  # logits near float32's end: z's rounding dwarfs the head's bound
+        return None
     ids = np.flatnonzero(row >= (float(z_max) - TOP_P_HEAD_NATS) * float(temperature))
     if len(ids) > TOP_P_HEAD_MAX:  # a flat row: gathering the head costs more than the row
         return None

@@ -189,6 +189,16 @@ def test_a_nucleus_reaching_past_the_tokens_near_the_peak_is_left_to_the_whole_r
     assert ids.tolist() == [5] == token_dist(row, SamplingParams(1.0, top_p=0.9)).ids.tolist()
 
 
+def test_top_p_at_float32s_extremes_is_the_whole_rows():
+    """Logits of +-3e38: z's rounding (2^-20 of it) is far wider than the head's 20 nats, so
+    the whole row decides (it overflowed computing the head's bound)."""
+    row = np.full(151_936, -3e38, np.float32)
+    row[3] = 3e38
+    t = np.float32(1.0)
+    assert top_p_head(row, t, np.float32(3e38), 0.9) is None
+    assert token_dist(row, SamplingParams(1.0, top_p=0.9)).ids.tolist() == [3]
+
+
 def test_top_p_masses_are_float64():
     """100,000 tokens of weight 0.1 and top-p 0.5: in float64 the mass before token j is
     0.1 j to 1e-10, so exactly the first 50,000 are kept; a float32 running sum drifts by
