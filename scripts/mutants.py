@@ -318,6 +318,13 @@ MUTANTS = (
         "        smoothing: float = 0.1,",
         ("tests/test_controller.py",),
     ),
+    Mutant(  # the head's bound computed where z's rounding is wider than the head
+        "top-p-head-at-float32s-end",
+        "edgespec/sampling.py",
+        "    if slack > 1.0:  # logits near float32's end: z's rounding dwarfs the head's bound\n",
+        "    if False:\n",
+        ("tests/test_sampling_fast.py",),
+    ),
     Mutant(  # top-p's masses summed in float32
         "top-p-masses-in-float32",
         "edgespec/sampling.py",
