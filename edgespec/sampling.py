@@ -1058,8 +1058,9 @@ def nucleus(weights: np.ndarray, low: float, high: float, left_out: float) -> np
     """Indices (ascending) of the tokens top-p keeps among a row's candidates [n] (weights in
     id order), where the cut is the same at every limit from low to high (top_p times the
     bounds of the row's float64 total) and each kept token outweighs left_out, the most a
-    token not among them can weigh (0: there is none); else None. The heaviest grow (64,
-    512, ...) until their mass reaches high: no token after them is kept."""
+    token not among them can weigh (0: there is none); else None (never where low == high
+    and none is left out). The heaviest grow (64, 512, ...) until their mass reaches high:
+    no token after them is kept."""
     m = 64
     while True:
         top = heaviest(weights, m)
@@ -1070,10 +1071,13 @@ def nucleus(weights: np.ndarray, low: float, high: float, left_out: float) -> np
         last = float(weights[top[-1]])  # each token after them weighs at most this much:
         m = max(8 * m, len(top) + int((high - mass) / last)) if last > 0.0 else len(weights)
     kept = int(np.count_nonzero(before < high))
-    if kept != np.count_nonzero(before < low) or not weights[top[kept - 1]] > left_out:
-        return None  # the total's bounds straddle a token, or it ties with one left out
-    if kept == len(top) and left_out > 0.0 and not mass >= high:
-        return None  # the nucleus may reach past the candidates
+    if kept != np.count_nonzero(before < low):
+        return None  # the total's bounds straddle a token
+    if left_out > 0.0:  # tokens outside the candidates: none may tie with or follow a kept one
+        if not weights[top[kept - 1]] > left_out:
+            return None  # a kept token ties with one left out
+        if kept == len(top) and not mass >= high:
+            return None  # the nucleus may reach past the candidates
     keep = np.zeros(len(weights), dtype=bool)
     keep[top[:kept]] = True
     return np.flatnonzero(keep)
@@ -1118,8 +1122,7 @@ def dense_top_p(
     weights = dense_exp(row, temperature, float(z_max))
     total = float(weights.sum(dtype=np.float64))
     kept = nucleus(weights, top_p * total, top_p * total, 0.0)
-    if kept is None:  # a kept token at weight 0: top_p within rounding of 1
-        kept = np.flatnonzero(cut_top_p(weights, top_p, total))
+    assert kept is not None  # one limit and nothing left out: the cut is decided
     return kept, weights[kept]
 
 
