@@ -3,11 +3,13 @@
 A zero-cost runtime hands back preallocated [k+1, V] logits, so what is timed is everything
 edgespec does around the model: drafting bookkeeping, verification, rollback, detokenizing,
 stop checks, stats. Greedy, temperature 0.8 alone, with top-k 40 + top-p 0.9, with top-p 0.9
-and with min-p 0.05, at k = 1, 4, 8, V = 151,936; every draft is accepted, so each step
-reaches all k+1 rows. Each figure is the median of several runs (the machine's load average
-is printed with them). With --target, the same k+1-token verify pass is timed on the real
-model for the share; with --verify-ms, a given one (3.5: the H100's k = 4 pass on
-llama.cpp); the share is the loop's time over the verify pass's, as the GPU kit reports it.
+and with min-p 0.05, and top-k 40 + top-p 0.9 with each row's top 41 logits handed over by
+the device ("dev": llama.cpp's backend sampler, --device-top-k), at k = 1, 4, 8, V =
+151,936; every draft is accepted, so each step reaches all k+1 rows. Each figure is the
+median of several runs (the machine's load average is printed with them). With --target, the
+same k+1-token verify pass is timed on the real model for the share; with --verify-ms, a
+given one (3.5: the H100's k = 4 pass on llama.cpp); the share is the loop's time over the
+verify pass's, as the GPU kit reports it.
 
 The rows: with --logits, a real model's (bench/record_logits.py records them: float16 rows
 of decode steps on suite prompts), replayed by position; with --rows random, rows of
@@ -39,6 +41,7 @@ from edgespec.drafters import Draft
 from edgespec.engine import SpeculativeDecoder
 from edgespec.hugepages import reexec_with_tunable
 from edgespec.runtime import Runtime, VocabInfo
+from edgespec.runtimes.sampling_head import Candidates, head_dists, top_k_of_candidates
 from edgespec.sampling import SamplingParams
 
 V = 151_936
@@ -48,7 +51,11 @@ MODES = {
     "T0.8 top-k40 top-p0.9": SamplingParams(0.8, top_k=40, top_p=0.9, seed=0),
     "T0.8 top-p0.9": SamplingParams(0.8, top_p=0.9, seed=0),
     "T0.8 min-p0.05": SamplingParams(0.8, min_p=0.05, seed=0),
+    "T0.8 top-k40 top-p0.9 dev": SamplingParams(0.8, top_k=40, top_p=0.9, seed=0),
 }
+# modes whose rows arrive as each row's top_k + 1 largest logits, as llama.cpp's backend
+# sampler hands them over (LlamaOptions.device_top_k): the reduction is the device's
+ON_DEVICE = {"T0.8 top-k40 top-p0.9 dev"}
 
 
 class FreeRuntime(Runtime):
@@ -132,15 +139,58 @@ class OracleDrafter:
 PROMPT = [1, 2, 3]
 
 
-def decoder_for(rows: np.ndarray | None, k: int, sp: SamplingParams, n: int) -> SpeculativeDecoder:
+def decoder_for(
+    rows: np.ndarray | None, k: int, sp: SamplingParams, n: int, on_device: bool = False
+) -> SpeculativeDecoder:
     """A k-token speculative decoder whose drafts are all accepted: constant 7s on the spiked
-    rows (greedy, or rows with replayed ones), else the oracle over plain decoding's n tokens."""
+    rows (greedy, or rows with replayed ones), else the oracle over plain decoding's n tokens
+    (on_device: their top-k columns handed over, DeviceTopKRuntime)."""
     if rows is None or sp.greedy:
         rt = FreeRuntime() if rows is None else ConstantArgmaxRuntime(rows)
         return SpeculativeDecoder(rt, [ConstantDrafter()], FixedPolicy("const", k))
-    plain = SpeculativeDecoder(ReplayRuntime(rows), [], FixedPolicy(None, 0))
+    runtime = DeviceTopKRuntime if on_device else ReplayRuntime
+    plain = SpeculativeDecoder(runtime(rows), [], FixedPolicy(None, 0))
     text = PROMPT + plain.generate(PROMPT, max_tokens=n, sp=sp).tokens
-    return SpeculativeDecoder(ReplayRuntime(rows), [OracleDrafter(text)], FixedPolicy("oracle", k))
+    return SpeculativeDecoder(runtime(rows), [OracleDrafter(text)], FixedPolicy("oracle", k))
+
+
+class DeviceTopKRuntime(ReplayRuntime):
+    """Replayed rows whose sampled steps hand over each row's top_k + 1 largest logits,
+    largest first, as LlamaCppRuntime.forward_dists does with device_top_k. They are found
+    for every row up front, as the device finds them beside the pass: a top-k over the whole
+    row in forward_dists took it out of the loop's time but left the host's caches cold for
+    the loop (+100 us a step), which a GPU's reduction does not. A row whose candidates tie
+    at the cut reads its logits (float16 recorded rows tie there at about one row in 20;
+    float32 logits far more rarely)."""
+
+    def __init__(self, rows: np.ndarray, n_ctx: int = 1 << 20) -> None:
+        super().__init__(rows, n_ctx)
+        self.found: dict[int, Candidates] = {}  # top_k -> every row's candidates
+
+    @property
+    def dists_on_device(self) -> bool:
+        return True
+
+    def candidates(self, top_k: int) -> Candidates:
+        if top_k not in self.found:
+            rows = self.rows.astype(np.float32)
+            top = np.argpartition(-rows, top_k, axis=1)[:, : top_k + 1]
+            values = np.take_along_axis(rows, top, 1)
+            order = np.argsort(-values, axis=1, kind="stable")
+            values, top = np.take_along_axis(values, order, 1), np.take_along_axis(top, order, 1)
+            lse = np.full(len(rows), np.nan, dtype=np.float32)
+            self.found[top_k] = Candidates(values, top, lse)
+        return self.found[top_k]
+
+    def forward_dists(self, tokens, sp, *, last_only=False):
+        at = np.arange(self.n_past, self.n_past + len(tokens)) % len(self.rows)
+        at = at[-1:] if last_only else at
+        self.n_past += len(tokens)
+        every = self.candidates(sp.top_k)
+        found = Candidates(every.values[at], every.ids[at], every.lse[at])
+        read_row = lambda i: self.rows[at[i]].astype(np.float32)  # noqa: E731
+        decided = top_k_of_candidates(found, read_row, sp)
+        return decided or head_dists(found, read_row, self.rows.shape[1], sp)
 
 
 class ConstantArgmaxRuntime(ReplayRuntime):
@@ -153,10 +203,15 @@ class ConstantArgmaxRuntime(ReplayRuntime):
 
 
 def loop_cost_us(
-    k: int, sp: SamplingParams, steps: int = 60, runs: int = 9, rows: np.ndarray | None = None
+    k: int,
+    sp: SamplingParams,
+    steps: int = 60,
+    runs: int = 9,
+    rows: np.ndarray | None = None,
+    on_device: bool = False,
 ) -> float:
-    """Median over runs of the mean cost per step of a run."""
-    dec = decoder_for(rows, k, sp, steps * (k + 1))
+    """Median over runs of the mean cost per step of a run (on_device: decoder_for's)."""
+    dec = decoder_for(rows, k, sp, steps * (k + 1), on_device)
     dec.generate(PROMPT, max_tokens=5 * (k + 1), sp=sp)  # warm-up
     costs = []
     for _ in range(runs):
@@ -250,7 +305,8 @@ def main() -> None:
         if args.verify_ms:
             verify = args.verify_ms * 1e3
         for mode, sp in modes.items():
-            loop = loop_cost_us(k, sp, runs=args.runs, rows=replayed)
+            on_device = mode in ON_DEVICE and replayed is not None
+            loop = loop_cost_us(k, sp, runs=args.runs, rows=replayed, on_device=on_device)
             share = loop / verify if verify else None
             rows.append(
                 {"k": k, "mode": mode, "rows": source, "loop_us": loop, "verify_us": verify,

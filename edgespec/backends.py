@@ -34,6 +34,10 @@ class RuntimeOptions:
     # llama.cpp: the most tokens one rollback cuts cheaply (the longest draft): a recurrent or
     # hybrid model keeps that many copies of its state (LlamaOptions.snapshots)
     rollback: int = K_MAX
+    # llama.cpp: a sampled step with top-k on reads each row's top-k + 1 logits from llama.cpp's
+    # backend sampler where the pass ran, not its whole row (LlamaOptions.device_top_k); the
+    # target only (a draft model would attach and detach it every step)
+    device_top_k: bool = False
 
     def __post_init__(self) -> None:
         from edgespec.runtimes.threads import bounded_threads
@@ -117,7 +121,10 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
             n_gpu_layers=opts.gpu_layers(),
             load_aware_threads=opts.load_aware_threads,
             options=LlamaOptions(
-                **(EXACT_LLAMA if opts.exact else {}), mtp=opts.mtp, snapshots=opts.rollback
+                **(EXACT_LLAMA if opts.exact else {}),
+                mtp=opts.mtp,
+                snapshots=opts.rollback,
+                device_top_k=opts.device_top_k,
             ),
         )
     if not path.exists():

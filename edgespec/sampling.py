@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TypeVar
@@ -790,8 +791,85 @@ def row_dists(logits: np.ndarray, sp: SamplingParams) -> RowDists:
     return RowDists(logits, sp)
 
 
-class RowDists:
-    """A verify pass's rows as the distributions their tokens are drawn from: row i's
+class PassRows:
+    """A verify pass's rows as the distributions their tokens are drawn from (i -> row i's
+    TokenDist), and every row's Gumbel-max token at once where one call for all rows costs
+    less than one a row (verify_gumbel asks gumbel_maxes first)."""
+
+    def __call__(self, i: int) -> TokenDist:
+        raise NotImplementedError
+
+    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
+        """[n] row i's gumbel_max(seed, position + i), every row at once; None: row by row."""
+        return None
+
+
+class DecidedRows(PassRows):
+    """n rows whose distributions `dist` gives, each computed once: a device's candidates
+    (runtimes/sampling_head.py), the row's logits where they cannot decide it. Their supports
+    race in one hash call (gumbel_max_supports)."""
+
+    def __init__(self, n: int, dist: Callable[[int], TokenDist]) -> None:
+        self.n, self.dist = n, dist
+        self.known: dict[int, TokenDist] = {}
+
+    def __call__(self, i: int) -> TokenDist:
+        if i not in self.known:
+            self.known[i] = self.dist(i)
+        return self.known[i]
+
+    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
+        return gumbel_max_supports([self(i) for i in range(self.n)], seed, position)
+
+
+class TopKRows(PassRows):
+    """A step's rows under top-k, as their top k tokens: ids [n, k] ascending in each row and
+    their z = logit / temperature (top_k_rows on the host, or the device's columns: llama.cpp's
+    backend sampler). Row i is top_k_dist(ids[i], z[i], sp); their Gumbel-max tokens race in
+    one call for all rows, each row's arithmetic as top_k_dist's, bit for bit (a k = 4 step
+    built five TokenDists, ~60 numpy calls a row)."""
+
+    def __init__(self, ids: np.ndarray, z: np.ndarray, sp: SamplingParams) -> None:
+        self.ids, self.z, self.sp = ids, z, sp
+
+    def __call__(self, i: int) -> TokenDist:
+        return top_k_dist(self.ids[i], self.z[i], self.sp)
+
+    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
+        n, k = self.ids.shape
+        probs = top_k_probs(self.z, self.sp)  # 0 where top-p or min-p cut: it races at inf
+        token_offsets, block_offsets = row_noise_offsets(seed, position, n)
+        row_of = np.repeat(np.arange(n), k)
+        noise = noise_at(self.ids.ravel(), token_offsets[row_of], block_offsets[row_of])
+        races = divide_races(noise, probs.ravel()).reshape(n, k)
+        return self.ids[np.arange(n), races.argmin(axis=1)]  # ties: the lowest id
+
+
+def top_k_probs(z: np.ndarray, sp: SamplingParams) -> np.ndarray:
+    """[n, k] float32 the probabilities top_k_dist gives each row of z [n, k] (ids ascending),
+    0 for a token top-p or min-p cut: its weights exp(z - max z), top-p's cut (heaviest first,
+    ties by id, float64 masses over the row's float64 total), min-p's, one normalization."""
+    z_max = z.max(axis=1)
+    for peak in z_max.tolist():
+        check_scaled(peak, sp)
+    weights = np.exp(z - z_max[:, None])
+    if sp.top_p < 1.0:
+        total = weights.sum(axis=1, dtype=np.float64)
+        order = np.argsort(-weights, axis=1, kind="stable")
+        heaviest = np.take_along_axis(weights, order, 1)
+        before = np.zeros(heaviest.shape)
+        np.cumsum(heaviest[:, :-1], axis=1, dtype=np.float64, out=before[:, 1:])
+        keep = np.empty(weights.shape, dtype=bool)
+        np.put_along_axis(keep, order, before < sp.top_p * total[:, None], 1)
+        weights = weights * keep
+    if sp.min_p > 0.0:
+        floor = sp.min_p * weights.max(axis=1, keepdims=True)
+        weights = np.where(weights >= floor, weights, 0.0)
+    return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+class RowDists(PassRows):
+    """A verify pass's logits as the distributions their tokens are drawn from: row i's
     token_dist when asked for it, and under temperature alone every row's Gumbel-max token at
     once (gumbel_maxes)."""
 
@@ -811,8 +889,8 @@ class RowDists:
             return None
         if 0 < sp.top_k <= TOP_K_ROWS and sp.top_k < width:  # each support k tokens or fewer
             rows = np.asarray(self.logits, dtype=np.float32)
-            top = top_k_rows(rows, sp.top_k, np.float32(sp.temperature))
-            return gumbel_max_supports([top_k_dist(*t, sp) for t in top], seed, position)
+            ids, z = zip(*top_k_rows(rows, sp.top_k, np.float32(sp.temperature)))
+            return TopKRows(np.stack(ids), np.stack(z), sp).gumbel_maxes(seed, position)
         if sp.top_k > 0 or sp.top_p < 1.0 or sp.min_p > 0.0:
             dists = [self(i) for i in range(len(self.logits))]
             return gumbel_max_supports(dists, seed, position)

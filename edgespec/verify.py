@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgespec.sampling import RowDists, TokenDist
+from edgespec.sampling import PassRows, TokenDist
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def verify_gumbel(
     a model draft with P(argmax(log p + g) = argmax(log q + g)) <= 1 - TV(p, q).
     """
     k = len(draft)
-    every = p.gumbel_maxes(seed, position) if isinstance(p, RowDists) else None
+    every = p.gumbel_maxes(seed, position) if isinstance(p, PassRows) else None
     for i in range(k + 1):
         y = int(every[i]) if every is not None else p(i).gumbel_max(seed, position + i)
         if i == k or y != int(draft[i]):

@@ -22,8 +22,21 @@ from edgespec.errors import ModelFileError
 from edgespec.runtime import K_MAX, Runtime, VocabInfo
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
 from edgespec.runtimes.llama_heads import model_metadata
-from edgespec.runtimes.shared import KeptFeatures, forward_in_chunks, kept_rows, token_text_hash
+from edgespec.runtimes.sampling_head import (
+    CANDIDATES,
+    Candidates,
+    head_dists,
+    top_k_of_candidates,
+)
+from edgespec.runtimes.shared import (
+    KeptFeatures,
+    check_room,
+    forward_in_chunks,
+    kept_rows,
+    token_text_hash,
+)
 from edgespec.runtimes.threads import LoadAwareThreads, default_threads
+from edgespec.sampling import PassRows, SamplingParams, row_dists
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +132,10 @@ class LlamaOptions:
     layer's memory, so only where an MTP drafter may run). snapshots: the most tokens one
     rollback cuts cheaply on a recurrent or hybrid model: llama.cpp keeps that many copies
     of its recurrent state (n_rs_seq; 20 MB each on a Qwen3.5-2B), so the longest draft's
-    (at least 1: --exact's padded one-token passes)."""
+    (at least 1: --exact's padded one-token passes). device_top_k: a sampled step with top-k
+    on (up to DEVICE_TOP_K_MAX) reads each row's top-k + 1 logits from llama.cpp's backend
+    sampler, where the pass ran, instead of copying its whole rows to the host (forward_dists;
+    llama-cpp-python 0.3.36+)."""
 
     repack: bool = True
     flash_attn: bool | None = None
@@ -128,6 +144,12 @@ class LlamaOptions:
     n_batch: int = 512
     mtp: bool = False
     snapshots: int = K_MAX
+    device_top_k: bool = False
+
+
+# the largest top-k whose candidates llama.cpp's backend sampler hands over (device_top_k):
+# the sampling head's (runtimes/sampling_head.py), for the same reason (a few columns a row)
+DEVICE_TOP_K_MAX = CANDIDATES
 
 
 class LlamaCppRuntime(Runtime):
@@ -160,6 +182,16 @@ class LlamaCppRuntime(Runtime):
         self.ctx = None
         self.repack, self.flash_attn = options.repack, options.flash_attn
         self.snapshots = max(1, options.snapshots)
+        self.device_top_k = options.device_top_k and not vocab_only
+        if self.device_top_k and not hasattr(self.llama, "llama_set_sampler"):
+            raise ModelFileError(
+                f"{self.path.name}: device top-k needs llama.cpp's backend sampling "
+                "(llama_set_sampler), which this llama-cpp-python lacks; upgrade it to 0.3.36 "
+                "or later, or turn device top-k off"
+            )
+        self.top_k_sampler = None  # llama.cpp's backend top-k sampler the context holds
+        self.attached = 0  # its columns (0: none)
+        self.passes = 0  # decode calls so far: a step's rows are read before the next
         self.min_width = max(1, options.min_width)
         self.n_gpu_layers = n_gpu_layers  # as loaded (0: every layer on the CPU)
         self.model = self.load_model(n_gpu_layers, vocab_only, options.mtp)
@@ -257,6 +289,8 @@ class LlamaCppRuntime(Runtime):
         params.no_perf = True
         if self.recurrent:  # state snapshots for the rollback after a verify pass
             params.n_rs_seq = self.snapshots
+        if self.device_top_k:  # a backend sampler takes one row a sequence unless told more
+            params.n_outputs_max_per_seq = self.n_batch
         if self.flash_attn is not None:
             on, off = (
                 self.llama.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -277,6 +311,8 @@ class LlamaCppRuntime(Runtime):
             self.llama.llama_batch_free(self.batch)
             self.llama.llama_free(self.ctx)
             self.ctx = None
+        if getattr(self, "top_k_sampler", None) is not None:
+            self.free_top_k_sampler()  # after the context that held it
         if getattr(self, "model", None):
             self.llama.llama_model_free(self.model)
             self.model = None
@@ -290,10 +326,98 @@ class LlamaCppRuntime(Runtime):
     # --- the Runtime protocol ---------------------------------------------------------------
 
     def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
+        self.attach_top_k(0)  # every column wanted
         return forward_in_chunks(self, tokens, last_only, self.n_batch, self.run)
+
+    @property
+    def dists_on_device(self) -> bool:
+        return self.device_top_k
+
+    def forward_dists(
+        self, tokens: Sequence[int], sp: SamplingParams, *, last_only: bool = False
+    ) -> PassRows:
+        """forward's rows as the distributions sampling draws from (only where
+        device_top_k: edgespec.runtime.forward_dists decides). With top-k on (up to
+        DEVICE_TOP_K_MAX), llama.cpp's backend top-k sampler reduces each row to its top_k + 1
+        largest logits where the pass ran, and only those reach the host: the spare below
+        the top k shows no token left out ties with a kept one (sampling.candidate_dist).
+        A row it cannot decide re-runs the pass for the logits, before the runtime's next
+        pass. Other parameters, or a catch-up longer than a pass, take the logits."""
+        if not 0 < sp.top_k <= DEVICE_TOP_K_MAX or sp.top_k >= self.n_vocab:
+            return row_dists(self.forward(tokens, last_only=last_only), sp)
+        if not tokens or len(tokens) > self.n_batch:
+            return row_dists(self.forward(tokens, last_only=last_only), sp)
+        check_room(self, len(tokens))
+        start, n_rows = self.n_past, 1 if last_only else len(tokens)
+        self.attach_top_k(sp.top_k + 1)
+        self.decode_rows(tokens, n_rows)
+        found, passes = self.read_candidates(len(tokens), n_rows), self.passes
+        copied: list[np.ndarray] = []  # the pass's logits, once a row needs them
+
+        def read_row(i: int) -> np.ndarray:
+            if not copied:
+                if self.passes != passes:
+                    raise RuntimeError("a step's rows were read after the runtime's next pass")
+                self.rollback(start)  # the same tokens again, every column this time
+                copied.append(self.forward(tokens, last_only=last_only))
+            return copied[0][i]
+
+        return top_k_of_candidates(found, read_row, sp) or head_dists(
+            found, read_row, self.n_vocab, sp
+        )
+
+    def attach_top_k(self, columns: int) -> None:
+        """Give the context a backend top-k sampler of `columns`, or none (0): each pass then
+        returns those columns a row, or the logits. A sampler is made for each attachment
+        (llama.cpp initializes one on its back-end once) and freed once detached."""
+        if columns == self.attached:
+            return
+        sampler = None
+        if columns:
+            sampler = self.llama.llama_sampler_chain_init(
+                self.llama.llama_sampler_chain_default_params()
+            )
+            self.llama.llama_sampler_chain_add(
+                sampler, self.llama.llama_sampler_init_top_k(columns)
+            )
+        if not self.llama.llama_set_sampler(self.ctx, 0, sampler):
+            raise RuntimeError(f"llama.cpp refused a backend top-k sampler of {columns} columns")
+        self.free_top_k_sampler()
+        self.top_k_sampler, self.attached = sampler, columns
+
+    def free_top_k_sampler(self) -> None:
+        """Free the top-k sampler the context no longer holds (it only borrowed it)."""
+        if self.top_k_sampler is not None:
+            self.llama.llama_sampler_free(self.top_k_sampler)
+            self.top_k_sampler = None
+
+    def read_candidates(self, n_tokens: int, n_rows: int) -> Candidates:
+        """The attached top-k sampler's columns for the last n_rows of the n_tokens just
+        decoded, largest first: values and ids [n_rows, columns]; lse unknown (NaN: top-k
+        decides without it)."""
+        columns, lib = self.attached, self.llama
+        values = np.empty((n_rows, columns), dtype=np.float32)
+        ids = np.empty((n_rows, columns), dtype=np.int64)
+        for row, i in enumerate(range(n_tokens - n_rows, n_tokens)):
+            count = int(lib.llama_get_sampled_candidates_count_ith(self.ctx, i))
+            n_logits = int(lib.llama_get_sampled_logits_count_ith(self.ctx, i))
+            if count != columns or n_logits != count:
+                raise RuntimeError(f"llama.cpp's top-k sampler gave {count} of {columns} columns")
+            logits = lib.llama_get_sampled_logits_ith(self.ctx, i)
+            found = lib.llama_get_sampled_candidates_ith(self.ctx, i)
+            values[row] = np.ctypeslib.as_array(logits, shape=(count,))
+            ids[row] = np.ctypeslib.as_array(found, shape=(count,))
+        order = np.argsort(-values, axis=1, kind="stable")
+        values, ids = np.take_along_axis(values, order, 1), np.take_along_axis(ids, order, 1)
+        return Candidates(values, ids, np.full(n_rows, np.nan, dtype=np.float32))
 
     def run(self, tokens: Sequence[int], rows: int) -> np.ndarray:
         """Decode tokens at n_past; logits of the last `rows` of them: [rows, V]."""
+        self.decode_rows(tokens, rows)
+        return self.read_logits(rows)
+
+    def decode_rows(self, tokens: Sequence[int], rows: int) -> None:
+        """Decode tokens at n_past with outputs for the last `rows` of them."""
         n = len(tokens)
         pad = max(self.min_width - n, 0) if rows == n else 0
         if pad and n + pad <= self.n_batch:
@@ -301,9 +425,8 @@ class LlamaCppRuntime(Runtime):
             # attention keeps them out of the real rows), then dropped from the cache
             self.decode([*tokens, *[tokens[-1]] * pad], all_rows=False, last_row=False, real=n)
             self.rollback(self.n_past - pad)
-            return self.read_logits(rows)
+            return
         self.decode(tokens, all_rows=rows == n, last_row=rows > 0)
-        return self.read_logits(rows)
 
     def decode(
         self, tokens: Sequence[int], *, all_rows: bool, last_row: bool, real: int = 0
@@ -322,6 +445,7 @@ class LlamaCppRuntime(Runtime):
         self.choose_threads()
         with interrupts.native_call():
             status = self.llama.llama_decode(self.ctx, b)
+        self.passes += 1
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} at n_past={self.n_past}")
         if self.kept is not None:

@@ -36,7 +36,7 @@ from edgespec.runtimes.model_folder import (
     ExportedModelFolder,
     read_logit_ranges,
 )
-from edgespec.runtimes.sampling_head import SamplingHead, head_dists
+from edgespec.runtimes.sampling_head import SamplingHead, head_dists, top_k_of_candidates
 from edgespec.runtimes.shared import (
     KeptFeatures,
     check_room,
@@ -296,7 +296,10 @@ class OnnxRuntime(ExportedModelFolder):
                 copied.append(np.array(self.read_logits(step)[real], dtype=np.float32))
             return copied[0][i]
 
-        return head_dists(found.rows(real), read_row, self.n_logits, sp)
+        rows = found.rows(real)
+        return top_k_of_candidates(rows, read_row, sp) or head_dists(
+            rows, read_row, self.n_logits, sp
+        )
 
     def last_step(self, tokens: Sequence[int], last_only: bool, caller: str) -> tuple[Step, slice]:
         """run_step over tokens whose rows are read where they are (forward_top,

@@ -17,7 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from edgespec.sampling import SamplingParams, TokenDist, candidate_dist, token_dist
+from edgespec.sampling import (
+    DecidedRows,
+    SamplingParams,
+    TokenDist,
+    TopKRows,
+    candidate_dist,
+    token_dist,
+    top_k,
+)
 
 CANDIDATES = 128  # columns a row's distribution may draw from without its whole row (top-k <= this)
 OPSET = 17
@@ -89,7 +97,7 @@ def head_model(n_columns: int, candidates: int = CANDIDATES) -> bytes:
 
 def head_dists(
     found: Candidates, read_row: Callable[[int], np.ndarray], n_columns: int, sp: SamplingParams
-) -> Callable[[int], TokenDist]:
+) -> DecidedRows:
     """i -> row i's distribution (sampling.token_dist), from its candidates where they decide
     it (candidate_dist), else from read_row(i), the row's logits copied to the host."""
 
@@ -98,7 +106,31 @@ def head_dists(
         row = candidate_dist(found.values[i], found.ids[i], lse, n_columns, sp)
         return token_dist(read_row(i), sp) if row is None else row
 
-    return dist
+    return DecidedRows(len(found.values), dist)
+
+
+def top_k_of_candidates(
+    found: Candidates, read_row: Callable[[int], np.ndarray], sp: SamplingParams
+) -> TopKRows | None:
+    """Every row's top-k distribution at once (sampling.TopKRows), as token_dist gives each:
+    the top k of its candidates by z = value / temperature, ties by the lowest id, or, for a
+    row whose candidates tie across the spare column (a token left out may tie with a kept
+    one), the top k of its logits (read_row). None where top-k is off or beyond the
+    candidates (then row by row: head_dists)."""
+    temperature = np.float32(sp.temperature)
+    z = np.divide(found.values, temperature, dtype=np.float32)  # the host's row / temperature
+    m = z.shape[1] - 1
+    if not 0 < sp.top_k <= m:
+        return None
+    tied = ~(z[:, m - 1] > z[:, m])  # largest first: the spare ties with the last candidate
+    ids, z = found.ids[:, :m], z[:, :m]
+    top = np.lexsort((ids, -z), axis=-1)[:, : sp.top_k]  # z descending, then ids ascending
+    ids, z = np.take_along_axis(ids, top, 1), np.take_along_axis(z, top, 1)
+    by_id = np.argsort(ids, axis=1)
+    ids, z = np.take_along_axis(ids, by_id, 1), np.take_along_axis(z, by_id, 1)
+    for i in np.flatnonzero(tied).tolist():
+        ids[i], z[i] = top_k(np.asarray(read_row(i), dtype=np.float32), sp.top_k, temperature)
+    return TopKRows(ids, z, sp)
 
 
 class SamplingHead:

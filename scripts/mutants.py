@@ -38,6 +38,7 @@ ENGINE, VERIFY = "tests/test_engine.py", "tests/test_verify.py"
 SAMPLING = "tests/test_sampling.py"
 HEAD = "tests/test_sampling_head.py"
 TOP = "tests/test_top_outputs.py"
+DEVICE_TOP_K = "tests/test_device_top_k.py"
 
 
 @dataclass(frozen=True)
@@ -1263,6 +1264,34 @@ MUTANTS = (
         'if spec.drafter == "none" or pair.target.max_rollback != 0:',
         "if True:",
         ("tests/test_recurrent.py",),
+    ),
+    Mutant(  # no spare column: a tie between the k-th logit and one left out goes unseen
+        "device-top-k-without-the-spare",
+        "runtimes/llamacpp.py",
+        "self.attach_top_k(sp.top_k + 1)",
+        "self.attach_top_k(sp.top_k)",
+        (DEVICE_TOP_K,),
+    ),
+    Mutant(  # the sampler's columns in llama.cpp's order: candidate_dist reads them largest first
+        "device-top-k-columns-unsorted",
+        "runtimes/llamacpp.py",
+        'order = np.argsort(-values, axis=1, kind="stable")',
+        "order = np.argsort(np.zeros_like(values), axis=1)",
+        (DEVICE_TOP_K,),
+    ),
+    Mutant(  # a later pass with the sampler still attached: its rows are not the logits
+        "device-top-k-left-attached",
+        "runtimes/llamacpp.py",
+        "        self.attach_top_k(0)  # every column wanted\n",
+        "",
+        (DEVICE_TOP_K,),
+    ),
+    Mutant(  # a tie at the cut re-runs nothing: the rows are read from the sampler's pass
+        "device-top-k-tie-rereads-stale-logits",
+        "runtimes/llamacpp.py",
+        "                self.rollback(start)  # the same tokens again, every column this time\n",
+        "",
+        (DEVICE_TOP_K,),
     ),
 )
 

@@ -30,7 +30,8 @@ loop_overhead = bench_module("loop_overhead")
 def test_replayed_rows_accept_every_draft(mode):
     rows = (np.random.default_rng(0).standard_normal((16, 5_000)) * 3).astype(np.float16)
     # loop_cost_us asserts that every step was a full k = 4 step
-    assert loop_overhead.loop_cost_us(4, loop_overhead.MODES[mode], steps=6, runs=1, rows=rows) > 0
+    sp, on_device = loop_overhead.MODES[mode], mode in loop_overhead.ON_DEVICE
+    assert loop_overhead.loop_cost_us(4, sp, steps=6, runs=1, rows=rows, on_device=on_device) > 0
 
 
 def test_replay_runtime_answers_by_position():

@@ -52,6 +52,13 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
         help="batch-invariant kernels (llama.cpp, ONNX Runtime; CPU): speculative output equals "
         "plain decoding's, greedy and seeded, at some cost in speed (docs/exactness.md)",
     )
+    p.add_argument(
+        "--device-top-k",
+        action="store_true",
+        help="GGUF (llama.cpp) target: a sampled step with --top-k (up to 128) reads each "
+        "row's top-k logits from llama.cpp's backend sampler, where the pass ran, instead of "
+        "copying every logit to the host (the same output)",
+    )
 
 
 def add_spec_args(p: argparse.ArgumentParser) -> None:
@@ -116,6 +123,7 @@ def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
         device=args.device,
         n_gpu_layers=args.n_gpu_layers,
         exact=args.exact,
+        device_top_k=args.device_top_k,
     )
 
 

@@ -1,0 +1,173 @@
+"""A sampled step with top-k on reads each row's top-k + 1 logits from llama.cpp's backend
+sampler (LlamaOptions.device_top_k), not the whole row: on a GPU only those columns leave the
+device. Checked on real llama.cpp contexts over tiny float32 GGUF models, on the CPU:
+- the sampler's columns of every row of a 5-token pass are the row's top_k + 1 largest
+  logits, the same bits as the logits a context without it returns;
+- seeded output with it equals seeded output without it, plain and speculative, for top-k
+  alone and with top-p or min-p, and no logits reach the host;
+- where the k-th and (k+1)-th logits tie (a target whose output rows come in identical
+  pairs: at odd k every row ties there), the pass re-runs for its logits and the lowest id
+  wins, as token_dist keeps it; at even k nothing re-runs;
+- temperature alone and top-p alone take the logits as before, and a greedy request after a
+  sampled one reads the same logits as a context that never had the sampler;
+- a llama-cpp-python without backend sampling is refused with the fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgespec.controller import FixedPolicy
+from edgespec.drafters import ModelDrafter
+from edgespec.engine import SpeculativeDecoder
+from edgespec.errors import ModelFileError
+from edgespec.sampling import SamplingParams
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama.cpp back-end (edgespec[llama])")
+
+from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions  # noqa: E402
+from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf  # noqa: E402
+
+PROMPT = "<|im_start|>user\nwrite the rest of it<|im_end|>\n<|im_start|>assistant\n"
+ON = LlamaOptions(device_top_k=True)
+SAMPLED = [
+    SamplingParams(0.8, top_k=40, top_p=0.9, seed=1),
+    SamplingParams(1.0, top_k=5, seed=5),
+    SamplingParams(1.5, top_k=128, min_p=0.05, seed=2),
+]
+
+
+def paired(folder: Path, twinned: int) -> Path:
+    """A tiny target whose first `twinned` tokens' output rows come in identical pairs
+    (tokens 2j and 2j + 1): their logits have twins."""
+    cfg = TinyConfig()
+    tensors = random_weights(cfg, len(vocabulary()[0]), seed=5)
+    out = tensors["output.weight"][:twinned]
+    out[1::2] = out[0::2][: len(out[1::2])]
+    return write_gguf(folder / f"paired-{twinned}.gguf", cfg, tensors)
+
+
+@pytest.fixture(scope="module")
+def paired_target(tmp_path_factory) -> Path:
+    """Every logit has a twin: sorted, a row's values tie at ranks (1, 2), (3, 4), ..."""
+    return paired(tmp_path_factory.mktemp("paired"), len(vocabulary()[0]))
+
+
+@pytest.fixture(scope="module")
+def half_paired_target(tmp_path_factory) -> Path:
+    """Half the tokens have twins: some rows tie at the cut, others do not."""
+    return paired(tmp_path_factory.mktemp("half"), len(vocabulary()[0]) // 2)
+
+
+def counting_reads(runtime: LlamaCppRuntime) -> list[int]:
+    """Count the runtime's logits copies to the host (read_logits calls)."""
+    calls = [0]
+    read = runtime.read_logits
+
+    def counted(n_rows: int) -> np.ndarray:
+        calls[0] += 1
+        return read(n_rows)
+
+    runtime.read_logits = counted  # type: ignore[method-assign]
+    return calls
+
+
+def generate(target, draft, sp, speculative: bool, max_tokens: int = 24) -> list[int]:
+    drafters = [ModelDrafter(draft)] if draft is not None else []
+    policy = FixedPolicy("model", 3) if speculative else FixedPolicy(None, 0)
+    dec = SpeculativeDecoder(target, drafters, policy)
+    return dec.generate(PROMPT, max_tokens=max_tokens, sp=sp).tokens
+
+
+def test_the_samplers_columns_are_each_rows_largest_logits(tiny_pair):
+    host = LlamaCppRuntime(tiny_pair[0], n_ctx=256)
+    device = LlamaCppRuntime(tiny_pair[0], n_ctx=256, options=ON)
+    tokens = host.tokenize(PROMPT, special=True)
+    for k in (1, 5, 40, 128):
+        for rt in (host, device):
+            rt.reset()
+            rt.forward(tokens[:-5], last_only=True)
+        logits = host.forward(tokens[-5:])
+        device.attach_top_k(k + 1)
+        device.decode_rows(tokens[-5:], 5)
+        found = device.read_candidates(5, 5)
+        assert found.values.shape == (5, k + 1)
+        for row, values, ids in zip(logits, found.values, found.ids):
+            top = np.sort(row)[::-1][: k + 1]
+            np.testing.assert_array_equal(values, top)  # the same bits, largest first
+            np.testing.assert_array_equal(row[ids], values)
+            assert len(set(ids.tolist())) == k + 1
+
+
+@pytest.mark.parametrize("sp", SAMPLED, ids=lambda sp: f"top_k{sp.top_k}")
+def test_seeded_output_is_the_same_with_the_samplers_columns(tiny_pair, sp):
+    host = LlamaCppRuntime(tiny_pair[0], n_ctx=256)
+    device = LlamaCppRuntime(tiny_pair[0], n_ctx=256, options=ON)
+    draft = LlamaCppRuntime(tiny_pair[1], n_ctx=256)
+    reads = counting_reads(device)
+    for speculative in (False, True):
+        expected = generate(host, draft, sp, speculative)
+        assert len(expected) == 24
+        assert generate(device, draft, sp, speculative) == expected
+    # the prompt's pass copies its last row (forward, the sampler detached): nothing else
+    assert reads[0] == 2
+    assert device.attached == sp.top_k + 1
+
+
+@pytest.mark.parametrize("top_k, reruns", [(5, True), (4, False)])
+def test_a_tie_at_the_cut_reruns_the_pass_for_its_logits(paired_target, top_k, reruns):
+    host = LlamaCppRuntime(paired_target, n_ctx=256)
+    device = LlamaCppRuntime(paired_target, n_ctx=256, options=ON)
+    sp = SamplingParams(1.0, top_k=top_k, seed=4)
+    reads = counting_reads(device)
+    expected = generate(host, None, sp, speculative=False, max_tokens=16)
+    assert len(expected) == 16
+    assert generate(device, None, sp, speculative=False, max_tokens=16) == expected
+    # odd k: the k-th value's twin is the spare at every row, so each step's pass re-runs
+    assert reads[0] == (1 + 16 if reruns else 1)
+
+
+@pytest.mark.parametrize("top_k", [3, 5])
+def test_rows_that_tie_at_the_cut_beside_rows_that_do_not(half_paired_target, tiny_pair, top_k):
+    host = LlamaCppRuntime(half_paired_target, n_ctx=256)
+    device = LlamaCppRuntime(half_paired_target, n_ctx=256, options=ON)
+    draft = LlamaCppRuntime(tiny_pair[1], n_ctx=256)
+    sp = SamplingParams(1.0, top_k=top_k, seed=4)
+    reads = counting_reads(device)
+    for speculative in (False, True):
+        expected = generate(host, draft, sp, speculative, max_tokens=16)
+        assert len(expected) == 16
+        assert generate(device, draft, sp, speculative, max_tokens=16) == expected
+    passes = device.passes - 2  # the two prompts' passes
+    assert 2 < reads[0] < 2 + passes  # some steps re-ran for a tied row, not all
+
+
+def test_other_parameters_take_the_logits_and_greedy_after_sampled_reads_them(tiny_pair):
+    host = LlamaCppRuntime(tiny_pair[0], n_ctx=256)
+    device = LlamaCppRuntime(tiny_pair[0], n_ctx=256, options=ON)
+    for sp in (SamplingParams(0.9, seed=5), SamplingParams(0.9, top_p=0.8, seed=5)):
+        assert generate(device, None, sp, False) == generate(host, None, sp, False)
+        assert device.attached == 0
+    generate(device, None, SAMPLED[0], False)
+    assert device.attached == SAMPLED[0].top_k + 1
+    greedy = SamplingParams()
+    assert generate(device, None, greedy, False) == generate(host, None, greedy, False)
+    assert device.attached == 0
+    tokens = host.tokenize(PROMPT, special=True)
+    for rt in (host, device):
+        rt.reset()
+    np.testing.assert_array_equal(device.forward(tokens), host.forward(tokens))
+
+
+def test_a_llama_cpp_python_without_backend_sampling_is_refused(tiny_pair, monkeypatch):
+    monkeypatch.delattr(llama_cpp, "llama_set_sampler")
+    with pytest.raises(ModelFileError) as e:
+        LlamaCppRuntime(tiny_pair[0], n_ctx=256, options=ON)
+    assert str(e.value) == (
+        "tiny-target.gguf: device top-k needs llama.cpp's backend sampling "
+        "(llama_set_sampler), which this llama-cpp-python lacks; upgrade it to 0.3.36 or "
+        "later, or turn device top-k off"
+    )
