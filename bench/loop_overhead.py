@@ -4,7 +4,7 @@ A zero-cost runtime hands back preallocated [k+1, V] logits, so what is timed is
 edgespec does around the model: drafting bookkeeping, verification, rollback, detokenizing,
 stop checks, stats. Greedy, temperature 0.8 alone, with top-k 40 + top-p 0.9, with top-p 0.9
 and with min-p 0.05, and top-k 40 + top-p 0.9 with each row's top 41 logits handed over by
-the device ("dev": llama.cpp's backend sampler, --device-top-k), at k = 1, 4, 8, V =
+the device ("dev": llama.cpp's backend sampler, --backend-sampling), at k = 1, 4, 8, V =
 151,936; every draft is accepted, so each step reaches all k+1 rows. Each figure is the
 median of several runs (the machine's load average is printed with them). With --target, the
 same k+1-token verify pass is timed on the real model for the share; with --verify-ms, a
@@ -54,7 +54,7 @@ MODES = {
     "T0.8 top-k40 top-p0.9 dev": SamplingParams(0.8, top_k=40, top_p=0.9, seed=0),
 }
 # modes whose rows arrive as each row's top_k + 1 largest logits, as llama.cpp's backend
-# sampler hands them over (LlamaOptions.device_top_k): the reduction is the device's
+# sampler hands them over (LlamaOptions.backend_sampling): the reduction is the device's
 ON_DEVICE = {"T0.8 top-k40 top-p0.9 dev"}
 
 
@@ -156,7 +156,7 @@ def decoder_for(
 
 class DeviceTopKRuntime(ReplayRuntime):
     """Replayed rows whose sampled steps hand over each row's top_k + 1 largest logits,
-    largest first, as LlamaCppRuntime.forward_dists does with device_top_k. They are found
+    largest first, as LlamaCppRuntime.forward_dists does with backend_sampling. They are found
     for every row up front, as the device finds them beside the pass: a top-k over the whole
     row in forward_dists took it out of the loop's time but left the host's caches cold for
     the loop (+100 us a step), which a GPU's reduction does not. A row whose candidates tie

@@ -34,10 +34,11 @@ class RuntimeOptions:
     # llama.cpp: the most tokens one rollback cuts cheaply (the longest draft): a recurrent or
     # hybrid model keeps that many copies of its state (LlamaOptions.snapshots)
     rollback: int = K_MAX
-    # llama.cpp: a sampled step with top-k on reads each row's top-k + 1 logits from llama.cpp's
-    # backend sampler where the pass ran, not its whole row (LlamaOptions.device_top_k); the
-    # target only (a draft model would attach and detach it every step)
-    device_top_k: bool = False
+    # llama.cpp: a greedy step, or a sampled one with top-k, reads each row's largest logits
+    # from llama.cpp's backend sampler where the pass ran, not the whole row
+    # (LlamaOptions.backend_sampling); the target only: a draft model's catch-up passes would
+    # detach its sampler every step, and its confidence reads the logits
+    backend_sampling: bool = False
 
     def __post_init__(self) -> None:
         from edgespec.runtimes.threads import bounded_threads
@@ -124,7 +125,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
                 **(EXACT_LLAMA if opts.exact else {}),
                 mtp=opts.mtp,
                 snapshots=opts.rollback,
-                device_top_k=opts.device_top_k,
+                backend_sampling=opts.backend_sampling,
             ),
         )
     if not path.exists():

@@ -143,7 +143,9 @@ def open_pair(
     # batch-invariant kernels matter for the target alone: the draft keeps the fast ones; and
     # a draft on ONNX Runtime has fixed threads whatever the target's llama.cpp is told
     fixed = not options.load_aware_threads and not is_model_folder(Path(draft_path))
-    draft_options = replace(options, exact=False, load_aware_threads=not fixed, device_top_k=False)
+    draft_options = replace(
+        options, exact=False, load_aware_threads=not fixed, backend_sampling=False
+    )
     draft_rt = open_runtime(draft_path, draft_options)
     check_compatible(
         target_rt.vocab_info(), draft_rt.vocab_info(), str(target_path), str(draft_path)

@@ -11,7 +11,7 @@ import ctypes
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +19,7 @@ import numpy as np
 
 import edgespec.interrupts as interrupts
 from edgespec.errors import ModelFileError
-from edgespec.runtime import K_MAX, Runtime, VocabInfo
+from edgespec.runtime import K_MAX, Runtime, TopRows, VocabInfo, top_of
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
 from edgespec.runtimes.llama_heads import model_metadata
 from edgespec.runtimes.sampling_head import (
@@ -132,10 +132,11 @@ class LlamaOptions:
     layer's memory, so only where an MTP drafter may run). snapshots: the most tokens one
     rollback cuts cheaply on a recurrent or hybrid model: llama.cpp keeps that many copies
     of its recurrent state (n_rs_seq; 20 MB each on a Qwen3.5-2B), so the longest draft's
-    (at least 1: --exact's padded one-token passes). device_top_k: a sampled step with top-k
-    on (up to DEVICE_TOP_K_MAX) reads each row's top-k + 1 logits from llama.cpp's backend
-    sampler, where the pass ran, instead of copying its whole rows to the host (forward_dists;
-    llama-cpp-python 0.3.36+)."""
+    (at least 1: --exact's padded one-token passes). backend_sampling: a pass's rows are
+    reduced by llama.cpp's backend top-k sampler where the pass ran, and only each row's
+    largest logits are copied to the host, not every logit: its top 2 for a greedy step
+    (forward_top), its top-k + 1 for a sampled step with top-k up to BACKEND_TOP_K_MAX
+    (forward_dists); llama-cpp-python 0.3.36+."""
 
     repack: bool = True
     flash_attn: bool | None = None
@@ -144,12 +145,12 @@ class LlamaOptions:
     n_batch: int = 512
     mtp: bool = False
     snapshots: int = K_MAX
-    device_top_k: bool = False
+    backend_sampling: bool = False
 
 
-# the largest top-k whose candidates llama.cpp's backend sampler hands over (device_top_k):
+# the largest top-k whose candidates llama.cpp's backend sampler hands over (backend_sampling):
 # the sampling head's (runtimes/sampling_head.py), for the same reason (a few columns a row)
-DEVICE_TOP_K_MAX = CANDIDATES
+BACKEND_TOP_K_MAX = CANDIDATES
 
 
 class LlamaCppRuntime(Runtime):
@@ -182,12 +183,12 @@ class LlamaCppRuntime(Runtime):
         self.ctx = None
         self.repack, self.flash_attn = options.repack, options.flash_attn
         self.snapshots = max(1, options.snapshots)
-        self.device_top_k = options.device_top_k and not vocab_only
-        if self.device_top_k and not hasattr(self.llama, "llama_set_sampler"):
+        self.backend_sampling = options.backend_sampling and not vocab_only
+        if self.backend_sampling and not hasattr(self.llama, "llama_set_sampler"):
             raise ModelFileError(
-                f"{self.path.name}: device top-k needs llama.cpp's backend sampling "
-                "(llama_set_sampler), which this llama-cpp-python lacks; upgrade it to 0.3.36 "
-                "or later, or turn device top-k off"
+                f"{self.path.name}: backend sampling needs llama.cpp's llama_set_sampler, "
+                "which this llama-cpp-python lacks; upgrade it to 0.3.36 or later, or drop "
+                "--backend-sampling"
             )
         self.top_k_sampler = None  # llama.cpp's backend top-k sampler the context holds
         self.attached = 0  # its columns (0: none)
@@ -289,7 +290,7 @@ class LlamaCppRuntime(Runtime):
         params.no_perf = True
         if self.recurrent:  # state snapshots for the rollback after a verify pass
             params.n_rs_seq = self.snapshots
-        if self.device_top_k:  # a backend sampler takes one row a sequence unless told more
+        if self.backend_sampling:  # a backend sampler takes one row a sequence unless told more
             params.n_outputs_max_per_seq = self.n_batch
         if self.flash_attn is not None:
             on, off = (
@@ -330,26 +331,58 @@ class LlamaCppRuntime(Runtime):
         return forward_in_chunks(self, tokens, last_only, self.n_batch, self.run)
 
     @property
+    def top_outputs(self) -> bool:  # type: ignore[override]
+        return self.backend_sampling
+
+    @property
     def dists_on_device(self) -> bool:
-        return self.device_top_k
+        return self.backend_sampling
+
+    def forward_top(self, tokens: Sequence[int], *, last_only: bool = False) -> TopRows:
+        """forward's rows as TopRows from each row's two largest logits, found by llama.cpp's
+        backend top-k sampler where the pass ran (only where backend_sampling:
+        edgespec.runtime.forward_top decides): the larger's column, or where the two tie, the
+        first column holding the maximum in the row's logits (np.argmax's), the pass re-run
+        for them. No probability: a draft's confidence reads the logits (a draft model runs
+        without backend sampling, pair.open_pair)."""
+        if not tokens or len(tokens) > self.n_batch:
+            return top_of(self.forward(tokens, last_only=last_only), with_prob=False)
+        found, read_row = self.sampled_pass(tokens, last_only, columns=2)
+        ids = found.ids[:, 0].copy()
+        for i in np.flatnonzero(~(found.values[:, 0] > found.values[:, 1])).tolist():
+            ids[i] = int(np.argmax(read_row(i)))
+        return TopRows(ids, None)
 
     def forward_dists(
         self, tokens: Sequence[int], sp: SamplingParams, *, last_only: bool = False
     ) -> PassRows:
         """forward's rows as the distributions sampling draws from (only where
-        device_top_k: edgespec.runtime.forward_dists decides). With top-k on (up to
-        DEVICE_TOP_K_MAX), llama.cpp's backend top-k sampler reduces each row to its top_k + 1
+        backend_sampling: edgespec.runtime.forward_dists decides). With top-k on (up to
+        BACKEND_TOP_K_MAX), llama.cpp's backend top-k sampler reduces each row to its top_k + 1
         largest logits where the pass ran, and only those reach the host: the spare below
-        the top k shows no token left out ties with a kept one (sampling.candidate_dist).
-        A row it cannot decide re-runs the pass for the logits, before the runtime's next
-        pass. Other parameters, or a catch-up longer than a pass, take the logits."""
-        if not 0 < sp.top_k <= DEVICE_TOP_K_MAX or sp.top_k >= self.n_vocab:
+        the top k shows no token left out ties with a kept one (top_k_of_candidates); a row
+        whose spare ties re-runs the pass for its logits. Other parameters, or a catch-up
+        longer than a pass, take the logits."""
+        top_k = sp.top_k
+        if not 0 < top_k <= BACKEND_TOP_K_MAX or top_k >= self.n_vocab:
             return row_dists(self.forward(tokens, last_only=last_only), sp)
         if not tokens or len(tokens) > self.n_batch:
             return row_dists(self.forward(tokens, last_only=last_only), sp)
+        found, read_row = self.sampled_pass(tokens, last_only, columns=top_k + 1)
+        return top_k_of_candidates(found, read_row, sp) or head_dists(
+            found, read_row, self.n_vocab, sp
+        )
+
+    def sampled_pass(
+        self, tokens: Sequence[int], last_only: bool, columns: int
+    ) -> tuple[Candidates, Callable[[int], np.ndarray]]:
+        """Decode tokens (at most n_batch) with the backend top-k sampler of `columns`: each
+        row's columns largest logits, and read_row(i), row i's logits, for a row they cannot
+        decide: the pass re-run without the sampler (once for every row), before the
+        runtime's next pass."""
         check_room(self, len(tokens))
         start, n_rows = self.n_past, 1 if last_only else len(tokens)
-        self.attach_top_k(sp.top_k + 1)
+        self.attach_top_k(columns)
         self.decode_rows(tokens, n_rows)
         found, passes = self.read_candidates(len(tokens), n_rows), self.passes
         copied: list[np.ndarray] = []  # the pass's logits, once a row needs them
@@ -362,9 +395,7 @@ class LlamaCppRuntime(Runtime):
                 copied.append(self.forward(tokens, last_only=last_only))
             return copied[0][i]
 
-        return top_k_of_candidates(found, read_row, sp) or head_dists(
-            found, read_row, self.n_vocab, sp
-        )
+        return found, read_row
 
     def attach_top_k(self, columns: int) -> None:
         """Give the context a backend top-k sampler of `columns`, or none (0): each pass then

@@ -38,7 +38,7 @@ ENGINE, VERIFY = "tests/test_engine.py", "tests/test_verify.py"
 SAMPLING = "tests/test_sampling.py"
 HEAD = "tests/test_sampling_head.py"
 TOP = "tests/test_top_outputs.py"
-DEVICE_TOP_K = "tests/test_device_top_k.py"
+BACKEND_SAMPLING = "tests/test_backend_sampling.py"
 
 
 @dataclass(frozen=True)
@@ -1266,32 +1266,53 @@ MUTANTS = (
         ("tests/test_recurrent.py",),
     ),
     Mutant(  # no spare column: a tie between the k-th logit and one left out goes unseen
-        "device-top-k-without-the-spare",
+        "backend-top-k-without-the-spare",
         "runtimes/llamacpp.py",
-        "self.attach_top_k(sp.top_k + 1)",
-        "self.attach_top_k(sp.top_k)",
-        (DEVICE_TOP_K,),
+        "self.sampled_pass(tokens, last_only, columns=top_k + 1)",
+        "self.sampled_pass(tokens, last_only, columns=top_k)",
+        (BACKEND_SAMPLING,),
     ),
     Mutant(  # the sampler's columns in llama.cpp's order: candidate_dist reads them largest first
-        "device-top-k-columns-unsorted",
+        "backend-top-k-columns-unsorted",
         "runtimes/llamacpp.py",
         'order = np.argsort(-values, axis=1, kind="stable")',
         "order = np.argsort(np.zeros_like(values), axis=1)",
-        (DEVICE_TOP_K,),
+        (BACKEND_SAMPLING,),
     ),
     Mutant(  # a later pass with the sampler still attached: its rows are not the logits
-        "device-top-k-left-attached",
+        "backend-sampler-left-attached",
         "runtimes/llamacpp.py",
         "        self.attach_top_k(0)  # every column wanted\n",
         "",
-        (DEVICE_TOP_K,),
+        (BACKEND_SAMPLING,),
     ),
     Mutant(  # a tie at the cut re-runs nothing: the rows are read from the sampler's pass
-        "device-top-k-tie-rereads-stale-logits",
+        "backend-tie-rereads-stale-logits",
         "runtimes/llamacpp.py",
         "                self.rollback(start)  # the same tokens again, every column this time\n",
         "",
-        (DEVICE_TOP_K,),
+        (BACKEND_SAMPLING,),
+    ),
+    Mutant(  # top-p's cut at once keeps the token whose mass before it reaches top_p exactly
+        "top-k-rows-top-p-inclusive",
+        "edgespec/sampling.py",
+        "np.put_along_axis(keep, order, before < sp.top_p * total[:, None], 1)",
+        "np.put_along_axis(keep, order, before <= sp.top_p * total[:, None], 1)",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # top-p's order at once without ties by id: a tie at the cut keeps another token
+        "top-k-rows-top-p-ties-unordered",
+        "edgespec/sampling.py",
+        'order = np.argsort(-weights, axis=1, kind="stable")',
+        "order = np.argsort(-weights, axis=1)",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # greedy's top two tied: llama.cpp's column, not the lowest id (np.argmax's)
+        "backend-greedy-tie-unseen",
+        "runtimes/llamacpp.py",
+        "~(found.values[:, 0] > found.values[:, 1])",
+        "found.values[:, 0] < found.values[:, 1]",
+        (BACKEND_SAMPLING,),
     ),
 )
 

@@ -269,6 +269,35 @@ def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_p
     assert measure.Bench(plain, None, measure.SMOKE, 0.0).sampling_head(reference) is None
 
 
+def test_the_kit_compares_steps_with_and_without_backend_sampling(tiny_pair):
+    """measure.py's backend_sampling: a llama.cpp target's greedy and top-k sampled decoding
+    with each row's largest logits from its backend sampler and with the logits copied to the
+    host, the same output both ways. Every other measurement runs the runtime's default (the
+    logits), and the runtime is left so."""
+    pytest.importorskip("llama_cpp", reason="llama.cpp back-end (edgespec[llama])")
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
+
+    options = LlamaOptions(backend_sampling=True)
+    target = LlamaCppRuntime(tiny_pair[0], n_ctx=512, options=options)
+    bench = measure.Bench(target, None, measure.SMOKE, 0.0)
+    assert not target.backend_sampling and bench.backend_sampling_on
+    reference, _ = bench.plain()
+    found = bench.backend_sampling(reference)
+    name = "temperature 0.8, top-k 40, top-p 0.9"
+    assert list(found) == [
+        f"{mode}, {way}, k={k}"
+        for way in ("logits to host", "backend sampling")
+        for mode in ("greedy", name)
+        for k in (0, 4)
+    ]
+    assert all(v["identical"] and v["tokens_per_second"] > 0 for v in found.values())
+    assert not target.backend_sampling
+    lines = measure.table([tiny_report(backend_sampling=found)])
+    assert f"backend sampling: {name}, backend sampling, k=4:" in lines
+    plain = LlamaCppRuntime(tiny_pair[0], n_ctx=512)
+    assert measure.Bench(plain, None, measure.SMOKE, 0.0).backend_sampling(reference) is None
+
+
 class OneGraphRebuiltOnChange(ShapeTimed):
     """One CUDA graph, as llama.cpp's CUDA back-end keeps: a pass of the shape of the one
     before takes 1 s, any other 3 s."""

@@ -29,6 +29,8 @@ from edgespec.sampling import (
     sample,
     token_dist,
     tokens_of_blocks,
+    top_k_dist,
+    top_k_probs,
     top_p_head,
     upper_set,
 )
@@ -494,6 +496,34 @@ def test_every_rows_top_k_token_at_once_is_each_rows_own(vocab):
         assert row_dists(rows, sp).gumbel_maxes(7, position).tolist() == own
         won.update(own)
     assert won == {0, 1, 2, 3}
+
+
+def test_rows_top_k_probabilities_at_once_are_each_rows_top_k_dist_bit_for_bit():
+    """top_k_probs over a step's rows (TopKRows: the host's top k or the device's) gives each
+    row top_k_dist's probabilities, bit for bit, 0 where top-p or min-p cut: 300 random
+    cases, k 1..1,024, with ties (half-integer z) at top-p's and min-p's edges; and where the
+    mass before a token is top_p's limit exactly (four equal weights at top_p 0.5: two kept)."""
+    equal = top_k_probs(np.zeros((2, 4), dtype=np.float32), SamplingParams(1.0, 4, 0.5))
+    assert equal.tolist() == [[0.5, 0.5, 0.0, 0.0]] * 2
+    rng = np.random.default_rng(12)
+    for case in range(300):
+        n, k = int(rng.integers(1, 9)), int(rng.choice([1, 2, 5, 13, 40, 128, 1_024]))
+        sp = SamplingParams(
+            float(rng.choice([0.3, 0.8, 1.5])),
+            top_k=k,
+            top_p=float(rng.choice([1.0, 0.5, 0.9, 0.999])),
+            min_p=float(rng.choice([0.0, 0.05, 0.2])),
+        )
+        z = (rng.standard_normal((n, k)) * rng.choice([0.5, 2.0, 6.0])).astype(np.float32)
+        if case % 3 == 0:
+            z = np.round(z * 2) / 2
+        ids = np.sort(np.stack([rng.choice(151_936, k, replace=False) for _ in range(n)]))
+        probs = top_k_probs(z, sp)
+        for i in range(n):
+            own = top_k_dist(ids[i], z[i], sp)
+            dense = np.zeros(k, dtype=np.float32)
+            dense[np.searchsorted(ids[i], own.token_ids())] = own.probs
+            assert dense.tobytes() == probs[i].tobytes(), (case, i, sp)
 
 
 def test_rows_raced_at_once_refuse_a_temperature_that_overflows_as_one_row_does():

@@ -217,6 +217,10 @@ class Bench:
         self.head = getattr(target, "sampling_head", None)
         if self.head is not None:
             target.sampling_head = None  # type: ignore[attr-defined]
+        # and a llama.cpp target on CUDA backend sampling, likewise (Bench.backend_sampling)
+        self.backend_sampling_on = getattr(target, "backend_sampling", False)
+        if self.backend_sampling_on:
+            target.backend_sampling = False  # type: ignore[attr-defined]
         self.prompt = target.tokenize(PROMPT, special=True)
 
     def generate(
@@ -319,6 +323,39 @@ class Bench:
                 finally:
                     self.target.sampling_head = None  # type: ignore[attr-defined]
         return out
+
+    def backend_sampling(self, reference: list[int]) -> dict[str, dict] | None:
+        """Greedy and sampled (top-k 40 + top-p 0.9) plain decoding and k = 4 (acceptance 0.8,
+        zero draft cost), with the logits copied to the host (the default) and then each
+        row's largest logits from llama.cpp's backend sampler (its top 2, greedy; its top 41):
+        what it saves or costs a step, and whether the output is the same. None where the
+        target has no backend sampling."""
+        if not self.backend_sampling_on:
+            return None
+        modes = {"greedy": SamplingParams(), **dict(list(SAMPLED.items())[:1])}
+        out, host_tokens = {}, {}
+        for way in ("logits to host", "backend sampling"):
+            self.target.backend_sampling = way == "backend sampling"  # type: ignore[attr-defined]
+            try:
+                for (name, sp), k in ((m, k) for m in modes.items() for k in (0, 4)):
+                    run = fastest(self.runs_at(k, reference, sp))
+                    tokens = self.generate_tokens(k, reference, sp)
+                    out[f"{name}, {way}, k={k}"] = {
+                        "tokens_per_second": round(run.tokens_per_second, 2),
+                        "verify_ms_per_step": round(run.verify_ms_per_step, 3),
+                        "loop_us_per_step": round(run.loop_us_per_step, 1),
+                        "identical": tokens == host_tokens.setdefault((name, k), tokens),
+                    }
+            finally:
+                self.target.backend_sampling = False  # type: ignore[attr-defined]
+        return out
+
+    def generate_tokens(self, k: int, reference: list[int], sp: SamplingParams) -> list[int]:
+        """One generation of runs_at's (k = 0: plain), its tokens."""
+        wrong = wrong_positions(0.8, len(reference))
+        oracle = OracleDrafter(self.prompt, reference, wrong, self.target.n_vocab)
+        policy = FixedPolicy("model", k) if k else FixedPolicy(None, 0)
+        return list(self.generate([oracle] if k else [], policy, sp).tokens)
 
 
 def first_passes(runtime: Runtime, n_max: int, last_only: bool, prefix: int = 64) -> list[dict]:
@@ -513,6 +550,7 @@ def measure(args: argparse.Namespace) -> dict:
         "plain": plain.__dict__, "loop": bench.loop_overhead(reference), "oracle": [],
         "top_outputs": bench.top_outputs(reference),
         "sampling_head": bench.sampling_head(reference),
+        "backend_sampling": bench.backend_sampling(reference),
     }  # fmt: skip
     for acceptance in settings.acceptance if args.grid == "full" else ():
         for real_cost in (False, True) if draft else (False,):
@@ -553,12 +591,15 @@ def open_bundle(args: argparse.Namespace) -> tuple[Runtime, Runtime | None]:
 def open_model(path: Path, args: argparse.Namespace) -> Runtime:
     n_ctx = 1024
     if args.backend == "llama":
-        from edgespec.runtimes.llamacpp import LlamaCppRuntime
+        from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions, import_llama_cpp
 
         layers = -1 if args.device == "cuda" else 0  # -1: every layer
         if args.graphs == "off":  # read by ggml-cuda at its first graph, after this
             os.environ["GGML_CUDA_DISABLE_GRAPHS"] = "1"
-        return LlamaCppRuntime(path, n_ctx=n_ctx, n_gpu_layers=layers)
+        # for Bench.backend_sampling's comparison only, where this llama.cpp samples on its back-end
+        on_device = args.device == "cuda" and hasattr(import_llama_cpp(), "llama_set_sampler")
+        options = LlamaOptions(backend_sampling=on_device)
+        return LlamaCppRuntime(path, n_ctx=n_ctx, n_gpu_layers=layers, options=options)
     if args.backend == "tensorrt":  # a --format tensorrt bundle; its engines always use graphs
         from edgespec.backends import RuntimeOptions, open_runtime
         from edgespec.runtimes.tensorrt import TensorRTRuntime
@@ -687,6 +728,10 @@ def table(reports: list[dict]) -> str:
             lines.append(f"sampled, {name}: {v['tokens_per_second']:.1f} tok/s, verify "
                          f"{v['verify_ms_per_step']:.2f} ms/step, loop {v['loop_us_per_step']:.0f}"
                          " us/step")  # fmt: skip
+        for name, v in (r.get("backend_sampling") or {}).items():
+            lines.append(f"backend sampling: {name}: {v['tokens_per_second']:.1f} tok/s, verify "
+                         f"{v['verify_ms_per_step']:.2f} ms/step, loop {v['loop_us_per_step']:.0f}"
+                         " us/step" + ("" if v["identical"] else " *"))  # fmt: skip
         ks = [k for k in r["settings"]["ks"]] + ["auto"]
         if r["oracle"]:
             lines.append("speedup over plain | " + " | ".join(f"k={k}" for k in ks))

@@ -53,11 +53,11 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
         "plain decoding's, greedy and seeded, at some cost in speed (docs/exactness.md)",
     )
     p.add_argument(
-        "--device-top-k",
+        "--backend-sampling",
         action="store_true",
-        help="GGUF (llama.cpp) target: a sampled step with --top-k (up to 128) reads each "
-        "row's top-k logits from llama.cpp's backend sampler, where the pass ran, instead of "
-        "copying every logit to the host (the same output)",
+        help="GGUF (llama.cpp) target: each pass's rows are reduced by llama.cpp's backend "
+        "sampler where the pass ran (on the GPU), and only their largest logits reach the "
+        "host: greedy and --top-k up to 128; the same output",
     )
 
 
@@ -123,7 +123,7 @@ def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
         device=args.device,
         n_gpu_layers=args.n_gpu_layers,
         exact=args.exact,
-        device_top_k=args.device_top_k,
+        backend_sampling=args.backend_sampling,
     )
 
 

@@ -1,15 +1,17 @@
-"""A sampled step with top-k on reads each row's top-k + 1 logits from llama.cpp's backend
-sampler (LlamaOptions.device_top_k), not the whole row: on a GPU only those columns leave the
-device. Checked on real llama.cpp contexts over tiny float32 GGUF models, on the CPU:
-- the sampler's columns of every row of a 5-token pass are the row's top_k + 1 largest
-  logits, the same bits as the logits a context without it returns;
-- seeded output with it equals seeded output without it, plain and speculative, for top-k
-  alone and with top-p or min-p, and no logits reach the host;
+"""A pass's rows reduced by llama.cpp's backend top-k sampler where the pass ran
+(LlamaOptions.backend_sampling): each row's top 2 logits for a greedy step, its top_k + 1 for
+a sampled one with top-k, not the whole row; on a GPU only those leave the device. Checked on
+real llama.cpp contexts over tiny float32 GGUF models, on the CPU:
+- the sampler's columns of every row of a 5-token pass are the row's largest logits, the
+  same bits as the logits a context without it returns;
+- greedy and seeded output with it equal output without it, plain and speculative, for
+  top-k alone and with top-p or min-p, and no logits reach the host;
 - where the k-th and (k+1)-th logits tie (a target whose output rows come in identical
-  pairs: at odd k every row ties there), the pass re-runs for its logits and the lowest id
-  wins, as token_dist keeps it; at even k nothing re-runs;
-- temperature alone and top-p alone take the logits as before, and a greedy request after a
-  sampled one reads the same logits as a context that never had the sampler;
+  pairs: at odd k every row ties there, and greedy's top two always do), the pass re-runs
+  for its logits and the lowest id wins, as token_dist and np.argmax keep it; at even k
+  nothing re-runs; with half the tokens paired, tied rows and untied ones in one step;
+- temperature alone and top-p alone take the logits as before, and a greedy pass on the
+  host path reads the same logits as a context that never had the sampler;
 - a llama-cpp-python without backend sampling is refused with the fix.
 """
 
@@ -32,7 +34,7 @@ from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions  # noqa: E4
 from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf  # noqa: E402
 
 PROMPT = "<|im_start|>user\nwrite the rest of it<|im_end|>\n<|im_start|>assistant\n"
-ON = LlamaOptions(device_top_k=True)
+ON = LlamaOptions(backend_sampling=True)
 SAMPLED = [
     SamplingParams(0.8, top_k=40, top_p=0.9, seed=1),
     SamplingParams(1.0, top_k=5, seed=5),
@@ -102,8 +104,8 @@ def test_the_samplers_columns_are_each_rows_largest_logits(tiny_pair):
             assert len(set(ids.tolist())) == k + 1
 
 
-@pytest.mark.parametrize("sp", SAMPLED, ids=lambda sp: f"top_k{sp.top_k}")
-def test_seeded_output_is_the_same_with_the_samplers_columns(tiny_pair, sp):
+@pytest.mark.parametrize("sp", [SamplingParams(), *SAMPLED], ids=lambda sp: f"top_k{sp.top_k}")
+def test_greedy_and_seeded_output_are_the_same_with_the_samplers_columns(tiny_pair, sp):
     host = LlamaCppRuntime(tiny_pair[0], n_ctx=256)
     device = LlamaCppRuntime(tiny_pair[0], n_ctx=256, options=ON)
     draft = LlamaCppRuntime(tiny_pair[1], n_ctx=256)
@@ -114,14 +116,15 @@ def test_seeded_output_is_the_same_with_the_samplers_columns(tiny_pair, sp):
         assert generate(device, draft, sp, speculative) == expected
     # the prompt's pass copies its last row (forward, the sampler detached): nothing else
     assert reads[0] == 2
-    assert device.attached == sp.top_k + 1
+    assert device.attached == (2 if sp.greedy else sp.top_k + 1)
 
 
-@pytest.mark.parametrize("top_k, reruns", [(5, True), (4, False)])
+@pytest.mark.parametrize("top_k, reruns", [(5, True), (4, False), (0, True)])
 def test_a_tie_at_the_cut_reruns_the_pass_for_its_logits(paired_target, top_k, reruns):
+    """top_k 0: greedy, whose top two are twins at every row."""
     host = LlamaCppRuntime(paired_target, n_ctx=256)
     device = LlamaCppRuntime(paired_target, n_ctx=256, options=ON)
-    sp = SamplingParams(1.0, top_k=top_k, seed=4)
+    sp = SamplingParams(1.0, top_k=top_k, seed=4) if top_k else SamplingParams()
     reads = counting_reads(device)
     expected = generate(host, None, sp, speculative=False, max_tokens=16)
     assert len(expected) == 16
@@ -130,12 +133,12 @@ def test_a_tie_at_the_cut_reruns_the_pass_for_its_logits(paired_target, top_k, r
     assert reads[0] == (1 + 16 if reruns else 1)
 
 
-@pytest.mark.parametrize("top_k", [3, 5])
+@pytest.mark.parametrize("top_k", [3, 5, 0])
 def test_rows_that_tie_at_the_cut_beside_rows_that_do_not(half_paired_target, tiny_pair, top_k):
     host = LlamaCppRuntime(half_paired_target, n_ctx=256)
     device = LlamaCppRuntime(half_paired_target, n_ctx=256, options=ON)
     draft = LlamaCppRuntime(tiny_pair[1], n_ctx=256)
-    sp = SamplingParams(1.0, top_k=top_k, seed=4)
+    sp = SamplingParams(1.0, top_k=top_k, seed=4) if top_k else SamplingParams()
     reads = counting_reads(device)
     for speculative in (False, True):
         expected = generate(host, draft, sp, speculative, max_tokens=16)
@@ -145,7 +148,7 @@ def test_rows_that_tie_at_the_cut_beside_rows_that_do_not(half_paired_target, ti
     assert 2 < reads[0] < 2 + passes  # some steps re-ran for a tied row, not all
 
 
-def test_other_parameters_take_the_logits_and_greedy_after_sampled_reads_them(tiny_pair):
+def test_other_parameters_take_the_logits_as_does_a_forward_after_a_sampled_pass(tiny_pair):
     host = LlamaCppRuntime(tiny_pair[0], n_ctx=256)
     device = LlamaCppRuntime(tiny_pair[0], n_ctx=256, options=ON)
     for sp in (SamplingParams(0.9, seed=5), SamplingParams(0.9, top_p=0.8, seed=5)):
@@ -153,9 +156,6 @@ def test_other_parameters_take_the_logits_and_greedy_after_sampled_reads_them(ti
         assert device.attached == 0
     generate(device, None, SAMPLED[0], False)
     assert device.attached == SAMPLED[0].top_k + 1
-    greedy = SamplingParams()
-    assert generate(device, None, greedy, False) == generate(host, None, greedy, False)
-    assert device.attached == 0
     tokens = host.tokenize(PROMPT, special=True)
     for rt in (host, device):
         rt.reset()
@@ -167,7 +167,6 @@ def test_a_llama_cpp_python_without_backend_sampling_is_refused(tiny_pair, monke
     with pytest.raises(ModelFileError) as e:
         LlamaCppRuntime(tiny_pair[0], n_ctx=256, options=ON)
     assert str(e.value) == (
-        "tiny-target.gguf: device top-k needs llama.cpp's backend sampling "
-        "(llama_set_sampler), which this llama-cpp-python lacks; upgrade it to 0.3.36 or "
-        "later, or turn device top-k off"
+        "tiny-target.gguf: backend sampling needs llama.cpp's llama_set_sampler, which this "
+        "llama-cpp-python lacks; upgrade it to 0.3.36 or later, or drop --backend-sampling"
     )
