@@ -160,7 +160,7 @@ class DeviceTopKRuntime(ReplayRuntime):
     for every row up front, as the device finds them beside the pass: a top-k over the whole
     row in forward_dists took it out of the loop's time but left the host's caches cold for
     the loop (+100 us a step), which a GPU's reduction does not. A row whose candidates tie
-    at the cut reads its logits (float16 recorded rows tie there at about one row in 20;
+    at the cut reads its logits (float16 recorded rows tie there at one row in 15;
     float32 logits far more rarely)."""
 
     def __init__(self, rows: np.ndarray, n_ctx: int = 1 << 20) -> None:
