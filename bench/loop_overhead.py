@@ -3,8 +3,9 @@
 A zero-cost runtime hands back preallocated [k+1, V] logits, so what is timed is everything
 edgespec does around the model: drafting bookkeeping, verification, rollback, detokenizing,
 stop checks, stats. Greedy, temperature 0.8 alone, with top-k 40 + top-p 0.9, with top-p 0.9
-and with min-p 0.05, and top-k 40 + top-p 0.9 with each row's top 41 logits handed over by
-the device ("dev": llama.cpp's backend sampler, --backend-sampling), at k = 1, 4, 8, V =
+and with min-p 0.05, and each sampled mode with each row's largest logits handed over by the
+device ("dev": llama.cpp's backend sampler, --backend-sampling; with the share of steps a
+row of which they cannot decide, where llama.cpp re-runs the pass), at k = 1, 4, 8, V =
 151,936; every draft is accepted, so each step reaches all k+1 rows. Each figure is the
 median of several runs (the machine's load average is printed with them). With --target, the
 same k+1-token verify pass is timed on the real model for the share; with --verify-ms, a
@@ -41,8 +42,8 @@ from edgespec.drafters import Draft
 from edgespec.engine import SpeculativeDecoder
 from edgespec.hugepages import reexec_with_tunable
 from edgespec.runtime import Runtime, VocabInfo
-from edgespec.runtimes.sampling_head import Candidates, head_dists, top_k_of_candidates
-from edgespec.sampling import SamplingParams
+from edgespec.runtimes.sampling_head import Candidates, spare_columns, spare_rows
+from edgespec.sampling import SamplingParams, row_dists
 
 V = 151_936
 MODES = {
@@ -51,11 +52,11 @@ MODES = {
     "T0.8 top-k40 top-p0.9": SamplingParams(0.8, top_k=40, top_p=0.9, seed=0),
     "T0.8 top-p0.9": SamplingParams(0.8, top_p=0.9, seed=0),
     "T0.8 min-p0.05": SamplingParams(0.8, min_p=0.05, seed=0),
-    "T0.8 top-k40 top-p0.9 dev": SamplingParams(0.8, top_k=40, top_p=0.9, seed=0),
 }
-# modes whose rows arrive as each row's top_k + 1 largest logits, as llama.cpp's backend
-# sampler hands them over (LlamaOptions.backend_sampling): the reduction is the device's
-ON_DEVICE = {"T0.8 top-k40 top-p0.9 dev"}
+# each sampled mode again with its rows' largest logits handed over, as llama.cpp's backend
+# sampler gives them (LlamaOptions.backend_sampling): the reduction is the device's
+ON_DEVICE = {f"{mode} dev" for mode, sp in MODES.items() if spare_columns(sp, V)}
+MODES |= {f"{mode} dev": MODES[mode] for mode in sorted(m[:-4] for m in ON_DEVICE)}
 
 
 class FreeRuntime(Runtime):
@@ -144,53 +145,63 @@ def decoder_for(
 ) -> SpeculativeDecoder:
     """A k-token speculative decoder whose drafts are all accepted: constant 7s on the spiked
     rows (greedy, or rows with replayed ones), else the oracle over plain decoding's n tokens
-    (on_device: their top-k columns handed over, DeviceTopKRuntime)."""
+    (on_device: their largest columns handed over, DeviceRowsRuntime)."""
     if rows is None or sp.greedy:
         rt = FreeRuntime() if rows is None else ConstantArgmaxRuntime(rows)
         return SpeculativeDecoder(rt, [ConstantDrafter()], FixedPolicy("const", k))
-    runtime = DeviceTopKRuntime if on_device else ReplayRuntime
+    runtime = DeviceRowsRuntime if on_device else ReplayRuntime
     plain = SpeculativeDecoder(runtime(rows), [], FixedPolicy(None, 0))
     text = PROMPT + plain.generate(PROMPT, max_tokens=n, sp=sp).tokens
     return SpeculativeDecoder(runtime(rows), [OracleDrafter(text)], FixedPolicy("oracle", k))
 
 
-class DeviceTopKRuntime(ReplayRuntime):
-    """Replayed rows whose sampled steps hand over each row's top_k + 1 largest logits,
-    largest first, as LlamaCppRuntime.forward_dists does with backend_sampling. They are found
-    for every row up front, as the device finds them beside the pass: a top-k over the whole
-    row in forward_dists took it out of the loop's time but left the host's caches cold for
-    the loop (+100 us a step), which a GPU's reduction does not. A row whose candidates tie
-    at the cut reads its logits (float16 recorded rows tie there at one row in 15;
-    float32 logits far more rarely)."""
+class DeviceRowsRuntime(ReplayRuntime):
+    """Replayed rows whose sampled steps hand over each row's largest logits, as
+    LlamaCppRuntime.forward_dists does with backend_sampling (sampling_head.spare_columns:
+    top_k + 1, or 1,025), largest first. They are found for every row up front, as the
+    device finds them beside the pass: a top-k over the whole row in forward_dists took it
+    out of the loop's time but left the host's caches cold for the loop (+100 us a step),
+    which a GPU's reduction does not. A row they cannot decide reads its logits here for
+    free, where llama.cpp re-runs the pass: steps_reread counts the steps that would."""
 
     def __init__(self, rows: np.ndarray, n_ctx: int = 1 << 20) -> None:
         super().__init__(rows, n_ctx)
-        self.found: dict[int, Candidates] = {}  # top_k -> every row's candidates
+        self.found: dict[int, Candidates] = {}  # columns -> every row's
+        self.steps = self.steps_reread = 0
 
     @property
     def dists_on_device(self) -> bool:
         return True
 
-    def candidates(self, top_k: int) -> Candidates:
-        if top_k not in self.found:
+    def candidates(self, columns: int) -> Candidates:
+        if columns not in self.found:
             rows = self.rows.astype(np.float32)
-            top = np.argpartition(-rows, top_k, axis=1)[:, : top_k + 1]
+            top = np.argpartition(-rows, columns - 1, axis=1)[:, :columns]
             values = np.take_along_axis(rows, top, 1)
             order = np.argsort(-values, axis=1, kind="stable")
             values, top = np.take_along_axis(values, order, 1), np.take_along_axis(top, order, 1)
             lse = np.full(len(rows), np.nan, dtype=np.float32)
-            self.found[top_k] = Candidates(values, top, lse)
-        return self.found[top_k]
+            self.found[columns] = Candidates(values, top, lse)
+        return self.found[columns]
 
     def forward_dists(self, tokens, sp, *, last_only=False):
+        columns = spare_columns(sp, self.rows.shape[1])
+        if not columns:  # as llama.cpp's runtime: the logits
+            return row_dists(self.forward(tokens, last_only=last_only), sp)
         at = np.arange(self.n_past, self.n_past + len(tokens)) % len(self.rows)
         at = at[-1:] if last_only else at
         self.n_past += len(tokens)
-        every = self.candidates(sp.top_k)
+        every = self.candidates(columns)
         found = Candidates(every.values[at], every.ids[at], every.lse[at])
-        read_row = lambda i: self.rows[at[i]].astype(np.float32)  # noqa: E731
-        decided = top_k_of_candidates(found, read_row, sp)
-        return decided or head_dists(found, read_row, self.rows.shape[1], sp)
+        self.steps += 1
+        reread = [False]
+
+        def read_row(i: int) -> np.ndarray:
+            self.steps_reread += not reread[0]
+            reread[0] = True
+            return self.rows[at[i]].astype(np.float32)
+
+        return spare_rows(found, read_row, self.rows.shape[1], sp)
 
 
 class ConstantArgmaxRuntime(ReplayRuntime):
@@ -209,8 +220,9 @@ def loop_cost_us(
     runs: int = 9,
     rows: np.ndarray | None = None,
     on_device: bool = False,
-) -> float:
-    """Median over runs of the mean cost per step of a run (on_device: decoder_for's)."""
+) -> tuple[float, float | None]:
+    """Median over runs of the mean cost per step of a run, and (on_device: decoder_for's)
+    the share of steps whose rows were not all decided by their columns (None: off device)."""
     dec = decoder_for(rows, k, sp, steps * (k + 1), on_device)
     dec.generate(PROMPT, max_tokens=5 * (k + 1), sp=sp)  # warm-up
     costs = []
@@ -218,7 +230,9 @@ def loop_cost_us(
         s = dec.generate(PROMPT, max_tokens=steps * (k + 1), sp=sp).stats
         assert s.n_steps == steps, f"drafts were rejected: {s.n_steps} steps, not {steps}"
         costs.append((s.t_decode - s.t_verify) / s.n_steps * 1e6)  # all but the model's pass
-    return statistics.median(costs)
+    target = dec.target
+    reread = target.steps_reread / target.steps if isinstance(target, DeviceRowsRuntime) else None
+    return statistics.median(costs), reread
 
 
 class RandomTextRuntime(FreeRuntime):
@@ -299,21 +313,22 @@ def main() -> None:
     load = os.getloadavg()
     print(f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"rows: {source}")
-    print(f"{'k':>3} {'mode':>22} {'loop us/step':>13} {'verify us':>10} {'share':>7}")
+    print(f"{'k':>3} {'mode':>26} {'loop us/step':>13} {'verify us':>10} {'share':>7} re-read")
     for k in map(int, args.k.split(",")):
         verify = verify_pass_us(args.target, k) if args.target else None
         if args.verify_ms:
             verify = args.verify_ms * 1e3
         for mode, sp in modes.items():
             on_device = mode in ON_DEVICE and replayed is not None
-            loop = loop_cost_us(k, sp, runs=args.runs, rows=replayed, on_device=on_device)
+            loop, reread = loop_cost_us(k, sp, runs=args.runs, rows=replayed, on_device=on_device)
             share = loop / verify if verify else None
             rows.append(
                 {"k": k, "mode": mode, "rows": source, "loop_us": loop, "verify_us": verify,
-                 "share": share}
+                 "share": share, "steps_reread": reread}
             )  # fmt: skip
             shown = f"{verify:>10.0f} {share:>7.2%}" if verify else f"{'-':>10} {'-':>7}"
-            print(f"{k:>3} {mode:>22} {loop:>13.0f} {shown}")
+            reread_shown = "" if reread is None else f" {reread:.1%}"
+            print(f"{k:>3} {mode:>26} {loop:>13.0f} {shown}{reread_shown}")
     controller = None
     if not args.no_controller:
         plain_us, adaptive_us = controller_cost_us()

@@ -786,6 +786,82 @@ def candidate_dist(
     return cut_tail(ids, probs, sp, total=1.0)
 
 
+def spare_min_p_dist(values: np.ndarray, ids: np.ndarray, sp: SamplingParams) -> TokenDist | None:
+    """token_dist of a row under min-p (top-k and top-p off) from its m largest logits and a
+    spare, values [m + 1] descending, their columns ids (a device's top-k: llama.cpp's
+    backend sampler): min_p_support's tokens, those whose logit reaches min-p's cut (widened),
+    are a prefix of the candidates where the spare lies below it, and their weights are
+    min_p_support's, bit for bit. None where the spare reaches the cut, or a token lies
+    within MIN_P_BAND of it (the dense row decides there)."""
+    if sp.top_p < 1.0 or sp.top_k:  # top-p's nucleus needs the row's total
+        return None
+    temperature, m = np.float32(sp.temperature), len(values) - 1
+    z_max = np.float32(values[0]) / temperature
+    check_scaled(float(z_max), sp)
+    low = (float(z_max) + math.log(sp.min_p) - 1e-3) * float(temperature)  # min_p_support's
+    if not values[m] < low:  # a token left out may reach the cut
+        return None
+    n = int(np.searchsorted(-values[:m], -low, side="right"))  # values >= low
+    order = np.argsort(ids[:n], kind="stable")  # ascending ids, as the row's compare gives
+    kept_ids = ids[:n][order].astype(np.int64)
+    e = np.exp(np.divide(values[:n][order], temperature, dtype=np.float32) - z_max)
+    if np.any(np.abs(e - np.float32(sp.min_p)) <= MIN_P_BAND * sp.min_p):
+        return None
+    keep = e >= np.float32(sp.min_p)
+    return cut_tail(kept_ids[keep], e[keep], sp)
+
+
+def spare_gumbel_maxes(
+    values: np.ndarray,
+    ids: np.ndarray,
+    n_columns: int,
+    sp: SamplingParams,
+    seed: int,
+    position: int,
+) -> np.ndarray:
+    """[n] each row's Gumbel-max token under temperature alone from its m largest logits and
+    a spare (values [n, m + 1] descending of n_columns, their columns ids), -1 where they
+    cannot decide. The candidates race as the row's tokens do (scaled_weights, noise_at),
+    those that can race below a reach first (FRONT_REACH races of the likeliest, raised
+    where none does: gumbel_max_rows' rounds), each weighed and hashed only where its noise
+    block's smallest noise allows. A column left out weighs at most the spare, so races at
+    least the smallest noise of any block over the spare's weight: a winner below that is
+    the row's (ties: the lowest id)."""
+    temperature, (n, m) = np.float32(sp.temperature), (values.shape[0], values.shape[1] - 1)
+    z_max = np.divide(values[:, 0], temperature).astype(np.float64)
+    for peak in z_max.tolist():
+        check_scaled(peak, sp)
+    token_offsets, block_offsets = row_noise_offsets(seed, position, n)
+    e_min = block_noise_at(all_ids(block_count(n_columns)), block_offsets[:, None])[0]
+    lowest = e_min.min(axis=1)  # [n] the smallest noise anywhere in the row
+    best, winner = np.full(n, np.inf), np.full(n, n_columns, dtype=np.int64)
+    reach, hashed_to = np.full(n, FRONT_REACH), np.zeros(n)  # hashed: e_min <= hashed_to w
+    rows = np.arange(n)
+    while len(rows):
+        # a candidate races below reach only if its weight reaches lowest / reach: a prefix
+        # of the row (values descending), found in logits and widened for z's rounding
+        floor = z_max[rows] + np.log(lowest[rows] / reach[rows]) - z_rounding(z_max[rows])
+        ends = [int(np.searchsorted(-values[r, :m], -f * temperature, side="right"))
+                for r, f in zip(rows.tolist(), floor.tolist())]  # fmt: skip
+        row_of = np.repeat(rows, ends)
+        j = np.arange(len(row_of)) - np.repeat(np.cumsum(ends) - ends, ends)
+        cand = ids[row_of, j].astype(np.int64)
+        w = scaled_weights(values[row_of, j], temperature, z_max[row_of])
+        bound = e_min[row_of, block_of(cand)]
+        near = (bound <= reach[row_of] * w) & (bound > hashed_to[row_of] * w)
+        row_of, cand, w = row_of[near], cand[near], w[near]
+        races = divide_races(noise_at(cand, token_offsets[row_of], block_offsets[row_of]), w)
+        np.minimum.at(best, row_of, races)
+        at_best = races == best[row_of]
+        np.minimum.at(winner, row_of[at_best], cand[at_best])  # ties: the lowest id
+        # where the best race lies above the reach, a token not hashed may beat it
+        rows = rows[best[rows] > reach[rows]]
+        hashed_to[rows] = reach[rows]
+        reach[rows] = np.minimum(best[rows], 64.0 * reach[rows])
+    outside = divide_races(lowest, scaled_weights(values[:, m], temperature, z_max))
+    return np.where(best < outside, winner, -1)
+
+
 def row_dists(logits: np.ndarray, sp: SamplingParams) -> RowDists:
     """[n, V] logits -> (i -> token_dist(logits[i], sp)), computed only when asked for."""
     return RowDists(logits, sp)

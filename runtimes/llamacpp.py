@@ -22,12 +22,7 @@ from edgespec.errors import ModelFileError
 from edgespec.runtime import K_MAX, Runtime, TopRows, VocabInfo, top_of
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
 from edgespec.runtimes.llama_heads import model_metadata
-from edgespec.runtimes.sampling_head import (
-    CANDIDATES,
-    Candidates,
-    head_dists,
-    top_k_of_candidates,
-)
+from edgespec.runtimes.sampling_head import CANDIDATES, Candidates, spare_columns, spare_rows
 from edgespec.runtimes.shared import (
     KeptFeatures,
     check_room,
@@ -135,8 +130,8 @@ class LlamaOptions:
     (at least 1: --exact's padded one-token passes). backend_sampling: a pass's rows are
     reduced by llama.cpp's backend top-k sampler where the pass ran, and only each row's
     largest logits are copied to the host, not every logit: its top 2 for a greedy step
-    (forward_top), its top-k + 1 for a sampled step with top-k up to BACKEND_TOP_K_MAX
-    (forward_dists); llama-cpp-python 0.3.36+."""
+    (forward_top), its top-k + 1 or 1,025 for a sampled one (forward_dists,
+    sampling_head.spare_columns); llama-cpp-python 0.3.36+."""
 
     repack: bool = True
     flash_attn: bool | None = None
@@ -148,9 +143,40 @@ class LlamaOptions:
     backend_sampling: bool = False
 
 
-# the largest top-k whose candidates llama.cpp's backend sampler hands over (backend_sampling):
-# the sampling head's (runtimes/sampling_head.py), for the same reason (a few columns a row)
-BACKEND_TOP_K_MAX = CANDIDATES
+@dataclass
+class WideOdds:
+    """Whether a sampled pass without a small top-k is cut to its rows' largest logits now
+    (sampling_head.spare_columns' WIDE_COLUMNS + 1). A wide pass that cannot decide a row
+    re-runs for its logits, a whole pass, where a pass it decides saves
+    the copy of every logit and the host's work on them (a fifth to a third of a GPU pass):
+    so wide passes go on while fewer than MAX_RERUNS of them re-run (a moving average over
+    about 8), and after that the logits are read for BACKOFF passes, twice as many each time
+    the next wide passes re-run as often (a flat row, a high temperature)."""
+
+    MAX_RERUNS = 0.2
+    BACKOFF = 16
+    MAX_BACKOFF = 1024
+    rate: float = 0.0  # the moving average of re-runs a wide pass
+    skip: int = 0  # passes left on the logits
+    backoff: int = BACKOFF
+    pending: bool = False  # a wide pass was made and not yet judged
+    reran: bool = False  # ... and re-ran for a row's logits
+
+    def wide_now(self) -> bool:
+        """Whether the next sampled pass is wide (judging the last one first)."""
+        if self.pending:
+            self.rate += (float(self.reran) - self.rate) / 8
+            self.pending = self.reran = False
+            if self.rate > self.MAX_RERUNS:
+                self.skip, self.rate = self.backoff, self.MAX_RERUNS / 2
+                self.backoff = min(2 * self.backoff, self.MAX_BACKOFF)
+            elif self.rate < self.MAX_RERUNS / 4:
+                self.backoff = self.BACKOFF
+        if self.skip:
+            self.skip -= 1
+            return False
+        self.pending = True
+        return True
 
 
 class LlamaCppRuntime(Runtime):
@@ -192,6 +218,7 @@ class LlamaCppRuntime(Runtime):
             )
         self.top_k_sampler = None  # llama.cpp's backend top-k sampler the context holds
         self.attached = 0  # its columns (0: none)
+        self.wide_odds = WideOdds()  # whether a sampled pass is cut to WIDE_COLUMNS now
         self.passes = 0  # decode calls so far: a step's rows are read before the next
         self.min_width = max(1, options.min_width)
         self.n_gpu_layers = n_gpu_layers  # as loaded (0: every layer on the CPU)
@@ -357,21 +384,25 @@ class LlamaCppRuntime(Runtime):
         self, tokens: Sequence[int], sp: SamplingParams, *, last_only: bool = False
     ) -> PassRows:
         """forward's rows as the distributions sampling draws from (only where
-        backend_sampling: edgespec.runtime.forward_dists decides). With top-k on (up to
-        BACKEND_TOP_K_MAX), llama.cpp's backend top-k sampler reduces each row to its top_k + 1
-        largest logits where the pass ran, and only those reach the host: the spare below
-        the top k shows no token left out ties with a kept one (top_k_of_candidates); a row
-        whose spare ties re-runs the pass for its logits. Other parameters, or a catch-up
-        longer than a pass, take the logits."""
-        top_k = sp.top_k
-        if not 0 < top_k <= BACKEND_TOP_K_MAX or top_k >= self.n_vocab:
+        backend_sampling: edgespec.runtime.forward_dists decides), reduced by llama.cpp's
+        backend top-k sampler where the pass ran, so that only each row's largest logits
+        reach the host (sampling_head.spare_columns: with top-k on, its top_k + 1, whose spare
+        shows no token left out ties with a kept one; else its top 1,025, from which
+        sampling's spare rules decide temperature alone's token, top-p's nucleus and min-p's
+        cut). A row they cannot decide re-runs the pass for its logits. A catch-up longer
+        than a pass, and a sampled pass while WideOdds backs off, take the logits."""
+        columns = self.backend_columns(sp) if tokens and len(tokens) <= self.n_batch else 0
+        if not columns:
             return row_dists(self.forward(tokens, last_only=last_only), sp)
-        if not tokens or len(tokens) > self.n_batch:
-            return row_dists(self.forward(tokens, last_only=last_only), sp)
-        found, read_row = self.sampled_pass(tokens, last_only, columns=top_k + 1)
-        return top_k_of_candidates(found, read_row, sp) or head_dists(
-            found, read_row, self.n_vocab, sp
-        )
+        found, read_row = self.sampled_pass(tokens, last_only, columns)
+        return spare_rows(found, read_row, self.n_vocab, sp)
+
+    def backend_columns(self, sp: SamplingParams) -> int:
+        """spare_columns, and none while WideOdds backs off wide passes."""
+        columns = spare_columns(sp, self.n_vocab)
+        if columns > CANDIDATES + 1 and not self.wide_odds.wide_now():
+            return 0
+        return columns
 
     def sampled_pass(
         self, tokens: Sequence[int], last_only: bool, columns: int
@@ -391,6 +422,8 @@ class LlamaCppRuntime(Runtime):
             if not copied:
                 if self.passes != passes:
                     raise RuntimeError("a step's rows were read after the runtime's next pass")
+                if columns > CANDIDATES + 1:
+                    self.wide_odds.reran = True
                 self.rollback(start)  # the same tokens again, every column this time
                 copied.append(self.forward(tokens, last_only=last_only))
             return copied[0][i]

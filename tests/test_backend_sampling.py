@@ -30,8 +30,14 @@ from edgespec.sampling import SamplingParams
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama.cpp back-end (edgespec[llama])")
 
-from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions  # noqa: E402
-from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf  # noqa: E402
+from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions, WideOdds  # noqa: E402
+from tests.tiny_gguf import (  # noqa: E402
+    TinyConfig,
+    noisy_weights,
+    random_weights,
+    vocabulary,
+    write_gguf,
+)
 
 PROMPT = "<|im_start|>user\nwrite the rest of it<|im_end|>\n<|im_start|>assistant\n"
 ON = LlamaOptions(backend_sampling=True)
@@ -146,6 +152,72 @@ def test_rows_that_tie_at_the_cut_beside_rows_that_do_not(half_paired_target, ti
         assert generate(device, draft, sp, speculative, max_tokens=16) == expected
     passes = device.passes - 2  # the two prompts' passes
     assert 2 < reads[0] < 2 + passes  # some steps re-ran for a tied row, not all
+
+
+@pytest.fixture(scope="module")
+def wide_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """A tiny target and draft with 10,000 token ids (padded past the real ones): wide
+    enough for a row to be cut to its 4,097 largest logits (spare_columns)."""
+    folder, cfg = tmp_path_factory.mktemp("wide"), TinyConfig()
+    target = random_weights(cfg, 10_000, seed=6)
+    draft = noisy_weights(target, 7, 0.3)
+    return (
+        write_gguf(folder / "wide-target.gguf", cfg, target, pad_to=10_000),
+        write_gguf(folder / "wide-draft.gguf", cfg, draft, pad_to=10_000),
+    )
+
+
+WIDE = [
+    SamplingParams(1.0, seed=1),  # the spare decides every row
+    SamplingParams(3.0, seed=2),  # flat rows: passes re-run, then the logits are read
+    SamplingParams(1.0, min_p=0.05, seed=3),
+    SamplingParams(1.0, top_k=500, top_p=0.9, seed=4),
+]
+
+
+@pytest.mark.parametrize("sp", WIDE, ids=lambda sp: f"T{sp.temperature}-k{sp.top_k}-minp{sp.min_p}")
+def test_rows_cut_to_their_4097_largest_logits(wide_pair, sp):
+    """Temperature alone, min-p and a top-k over 128: each row's 4,097 largest logits cross,
+    and seeded output, plain and speculative, is the output without backend sampling. At T
+    3.0 the spare lies too near the peak: passes re-run for their logits, and after a few
+    such the runtime reads the logits (WideOdds)."""
+    host = LlamaCppRuntime(wide_pair[0], n_ctx=256)
+    device = LlamaCppRuntime(wide_pair[0], n_ctx=256, options=ON)
+    draft = LlamaCppRuntime(wide_pair[1], n_ctx=256)
+    reads = counting_reads(device)
+    for speculative in (False, True):
+        expected = generate(host, draft, sp, speculative)
+        assert len(expected) == 24
+        assert generate(device, draft, sp, speculative) == expected
+    if sp.temperature < 3.0:
+        assert reads[0] == 2 and device.attached == 4_097  # the prompts' last rows alone
+    else:
+        assert reads[0] > 2 and device.wide_odds.backoff > device.wide_odds.BACKOFF
+
+
+def test_wide_passes_back_off_while_they_re_run_often():
+    """WideOdds: wide passes go on while under a fifth re-run (a moving average over ~8);
+    two re-runs in a row back off 16 passes, then one more 32; rare re-runs never do."""
+    odds, seen = WideOdds(), []
+
+    def passes(n: int, reran: bool) -> None:
+        for _ in range(n):
+            wide = odds.wide_now()
+            seen.append(wide)
+            odds.reran = wide and reran
+
+    passes(2, reran=True)  # the first re-run: 0.125; the second: 0.234, judged at the next
+    passes(17, reran=False)
+    assert seen == [True, True] + [False] * 16 + [True]
+    seen.clear()
+    passes(1, reran=True)  # 0.1 after the back-off: one re-run is enough now, twice as long
+    passes(35, reran=False)
+    assert seen == [True] + [False] * 32 + [True] * 3
+    seen.clear()
+    odds = WideOdds()
+    for i in range(200):  # one pass in 20 re-runs
+        passes(1, reran=i % 20 == 0)
+    assert all(seen)
 
 
 def test_other_parameters_take_the_logits_as_does_a_forward_after_a_sampled_pass(tiny_pair):

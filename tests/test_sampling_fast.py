@@ -27,6 +27,8 @@ from edgespec.sampling import (
     min_p_support,
     row_dists,
     sample,
+    spare_gumbel_maxes,
+    spare_min_p_dist,
     token_dist,
     tokens_of_blocks,
     top_k_dist,
@@ -524,6 +526,67 @@ def test_rows_top_k_probabilities_at_once_are_each_rows_top_k_dist_bit_for_bit()
             dense = np.zeros(k, dtype=np.float32)
             dense[np.searchsorted(ids[i], own.token_ids())] = own.probs
             assert dense.tobytes() == probs[i].tobytes(), (case, i, sp)
+
+
+def largest(rows: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's m largest logits and a spare, descending, with their columns (as llama.cpp's
+    backend top-k sampler hands them over, sorted)."""
+    top = np.argpartition(-rows, m, axis=1)[:, : m + 1]
+    values = np.take_along_axis(rows, top, 1)
+    order = np.argsort(-values, axis=1, kind="stable")
+    return np.take_along_axis(values, order, 1), np.take_along_axis(top, order, 1)
+
+
+def test_a_rows_gumbel_max_token_from_its_largest_logits_is_its_own_where_decided():
+    """spare_gumbel_maxes from each row's 4,096 largest logits and a spare: where it decides
+    a row, the token is token_dist's own Gumbel-max token (every column raced), at 20
+    positions of two seeds; peaked rows (a few tokens far above the rest, ties among them)
+    are decided every time, a flat row (standard normal logits) never: a column left out
+    could win there."""
+    rng = np.random.default_rng(13)
+    rows = rng.standard_normal((5, 151_936)).astype(np.float32)
+    for r in (1, 2, 3):  # peaked: the spare ~20 nats under the peak
+        rows[r] *= 0.5
+        spikes = rng.uniform(18, 24, 30).astype(np.float32)
+        rows[r, rng.choice(151_936, 30, replace=False)] += spikes
+    rows[3, :10] = rows[3].max()  # ties at the top: the lowest id wins a tied race
+    rows[4] = np.round(rows[2] * 4) / 4
+    values, ids = largest(rows, 4_096)
+    sp = SamplingParams(1.0)
+    decided = np.zeros(5, dtype=int)
+    for seed in (5, 2**70 + 1):
+        for position in range(0, 200, 10):
+            got = spare_gumbel_maxes(values, ids, 151_936, sp, seed, position)
+            for i, token in enumerate(got.tolist()):
+                if token >= 0:
+                    decided[i] += 1
+                    assert token == token_dist(rows[i], sp).gumbel_max(seed, position + i)
+    assert decided.tolist() == [0, 40, 40, 40, 40]
+
+
+def test_min_p_from_a_rows_largest_logits_is_token_dists_bit_for_bit_where_decided():
+    """spare_min_p_dist: where it decides a row, token_dist's support and probabilities bit
+    for bit; None where the spare reaches min-p's cut (a flat row at min-p 0.05; at 0.2 and
+    T 0.7 its spare lies below the cut, and it is decided), and under top-p (its nucleus
+    needs the row's total)."""
+    rng = np.random.default_rng(14)
+    rows = rng.standard_normal((6, 151_936)).astype(np.float32)
+    for r in range(1, 6):
+        rows[r] *= 0.5
+        spikes = rng.uniform(8, 20, 50).astype(np.float32)
+        rows[r, rng.choice(151_936, 50, replace=False)] += spikes
+    values, ids = largest(rows, 4_096)
+    for sp, flat_decided in ((SamplingParams(1.0, min_p=0.05), False),
+                             (SamplingParams(0.7, min_p=0.2), True)):  # fmt: skip
+        got = [spare_min_p_dist(values[i], ids[i], sp) for i in range(6)]
+        assert [d is not None for d in got] == [flat_decided] + [True] * 5, sp
+        for row, d in zip(rows, got):
+            if d is not None:
+                own = token_dist(row, sp)
+                assert d.token_ids().tolist() == own.token_ids().tolist()
+                assert d.probs.tobytes() == own.probs.tobytes()
+    sp = SamplingParams(1.0, top_p=0.9, min_p=0.02)
+    assert all(spare_min_p_dist(values[i], ids[i], sp) is None for i in range(6))
 
 
 def test_rows_raced_at_once_refuse_a_temperature_that_overflows_as_one_row_does():
