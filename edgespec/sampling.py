@@ -851,7 +851,9 @@ def spare_gumbel_maxes(
         near = (bound <= reach[row_of] * w) & (bound > hashed_to[row_of] * w)
         row_of, cand, w = row_of[near], cand[near], w[near]
         races = divide_races(noise_at(cand, token_offsets[row_of], block_offsets[row_of]), w)
+        before = best.copy()
         np.minimum.at(best, row_of, races)
+        winner[best < before] = n_columns  # a new best race: its own tokens only
         at_best = races == best[row_of]
         np.minimum.at(winner, row_of[at_best], cand[at_best])  # ties: the lowest id
         # where the best race lies above the reach, a token not hashed may beat it

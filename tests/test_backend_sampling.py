@@ -31,6 +31,7 @@ from edgespec.sampling import SamplingParams
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama.cpp back-end (edgespec[llama])")
 
 from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions, WideOdds  # noqa: E402
+from edgespec.runtimes.sampling_head import spare_columns  # noqa: E402
 from tests.tiny_gguf import (  # noqa: E402
     TinyConfig,
     noisy_weights,
@@ -193,6 +194,29 @@ def test_rows_cut_to_their_4097_largest_logits(wide_pair, sp):
         assert reads[0] == 2 and device.attached == 4_097  # the prompts' last rows alone
     else:
         assert reads[0] > 2 and device.wide_odds.backoff > device.wide_odds.BACKOFF
+
+
+def test_the_columns_a_sampled_row_is_cut_to():
+    """spare_columns: top_k + 1 up to 128; 4,097 for temperature alone (Gumbel only: the
+    rejection sampler's p is the whole row), min-p and a top-k up to 4,096; none for greedy,
+    top-p without a top-k (its nucleus needs the row's total), a larger top-k, or a
+    vocabulary under twice the columns."""
+    cases = {
+        SamplingParams(): 0,
+        SamplingParams(0.8, top_k=40, top_p=0.9): 41,
+        SamplingParams(0.8, top_k=128): 129,
+        SamplingParams(0.8, top_k=129): 4_097,
+        SamplingParams(0.8, top_k=4_096, top_p=0.9): 4_097,
+        SamplingParams(0.8, top_k=4_097): 0,
+        SamplingParams(0.8): 4_097,
+        SamplingParams(0.8, sampler="rejection"): 0,
+        SamplingParams(0.8, min_p=0.05, sampler="rejection"): 4_097,
+        SamplingParams(0.8, top_p=0.9): 0,
+        SamplingParams(0.8, top_p=0.9, min_p=0.05): 0,
+    }
+    assert {sp: spare_columns(sp, 151_936) for sp in cases} == cases
+    assert spare_columns(SamplingParams(0.8), 8_192) == 0
+    assert spare_columns(SamplingParams(0.8, top_k=40), 8_192) == 41
 
 
 def test_wide_passes_back_off_while_they_re_run_often():

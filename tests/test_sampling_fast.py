@@ -458,8 +458,8 @@ def test_every_rows_top_p_and_min_p_token_at_once_is_each_rows_own(sp):
 def test_a_token_beyond_the_first_reach_wins_where_the_likeliest_tokens_noise_is_high():
     """At (seed 5, position 30) the likeliest token's race is 5.56, beyond the first reach
     of 4: a token whose block's smallest noise is its own and whose weight puts its race at
-    4.5 is not hashed in the first round, and wins. One row's race and the rows' race at
-    once both find it."""
+    4.5 is not hashed in the first round, and wins. One row's race, the rows' race at once
+    and the race of the row's 4,096 largest logits (spare_gumbel_maxes) all find it."""
     row = np.random.default_rng(3).standard_normal(151_936).astype(np.float32)
     row[1234] = 40.0
     e_min, holder = block_min_noise(5, 30, all_ids(2048))
@@ -469,6 +469,8 @@ def test_a_token_beyond_the_first_reach_wins_where_the_likeliest_tokens_noise_is
     assert whole_race(token_dist(row, sp), 5, 30)[0] == token
     assert token_dist(row, sp).gumbel_max(5, 30) == token
     assert gumbel_max_rows(row[None], sp, 5, 30).tolist() == [token]
+    values, ids = largest(row[None], 4_096)
+    assert spare_gumbel_maxes(values, ids, 151_936, sp, 5, 30).tolist() == [token]
 
 
 @pytest.mark.parametrize("vocab", [151_936, 151_973])
