@@ -34,8 +34,8 @@ class RuntimeOptions:
     # llama.cpp: the most tokens one rollback cuts cheaply (the longest draft): a recurrent or
     # hybrid model keeps that many copies of its state (LlamaOptions.snapshots)
     rollback: int = K_MAX
-    # llama.cpp: a greedy step, or a sampled one with top-k, reads each row's largest logits
-    # from llama.cpp's backend sampler where the pass ran, not the whole row
+    # llama.cpp: a greedy or sampled step reads each row's largest logits from llama.cpp's
+    # backend sampler where the pass ran, not the whole row (top-p alone: the whole row)
     # (LlamaOptions.backend_sampling); the target only: a draft model's catch-up passes would
     # detach its sampler every step, and its confidence reads the logits
     backend_sampling: bool = False

@@ -130,7 +130,7 @@ class LlamaOptions:
     (at least 1: --exact's padded one-token passes). backend_sampling: a pass's rows are
     reduced by llama.cpp's backend top-k sampler where the pass ran, and only each row's
     largest logits are copied to the host, not every logit: its top 2 for a greedy step
-    (forward_top), its top-k + 1 or 1,025 for a sampled one (forward_dists,
+    (forward_top), its top-k + 1 or 4,097 for a sampled one (forward_dists,
     sampling_head.spare_columns); llama-cpp-python 0.3.36+."""
 
     repack: bool = True
@@ -387,10 +387,10 @@ class LlamaCppRuntime(Runtime):
         backend_sampling: edgespec.runtime.forward_dists decides), reduced by llama.cpp's
         backend top-k sampler where the pass ran, so that only each row's largest logits
         reach the host (sampling_head.spare_columns: with top-k on, its top_k + 1, whose spare
-        shows no token left out ties with a kept one; else its top 1,025, from which
-        sampling's spare rules decide temperature alone's token, top-p's nucleus and min-p's
-        cut). A row they cannot decide re-runs the pass for its logits. A catch-up longer
-        than a pass, and a sampled pass while WideOdds backs off, take the logits."""
+        shows no token left out ties with a kept one; under temperature alone or min-p, its
+        top 4,097, from which sampling's spare rules decide the token or the cut). A row they
+        cannot decide re-runs the pass for its logits. Top-p without top-k, a catch-up longer
+        than a pass, and a sampled pass while WideOdds backs off take the logits."""
         columns = self.backend_columns(sp) if tokens and len(tokens) <= self.n_batch else 0
         if not columns:
             return row_dists(self.forward(tokens, last_only=last_only), sp)
@@ -457,8 +457,8 @@ class LlamaCppRuntime(Runtime):
 
     def read_candidates(self, n_tokens: int, n_rows: int) -> Candidates:
         """The attached top-k sampler's columns for the last n_rows of the n_tokens just
-        decoded, largest first: values and ids [n_rows, columns]; lse unknown (NaN: top-k
-        decides without it)."""
+        decoded, largest first: values and ids [n_rows, columns]; lse unknown (NaN: the
+        spare rules decide without it)."""
         columns, lib = self.attached, self.llama
         values = np.empty((n_rows, columns), dtype=np.float32)
         ids = np.empty((n_rows, columns), dtype=np.int64)

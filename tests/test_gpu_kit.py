@@ -287,7 +287,7 @@ def test_the_kit_compares_steps_with_and_without_backend_sampling(tiny_pair):
     assert list(found) == [
         f"{mode}, {way}, k={k}"
         for way in ("logits to host", "backend sampling")
-        for mode in ("greedy", name)
+        for mode in ("greedy", name, "temperature 0.8")
         for k in (0, 4)
     ]
     assert all(v["identical"] and v["tokens_per_second"] > 0 for v in found.values())

@@ -57,7 +57,8 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="GGUF (llama.cpp) target: each pass's rows are reduced by llama.cpp's backend "
         "sampler where the pass ran (on the GPU), and only their largest logits reach the "
-        "host: greedy and --top-k up to 128; the same output",
+        "host: greedy, --top-k, temperature alone and --min-p (--top-p without --top-k "
+        "reads every logit); the same output",
     )
 
 
