@@ -175,6 +175,21 @@ def test_doctor_says_why_cuda_graphs_are_off(capsys):
     )
 
 
+def test_doctor_says_whether_llama_cpp_can_cut_rows_where_they_are():
+    from types import SimpleNamespace
+
+    from edgespec.app.doctor import backend_sampling_status
+
+    assert backend_sampling_status(SimpleNamespace(__version__="0.3.16")) == (
+        "no: llama-cpp-python 0.3.16 has no backend sampling (llama_set_sampler, 0.3.36 and later)"
+    )
+    able = SimpleNamespace(__version__="0.3.36", llama_set_sampler=None)
+    assert backend_sampling_status(able) == (
+        "with --backend-sampling: each row's largest logits only (greedy, top-k, temperature "
+        "alone, min-p); off by default, not yet timed on a GPU"
+    )
+
+
 def test_doctor_says_whether_llama_cpp_offloads_and_keeps_one_graph(monkeypatch):
     from types import SimpleNamespace
 

@@ -34,6 +34,7 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
         import llama_cpp
 
         rows.append(("llama.cpp GPU offload", llama_gpu_status(llama_cpp)))
+        rows.append(("llama.cpp rows on device", backend_sampling_status(llama_cpp)))
         rows.append(("llama.cpp after numpy", llama_numpy_first_status(llama_cpp)))
     ort = module_version("onnxruntime")
     rows.append(("onnxruntime", ort or "missing: pip install 'edgespec[onnx]'"))
@@ -80,6 +81,19 @@ def llama_gpu_status(llama_cpp) -> str:
             "which the calibration measures and the controller prices"
         )
     return "yes, without CUDA graphs (this build, or GGML_CUDA_DISABLE_GRAPHS)"
+
+
+def backend_sampling_status(llama_cpp) -> str:
+    """Whether --backend-sampling can cut a pass's rows where it ran (docs/gpu.md)."""
+    if not hasattr(llama_cpp, "llama_set_sampler"):
+        return (
+            f"no: llama-cpp-python {llama_cpp.__version__} has no backend sampling "
+            "(llama_set_sampler, 0.3.36 and later)"
+        )
+    return (
+        "with --backend-sampling: each row's largest logits only (greedy, top-k, temperature "
+        "alone, min-p); off by default, not yet timed on a GPU"
+    )
 
 
 def llama_numpy_first_status(llama_cpp, timeout: float = 60.0) -> str:
