@@ -91,6 +91,22 @@ def generate(target, draft, sp, speculative: bool, max_tokens: int = 24) -> list
     return dec.generate(PROMPT, max_tokens=max_tokens, sp=sp).tokens
 
 
+def compared(
+    pair: tuple[Path, Path], sp: SamplingParams, max_tokens: int = 24
+) -> tuple[LlamaCppRuntime, list[int]]:
+    """The pair's target with backend sampling gives the output it gives without, plain and
+    speculative (the pair's draft drafting k = 3); that runtime and its logits copies."""
+    host = LlamaCppRuntime(pair[0], n_ctx=256)
+    device = LlamaCppRuntime(pair[0], n_ctx=256, options=ON)
+    draft = LlamaCppRuntime(pair[1], n_ctx=256)
+    reads = counting_reads(device)
+    for speculative in (False, True):
+        expected = generate(host, draft, sp, speculative, max_tokens)
+        assert len(expected) == max_tokens
+        assert generate(device, draft, sp, speculative, max_tokens) == expected
+    return device, reads
+
+
 def test_the_samplers_columns_are_each_rows_largest_logits(tiny_pair):
     host = LlamaCppRuntime(tiny_pair[0], n_ctx=256)
     device = LlamaCppRuntime(tiny_pair[0], n_ctx=256, options=ON)
@@ -113,14 +129,7 @@ def test_the_samplers_columns_are_each_rows_largest_logits(tiny_pair):
 
 @pytest.mark.parametrize("sp", [SamplingParams(), *SAMPLED], ids=lambda sp: f"top_k{sp.top_k}")
 def test_greedy_and_seeded_output_are_the_same_with_the_samplers_columns(tiny_pair, sp):
-    host = LlamaCppRuntime(tiny_pair[0], n_ctx=256)
-    device = LlamaCppRuntime(tiny_pair[0], n_ctx=256, options=ON)
-    draft = LlamaCppRuntime(tiny_pair[1], n_ctx=256)
-    reads = counting_reads(device)
-    for speculative in (False, True):
-        expected = generate(host, draft, sp, speculative)
-        assert len(expected) == 24
-        assert generate(device, draft, sp, speculative) == expected
+    device, reads = compared(tiny_pair, sp)
     # the prompt's pass copies its last row (forward, the sampler detached): nothing else
     assert reads[0] == 2
     assert device.attached == (2 if sp.greedy else sp.top_k + 1)
@@ -142,15 +151,8 @@ def test_a_tie_at_the_cut_reruns_the_pass_for_its_logits(paired_target, top_k, r
 
 @pytest.mark.parametrize("top_k", [3, 5, 0])
 def test_rows_that_tie_at_the_cut_beside_rows_that_do_not(half_paired_target, tiny_pair, top_k):
-    host = LlamaCppRuntime(half_paired_target, n_ctx=256)
-    device = LlamaCppRuntime(half_paired_target, n_ctx=256, options=ON)
-    draft = LlamaCppRuntime(tiny_pair[1], n_ctx=256)
     sp = SamplingParams(1.0, top_k=top_k, seed=4) if top_k else SamplingParams()
-    reads = counting_reads(device)
-    for speculative in (False, True):
-        expected = generate(host, draft, sp, speculative, max_tokens=16)
-        assert len(expected) == 16
-        assert generate(device, draft, sp, speculative, max_tokens=16) == expected
+    device, reads = compared((half_paired_target, tiny_pair[1]), sp, max_tokens=16)
     passes = device.passes - 2  # the two prompts' passes
     assert 2 < reads[0] < 2 + passes  # some steps re-ran for a tied row, not all
 
@@ -182,14 +184,7 @@ def test_rows_cut_to_their_4097_largest_logits(wide_pair, sp):
     and seeded output, plain and speculative, is the output without backend sampling. At T
     3.0 the spare lies too near the peak: passes re-run for their logits, and after a few
     such the runtime reads the logits (WideOdds)."""
-    host = LlamaCppRuntime(wide_pair[0], n_ctx=256)
-    device = LlamaCppRuntime(wide_pair[0], n_ctx=256, options=ON)
-    draft = LlamaCppRuntime(wide_pair[1], n_ctx=256)
-    reads = counting_reads(device)
-    for speculative in (False, True):
-        expected = generate(host, draft, sp, speculative)
-        assert len(expected) == 24
-        assert generate(device, draft, sp, speculative) == expected
+    device, reads = compared(wide_pair, sp)
     if sp.temperature < 3.0:
         assert reads[0] == 2 and device.attached == 4_097  # the prompts' last rows alone
     else:
