@@ -832,8 +832,11 @@ def spare_gumbel_maxes(
     for peak in z_max.tolist():
         check_scaled(peak, sp)
     token_offsets, block_offsets = row_noise_offsets(seed, position, n)
-    e_min = block_noise_at(all_ids(block_count(n_columns)), block_offsets[:, None])[0]
-    lowest = e_min.min(axis=1)  # [n] the smallest noise anywhere in the row
+    # every block's hash, but the smallest noise (the largest uniform) of the row's alone, and
+    # a block's only where a candidate asks: the same numbers as block_noise_at's
+    x = all_ids(block_count(n_columns)).astype(np.uint64) * np.uint64(GOLDEN)
+    bits = mixed(x + block_offsets[:, None])  # [n, blocks]
+    lowest = block_minima(bits.max(axis=1))[0]  # [n] the smallest noise anywhere in the row
     best, winner = np.full(n, np.inf), np.full(n, n_columns, dtype=np.int64)
     reach, hashed_to = np.full(n, FRONT_REACH), np.zeros(n)  # hashed: e_min <= hashed_to w
     rows = np.arange(n)
@@ -847,7 +850,7 @@ def spare_gumbel_maxes(
         j = np.arange(len(row_of)) - np.repeat(np.cumsum(ends) - ends, ends)
         cand = ids[row_of, j].astype(np.int64)
         w = scaled_weights(values[row_of, j], temperature, z_max[row_of])
-        bound = e_min[row_of, block_of(cand)]
+        bound = block_minima(bits[row_of, block_of(cand)])[0]
         near = (bound <= reach[row_of] * w) & (bound > hashed_to[row_of] * w)
         row_of, cand, w = row_of[near], cand[near], w[near]
         races = divide_races(noise_at(cand, token_offsets[row_of], block_offsets[row_of]), w)
