@@ -42,7 +42,7 @@ from edgespec.drafters import Draft
 from edgespec.engine import SpeculativeDecoder
 from edgespec.hugepages import reexec_with_tunable
 from edgespec.runtime import Runtime, VocabInfo
-from edgespec.runtimes.sampling_head import Candidates, spare_columns, spare_rows
+from edgespec.runtimes.sampling_head import Candidates, largest_first, spare_columns, spare_rows
 from edgespec.sampling import SamplingParams, row_dists
 
 V = 151_936
@@ -177,11 +177,7 @@ class DeviceRowsRuntime(ReplayRuntime):
         if columns not in self.found:
             rows = self.rows.astype(np.float32)
             top = np.argpartition(-rows, columns - 1, axis=1)[:, :columns]
-            values = np.take_along_axis(rows, top, 1)
-            order = np.argsort(-values, axis=1, kind="stable")
-            values, top = np.take_along_axis(values, order, 1), np.take_along_axis(top, order, 1)
-            lse = np.full(len(rows), np.nan, dtype=np.float32)
-            self.found[columns] = Candidates(values, top, lse)
+            self.found[columns] = largest_first(np.take_along_axis(rows, top, 1), top)
         return self.found[columns]
 
     def forward_dists(self, tokens, sp, *, last_only=False):

@@ -594,10 +594,15 @@ def block_noise_at(
 ) -> tuple[np.ndarray, np.ndarray]:
     """block_min_noise of blocks at the positions whose noise_offsets' block part this is:
     one for all, or one per block (broadcasting: a step's rows at once)."""
-    x = blocks.astype(np.uint64) * np.uint64(GOLDEN) + block_offset
-    shape = x.shape
-    e_min, holder = block_minima(mixed(x.ravel()))
-    return e_min.reshape(shape), holder.reshape(shape)
+    bits = block_bits(blocks, block_offset)
+    e_min, holder = block_minima(bits.ravel())
+    return e_min.reshape(bits.shape), holder.reshape(bits.shape)
+
+
+def block_bits(blocks: np.ndarray, block_offset: np.uint64 | np.ndarray) -> np.ndarray:
+    """The mixed splitmix64 outputs block_noise_at draws its blocks' noise from
+    (block_minima), broadcast as it does."""
+    return mixed(blocks.astype(np.uint64) * np.uint64(GOLDEN) + block_offset)
 
 
 def row_noise_offsets(seed: int, position: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -834,8 +839,7 @@ def spare_gumbel_maxes(
     token_offsets, block_offsets = row_noise_offsets(seed, position, n)
     # every block's hash, but the smallest noise (the largest uniform) of the row's alone, and
     # a block's only where a candidate asks: the same numbers as block_noise_at's
-    x = all_ids(block_count(n_columns)).astype(np.uint64) * np.uint64(GOLDEN)
-    bits = mixed(x + block_offsets[:, None])  # [n, blocks]
+    bits = block_bits(all_ids(block_count(n_columns)), block_offsets[:, None])  # [n, blocks]
     lowest = block_minima(bits.max(axis=1))[0]  # [n] the smallest noise anywhere in the row
     best, winner = np.full(n, np.inf), np.full(n, n_columns, dtype=np.int64)
     reach, hashed_to = np.full(n, FRONT_REACH), np.zeros(n)  # hashed: e_min <= hashed_to w

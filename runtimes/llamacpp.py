@@ -22,7 +22,13 @@ from edgespec.errors import ModelFileError
 from edgespec.runtime import K_MAX, Runtime, TopRows, VocabInfo, top_of
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
 from edgespec.runtimes.llama_heads import model_metadata
-from edgespec.runtimes.sampling_head import CANDIDATES, Candidates, spare_columns, spare_rows
+from edgespec.runtimes.sampling_head import (
+    CANDIDATES,
+    Candidates,
+    largest_first,
+    spare_columns,
+    spare_rows,
+)
 from edgespec.runtimes.shared import (
     KeptFeatures,
     check_room,
@@ -471,9 +477,7 @@ class LlamaCppRuntime(Runtime):
             found = lib.llama_get_sampled_candidates_ith(self.ctx, i)
             values[row] = np.ctypeslib.as_array(logits, shape=(count,))
             ids[row] = np.ctypeslib.as_array(found, shape=(count,))
-        order = np.argsort(-values, axis=1, kind="stable")
-        values, ids = np.take_along_axis(values, order, 1), np.take_along_axis(ids, order, 1)
-        return Candidates(values, ids, np.full(n_rows, np.nan, dtype=np.float32))
+        return largest_first(values, ids)
 
     def run(self, tokens: Sequence[int], rows: int) -> np.ndarray:
         """Decode tokens at n_past; logits of the last `rows` of them: [rows, V]."""

@@ -24,7 +24,6 @@ from edgespec.sampling import (
     TokenDist,
     TopKRows,
     candidate_dist,
-    gumbel_max_supports,
     spare_gumbel_maxes,
     spare_min_p_dist,
     token_dist,
@@ -97,6 +96,14 @@ def head_model(n_columns: int, candidates: int = CANDIDATES) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = 8  # what onnxruntime 1.20+ reads
     return model.SerializeToString()
+
+
+def largest_first(values: np.ndarray, ids: np.ndarray) -> Candidates:
+    """A device's columns ([rows, m] values and their ids, in any order) sorted largest first
+    (ties as given), as candidate_dist and the spare rules read them; no log-sum-exp."""
+    order = np.argsort(-values, axis=1, kind="stable")
+    values, ids = np.take_along_axis(values, order, 1), np.take_along_axis(ids, order, 1)
+    return Candidates(values, ids, np.full(len(values), np.nan, dtype=np.float32))
 
 
 def head_dists(
@@ -174,7 +181,7 @@ def spare_rows(
     return top_k_of_candidates(found, read_row, sp) or head_dists(found, read_row, n_columns, sp)
 
 
-class SpareRows(PassRows):
+class SpareRows(DecidedRows):
     """A step's rows under temperature alone or min-p (top-k and top-p off) from each row's m
     largest logits and a spare, without log-sum-exp (llama.cpp's backend top-k sampler:
     LlamaCppRuntime.forward_dists): min-p rows by sampling.spare_min_p_dist, temperature
@@ -189,21 +196,18 @@ class SpareRows(PassRows):
         n_columns: int,
         sp: SamplingParams,
     ) -> None:
+        super().__init__(len(found.values), self.row_dist)
         self.found, self.read_row, self.n_columns, self.sp = found, read_row, n_columns, sp
         self.alone = sp.min_p <= 0.0
-        self.known: dict[int, TokenDist] = {}
 
-    def __call__(self, i: int) -> TokenDist:
-        if i not in self.known:
-            values, ids = self.found.values[i], self.found.ids[i]
-            dist = None if self.alone else spare_min_p_dist(values, ids, self.sp)
-            self.known[i] = token_dist(self.read_row(i), self.sp) if dist is None else dist
-        return self.known[i]
+    def row_dist(self, i: int) -> TokenDist:
+        values, ids = self.found.values[i], self.found.ids[i]
+        dist = None if self.alone else spare_min_p_dist(values, ids, self.sp)
+        return token_dist(self.read_row(i), self.sp) if dist is None else dist
 
     def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
-        n = len(self.found.values)
         if not self.alone:
-            return gumbel_max_supports([self(i) for i in range(n)], seed, position)
+            return super().gumbel_maxes(seed, position)
         values, ids = self.found.values, self.found.ids
         tokens = spare_gumbel_maxes(values, ids, self.n_columns, self.sp, seed, position)
         for i in np.flatnonzero(tokens < 0).tolist():
