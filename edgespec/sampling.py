@@ -794,26 +794,46 @@ def candidate_dist(
 def spare_min_p_dist(values: np.ndarray, ids: np.ndarray, sp: SamplingParams) -> TokenDist | None:
     """token_dist of a row under min-p (top-k and top-p off) from its m largest logits and a
     spare, values [m + 1] descending, their columns ids (a device's top-k: llama.cpp's
-    backend sampler): min_p_support's tokens, those whose logit reaches min-p's cut (widened),
-    are a prefix of the candidates where the spare lies below it, and their weights are
-    min_p_support's, bit for bit. None where the spare reaches the cut, or a token lies
-    within MIN_P_BAND of it (the dense row decides there)."""
+    backend sampler): spare_min_p_supports of the one row. None where it cannot decide."""
     if sp.top_p < 1.0 or sp.top_k:  # top-p's nucleus needs the row's total
         return None
-    temperature, m = np.float32(sp.temperature), len(values) - 1
-    z_max = np.float32(values[0]) / temperature
-    check_scaled(float(z_max), sp)
-    low = (float(z_max) + math.log(sp.min_p) - 1e-3) * float(temperature)  # min_p_support's
-    if not values[m] < low:  # a token left out may reach the cut
-        return None
-    n = int(np.searchsorted(-values[:m], -low, side="right"))  # values >= low
-    order = np.argsort(ids[:n], kind="stable")  # ascending ids, as the row's compare gives
-    kept_ids = ids[:n][order].astype(np.int64)
-    e = np.exp(np.divide(values[:n][order], temperature, dtype=np.float32) - z_max)
-    if np.any(np.abs(e - np.float32(sp.min_p)) <= MIN_P_BAND * sp.min_p):
-        return None
-    keep = e >= np.float32(sp.min_p)
-    return cut_tail(kept_ids[keep], e[keep], sp)
+    decided, _, kept_ids, probs = spare_min_p_supports(values[None], ids[None], sp)
+    return TokenDist(kept_ids, probs) if decided[0] else None
+
+
+def spare_min_p_supports(
+    values: np.ndarray, ids: np.ndarray, sp: SamplingParams
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """min-p's support of each row (top-k and top-p off) from its m largest logits and a
+    spare, values [n, m + 1] descending in each row, their columns ids: min_p_support's
+    tokens, those whose logit reaches min-p's cut (widened), are a prefix of the row's
+    candidates where the spare lies below it, with token_dist's probabilities bit for bit.
+    Returns decided [n] (False where the spare reaches the cut, or a token lies within
+    MIN_P_BAND of it: the dense row decides there), and the decided rows' supports end to
+    end: sizes [n] (0 where not decided), ids (ascending in each row) and probabilities."""
+    temperature, (n, m) = np.float32(sp.temperature), (values.shape[0], values.shape[1] - 1)
+    z_max = np.divide(values[:, 0], temperature, dtype=np.float32)
+    for peak in z_max.tolist():
+        check_scaled(peak, sp)
+    low = (z_max.astype(np.float64) + math.log(sp.min_p) - 1e-3) * float(temperature)
+    head = values[:, :m]
+    n_reach = np.count_nonzero(head >= low[:, None], axis=1)  # a prefix: values descending
+    width = int(n_reach.max())
+    e = np.exp(np.divide(head[:, :width], temperature, dtype=np.float32) - z_max[:, None])
+    reach = np.arange(width) < n_reach[:, None]
+    near = reach & (np.abs(e - np.float32(sp.min_p)) <= MIN_P_BAND * sp.min_p)
+    decided = (values[:, m] < low) & ~near.any(axis=1)
+    row_of, j = np.nonzero(reach & (e >= np.float32(sp.min_p)) & decided[:, None])
+    kept_ids, weights = ids[row_of, j].astype(np.int64), e[row_of, j]
+    order = np.lexsort((kept_ids, row_of))  # ascending ids in each row, as the row's compare
+    kept_ids, weights = kept_ids[order], weights[order]
+    # kept_dist's normalization (its min-p cut keeps them all: the peak weighs exp(0) = 1),
+    # summed row by row: a float32 sum's rounding follows its length
+    sizes = np.bincount(row_of, minlength=n)
+    ends = np.cumsum(sizes).tolist()
+    totals = [weights[a:b].sum() for a, b in zip([0, *ends[:-1]], ends)]
+    probs = weights / np.repeat(np.array(totals, dtype=np.float32), sizes)
+    return decided, sizes, kept_ids, probs
 
 
 def spare_gumbel_maxes(
@@ -1104,25 +1124,38 @@ def top_k_rows(
 
 def gumbel_max_supports(dists: list[TokenDist], seed: int, position: int) -> np.ndarray:
     """[n] each dist's gumbel_max(seed, position + i): the supports smaller than
-    RACE_FRONT_MIN raced whole in one hash call for all of them, a larger one on its own
-    (its front first)."""
-    tokens = np.empty(len(dists), dtype=np.int64)
-    small = []
-    for i, d in enumerate(dists):
-        if d.size < RACE_FRONT_MIN:
-            small.append(i)
-        else:
-            tokens[i] = d.gumbel_max(seed, position + i)
+    RACE_FRONT_MIN raced whole in one hash call for all of them (supports_race), a larger
+    one on its own (its front first)."""
+    sizes = np.array([d.size if d.size < RACE_FRONT_MIN else 0 for d in dists])
+    small = [d for d in dists if d.size < RACE_FRONT_MIN]
     if not small:
+        ids, weights = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+    else:
+        ids = np.concatenate([d.token_ids() for d in small])
+        weights = np.concatenate([d.weights() for d in small])
+    tokens = supports_race(ids, weights, sizes, seed, position)
+    for i in np.flatnonzero(sizes == 0).tolist():
+        tokens[i] = dists[i].gumbel_max(seed, position + i)
+    return tokens
+
+
+def supports_race(
+    ids: np.ndarray, weights: np.ndarray, sizes: np.ndarray, seed: int, position: int
+) -> np.ndarray:
+    """[n] the Gumbel-max token of n supports laid end to end (row i: sizes[i] entries, ids
+    ascending, at position + i), raced in one hash call; -1 for an empty one. Ties: the
+    lowest id, as argmin over an ascending support gives it."""
+    n = len(sizes)
+    tokens = np.full(n, -1, dtype=np.int64)
+    if not len(ids):
         return tokens
-    sizes = [dists[i].size for i in small]
-    ids = np.concatenate([dists[i].token_ids() for i in small])
-    weights = np.concatenate([dists[i].weights() for i in small])
-    row_of = np.repeat(small, sizes)
-    token_offsets, block_offsets = row_noise_offsets(seed, position, len(dists))
+    row_of = np.repeat(np.arange(n), sizes)
+    token_offsets, block_offsets = row_noise_offsets(seed, position, n)
     races = divide_races(noise_at(ids, token_offsets[row_of], block_offsets[row_of]), weights)
-    starts = np.cumsum([0, *sizes[:-1]]).tolist()
-    tokens[small] = [ids[a + int(np.argmin(races[a : a + m]))] for a, m in zip(starts, sizes)]
+    order = np.lexsort((races, row_of))  # stable: a tie keeps the lower id first
+    filled = sizes > 0
+    starts = np.cumsum(sizes) - sizes
+    tokens[filled] = ids[order[starts[filled]]]
     return tokens
 
 

@@ -26,6 +26,8 @@ from edgespec.sampling import (
     candidate_dist,
     spare_gumbel_maxes,
     spare_min_p_dist,
+    spare_min_p_supports,
+    supports_race,
     token_dist,
     top_k,
 )
@@ -184,7 +186,7 @@ def spare_rows(
 class SpareRows(DecidedRows):
     """A step's rows under temperature alone or min-p (top-k and top-p off) from each row's m
     largest logits and a spare, without log-sum-exp (llama.cpp's backend top-k sampler:
-    LlamaCppRuntime.forward_dists): min-p rows by sampling.spare_min_p_dist, temperature
+    LlamaCppRuntime.forward_dists): min-p rows by sampling.spare_min_p_supports, temperature
     alone's Gumbel-max tokens by sampling.spare_gumbel_maxes, all rows at once; a row they
     cannot decide from its logits (read_row). Temperature alone's distribution itself (the
     rejection sampler's p) is the row's: its logits."""
@@ -206,10 +208,12 @@ class SpareRows(DecidedRows):
         return token_dist(self.read_row(i), self.sp) if dist is None else dist
 
     def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
-        if not self.alone:
-            return super().gumbel_maxes(seed, position)
         values, ids = self.found.values, self.found.ids
-        tokens = spare_gumbel_maxes(values, ids, self.n_columns, self.sp, seed, position)
+        if self.alone:
+            tokens = spare_gumbel_maxes(values, ids, self.n_columns, self.sp, seed, position)
+        else:
+            _, sizes, kept_ids, probs = spare_min_p_supports(values, ids, self.sp)
+            tokens = supports_race(kept_ids, probs, sizes, seed, position)
         for i in np.flatnonzero(tokens < 0).tolist():
             tokens[i] = self(i).gumbel_max(seed, position + i)
         return tokens

@@ -343,8 +343,8 @@ MUTANTS = (
     Mutant(  # the small supports raced on the rows' positions in order, past a large one
         "supports-race-skips-large-rows-positions",
         "edgespec/sampling.py",
-        "    row_of = np.repeat(small, sizes)",
-        "    row_of = np.repeat(np.arange(len(small)), sizes)",
+        "    row_of = np.repeat(np.arange(n), sizes)",
+        "    row_of = np.repeat(np.arange(np.count_nonzero(sizes)), sizes[sizes > 0])",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # a dense race looks into the likeliest token's block alone
@@ -1331,8 +1331,22 @@ MUTANTS = (
     Mutant(  # min-p from the candidates though a token left out may reach the cut
         "spare-min-p-ignores-the-spare",
         "edgespec/sampling.py",
-        "    if not values[m] < low:  # a token left out may reach the cut",
-        "    if False:  # a token left out may reach the cut",
+        "    decided = (values[:, m] < low) & ~near.any(axis=1)",
+        "    decided = ~near.any(axis=1)",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # min-p's rows normalized as one padded block: a float32 sum rounds by its length
+        "spare-min-p-rows-summed-at-once",
+        "edgespec/sampling.py",
+        "    totals = [weights[a:b].sum() for a, b in zip([0, *ends[:-1]], ends)]",
+        "    totals = [weights[a:b].sum(dtype=np.float64) for a, b in zip([0, *ends[:-1]], ends)]",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # supports raced at once, each won by its slowest race
+        "supports-race-slowest-wins",
+        "edgespec/sampling.py",
+        "    tokens[filled] = ids[order[starts[filled]]]",
+        "    tokens[filled] = ids[order[starts[filled] + sizes[filled] - 1]]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-p alone cut to the wide columns: every row re-runs for its logits

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from edgespec.errors import SamplingParamsError
+from edgespec.runtimes.sampling_head import Candidates, SpareRows
 from edgespec.sampling import (
     COLUMN_ROWS,
     RACE_FRONT_MIN,
@@ -29,6 +30,7 @@ from edgespec.sampling import (
     sample,
     spare_gumbel_maxes,
     spare_min_p_dist,
+    spare_min_p_supports,
     token_dist,
     tokens_of_blocks,
     top_k_dist,
@@ -589,6 +591,35 @@ def test_min_p_from_a_rows_largest_logits_is_token_dists_bit_for_bit_where_decid
                 assert d.probs.tobytes() == own.probs.tobytes()
     sp = SamplingParams(1.0, top_p=0.9, min_p=0.02)
     assert all(spare_min_p_dist(values[i], ids[i], sp) is None for i in range(6))
+
+
+def test_min_p_rows_at_once_are_each_rows_own_and_race_to_its_own_token():
+    """spare_min_p_supports over rows whose supports hold 1 to ~300 tokens (a float32 sum's
+    rounding follows its length: each row is normalized alone), and a flat row it cannot
+    decide: each decided row's ids and probabilities are token_dist's bit for bit, and
+    SpareRows races every row to token_dist's own Gumbel-max token (the flat one from its
+    logits), at 20 positions of two seeds."""
+    rng = np.random.default_rng(15)
+    rows = rng.standard_normal((6, 151_936)).astype(np.float32)
+    for r, spikes in zip(range(1, 6), (1, 3, 9, 40, 300)):
+        rows[r] *= 0.5
+        rows[r, rng.choice(151_936, spikes, replace=False)] += rng.uniform(14, 17, spikes)
+    values, ids = largest(rows, 4_096)
+    sp = SamplingParams(0.9, min_p=0.05)
+    decided, sizes, kept_ids, probs = spare_min_p_supports(values, ids, sp)
+    assert decided.tolist() == [False] + [True] * 5
+    ends = np.cumsum(sizes)
+    for i in range(1, 6):
+        own = token_dist(rows[i], sp)
+        assert kept_ids[ends[i] - sizes[i] : ends[i]].tolist() == own.token_ids().tolist()
+        assert probs[ends[i] - sizes[i] : ends[i]].tobytes() == own.probs.tobytes()
+    assert sizes[0] == 0 and sizes[1:].min() >= 1 and sizes.max() > 100
+    found = Candidates(values, ids, np.full(6, np.nan, dtype=np.float32))
+    for seed in (3, 2**70 + 1):
+        for position in range(0, 200, 10):
+            got = SpareRows(found, lambda i: rows[i], 151_936, sp).gumbel_maxes(seed, position)
+            own = [token_dist(r, sp).gumbel_max(seed, position + i) for i, r in enumerate(rows)]
+            assert got.tolist() == own
 
 
 def test_rows_raced_at_once_refuse_a_temperature_that_overflows_as_one_row_does():
