@@ -456,13 +456,18 @@ def mix64_int(x: int) -> int:
 
 def position_key(seed: int, position: int) -> int:
     """One 64-bit key per (seed, position); seeds wider than 64 bits are folded in."""
+    return mix64_int(seed_key(seed) + (position + 1) * GOLDEN)
+
+
+@lru_cache(maxsize=16)
+def seed_key(seed: int) -> int:
+    """The seed folded to 64 bits, 64 at a time: what position_key adds each position to."""
     key = 0
     while True:
         key = mix64_int(key + (seed & MASK64) + GOLDEN)
         seed >>= 64
         if not seed:
-            break
-    return mix64_int(key + (position + 1) * GOLDEN)
+            return key
 
 
 @lru_cache(maxsize=8)
@@ -567,9 +572,13 @@ def noise_offsets(seed: int, position: int) -> tuple[np.uint64, np.uint64]:
     """What the tokens' and the noise blocks' splitmix64 counters at (seed, position) add to
     id * GOLDEN: GOLDEN + their key (mod 2**64). A race asks for one position's noise three
     or four times (race_front)."""
-    key = position_key(seed, position)
-    block_key = mix64_int(key ^ BLOCK_SALT)
-    return np.uint64((key + GOLDEN) & MASK64), np.uint64((block_key + GOLDEN) & MASK64)
+    token_offset, block_offset = position_offsets(position_key(seed, position))
+    return np.uint64(token_offset), np.uint64(block_offset)
+
+
+def position_offsets(key: int) -> tuple[int, int]:
+    """noise_offsets of a position's key, as Python ints."""
+    return (key + GOLDEN) & MASK64, (mix64_int(key ^ BLOCK_SALT) + GOLDEN) & MASK64
 
 
 def block_minima(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -606,8 +615,10 @@ def block_bits(blocks: np.ndarray, block_offset: np.uint64 | np.ndarray) -> np.n
 
 
 def row_noise_offsets(seed: int, position: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """[n] uint64 each: noise_offsets' token and block parts at positions position + i."""
-    offsets = [noise_offsets(seed, position + i) for i in range(n)]
+    """[n] uint64 each: noise_offsets' token and block parts at positions position + i, in
+    Python ints (numpy scalars a position cost a sampled step ~12 us on the EPYC)."""
+    start = seed_key(seed) + (position + 1) * GOLDEN
+    offsets = [position_offsets(mix64_int(start + i * GOLDEN)) for i in range(n)]
     return (
         np.array([o[0] for o in offsets], dtype=np.uint64),
         np.array([o[1] for o in offsets], dtype=np.uint64),
@@ -863,15 +874,15 @@ def spare_gumbel_maxes(
     lowest = block_minima(bits.max(axis=1))[0]  # [n] the smallest noise anywhere in the row
     best, winner = np.full(n, np.inf), np.full(n, n_columns, dtype=np.int64)
     reach, hashed_to = np.full(n, FRONT_REACH), np.zeros(n)  # hashed: e_min <= hashed_to w
-    rows = np.arange(n)
+    rows, head = np.arange(n), values[:, :m]
     while len(rows):
         # a candidate races below reach only if its weight reaches lowest / reach: a prefix
         # of the row (values descending), found in logits and widened for z's rounding
         floor = z_max[rows] + np.log(lowest[rows] / reach[rows]) - z_rounding(z_max[rows])
-        ends = [int(np.searchsorted(-values[r, :m], -f * temperature, side="right"))
-                for r, f in zip(rows.tolist(), floor.tolist())]  # fmt: skip
-        row_of = np.repeat(rows, ends)
-        j = np.arange(len(row_of)) - np.repeat(np.cumsum(ends) - ends, ends)
+        low = floor.astype(np.float32) * temperature
+        ends = np.count_nonzero((head if len(rows) == n else head[rows]) >= low[:, None], axis=1)
+        at, j = np.nonzero(np.arange(ends.max()) < ends[:, None])
+        row_of = rows[at]
         cand = ids[row_of, j].astype(np.int64)
         w = scaled_weights(values[row_of, j], temperature, z_max[row_of])
         bound = block_minima(bits[row_of, block_of(cand)])[0]
@@ -889,6 +900,90 @@ def spare_gumbel_maxes(
         reach[rows] = np.minimum(best[rows], 64.0 * reach[rows])
     outside = divide_races(lowest, scaled_weights(values[:, m], temperature, z_max))
     return np.where(best < outside, winner, -1)
+
+
+# relative: the spare's weight widened for the float32 exp's rounding, so that no token left
+# out (its logit at most the spare's) can weigh more
+SPARE_ROUNDING = 2.0**-20
+# relative: a Gumbel race won by this margin keeps its winner whatever the nucleus's sum (each
+# probability is its weight over the sum, rounded to float32: 2^-24 each)
+RACE_MARGIN = 2.0**-20
+
+
+class SpareNuclei:
+    """Top-p's nucleus of each row (top-k off) from its m largest logits and a spare, values
+    [n, m + 1] descending, their columns ids (a device's top-k: llama.cpp's backend sampler),
+    as token_dist finds it, bit for bit. The row's total lies between the candidates' float64
+    sum and that plus the n_columns - m tokens left out, each weighing at most the spare; the
+    heaviest-first masses before each candidate are the row's own (a float64 cumsum in the
+    same order), so the nucleus is decided where no mass lies between top-p of the two ends.
+    Where one does, the Gumbel race can still be: the winner among the tokens always kept,
+    ahead of every token that may be (gumbel_maxes)."""
+
+    def __init__(self, values: np.ndarray, ids: np.ndarray, n_columns: int, sp: SamplingParams):
+        temperature, (n, m) = np.float32(sp.temperature), (values.shape[0], values.shape[1] - 1)
+        z_max = np.divide(values[:, 0], temperature, dtype=np.float32)
+        for peak in z_max.tolist():
+            check_scaled(peak, sp)
+        w = np.exp(np.divide(values, temperature, dtype=np.float32) - z_max[:, None])
+        spare = w[:, m].astype(np.float64) * (1.0 + SPARE_ROUNDING)
+        self.ids, self.w, self.sp = ids[:, :m], w[:, :m], sp
+        total = self.w.sum(axis=1, dtype=np.float64)
+        before = np.zeros((n, m))
+        np.cumsum(self.w[:, :-1], axis=1, dtype=np.float64, out=before[:, 1:])
+        low = sp.top_p * total * (1.0 - TOTAL_ROUNDING)
+        high = sp.top_p * (total + (n_columns - m) * spare) * (1.0 + TOTAL_ROUNDING)
+        self.least = np.count_nonzero(before < low[:, None], axis=1)  # kept whatever the total
+        self.most = np.count_nonzero(before < high[:, None], axis=1)  # kept for some total
+        # usable: the order is the row's heaviest first (the weights never rise along the
+        # prefix: monotone roundings), the cut splits no tie (where ties go by id), and the
+        # nucleus ends among the candidates, its last token outweighing the spare
+        rows, last = np.arange(n), np.minimum(self.most, m - 1)
+        width = int(last.max()) + 1
+        rises = (np.diff(self.w[:, :width], axis=1) > 0) & (np.arange(width - 1) < last[:, None])
+        self.usable = (self.most < m) & ~rises.any(axis=1)
+        self.usable &= self.w[rows, last] < self.w[rows, last - 1]
+        self.usable &= self.w[rows, last - 1] > spare
+
+    def dist(self, i: int) -> TokenDist | None:
+        """Row i's token_dist, None where its nucleus is not decided."""
+        if not (self.usable[i] and self.least[i] == self.most[i]):
+            return None
+        c = int(self.most[i])
+        order = np.argsort(self.ids[i, :c])  # kept_dist's ids ascending
+        return kept_dist(self.ids[i, :c][order].astype(np.int64), self.w[i, :c][order], self.sp)
+
+    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray:
+        """[n] each row's Gumbel-max token, -1 where it is not decided: a decided nucleus
+        races as its TokenDist does; an undecided one where the winner among the tokens
+        always kept beats every other that may be kept by RACE_MARGIN."""
+        n = len(self.w)
+        dists = [self.dist(i) for i in range(n)]
+        sizes = np.array([0 if d is None else d.size for d in dists])
+        kept = [d for d in dists if d is not None]
+        if kept:
+            ids = np.concatenate([d.token_ids() for d in kept])
+            tokens = supports_race(ids, np.concatenate([d.probs for d in kept]), sizes, seed,
+                                   position)  # fmt: skip
+        else:
+            tokens = np.full(n, -1, dtype=np.int64)
+        for i in np.flatnonzero((sizes == 0) & self.usable).tolist():
+            tokens[i] = self.margin_race(i, seed, position + i)
+        return tokens
+
+    def margin_race(self, i: int, seed: int, position: int) -> int:
+        """Row i's token where its nucleus's edge is not decided (-1 where the race is not)."""
+        c, least = int(self.most[i]), int(self.least[i])
+        w = self.w[i, :c].astype(np.float64)
+        if self.sp.min_p > 0.0:  # min-p cuts the nucleus's light tokens whatever its sum
+            w[self.w[i, :c] < np.float32(self.sp.min_p)] = 0.0
+        races = divide_races(exponential_noise(seed, position, self.ids[i, :c].astype(np.int64)), w)
+        j = int(np.argmin(races))
+        rest = np.delete(races, j)
+        # kept whatever the sum: heavier than the least-kept edge (a tie there goes by id)
+        kept = self.w[i, j] > self.w[i, least]
+        won = kept and (not len(rest) or rest.min() > races[j] * (1.0 + RACE_MARGIN))
+        return int(self.ids[i, j]) if won else -1
 
 
 def row_dists(logits: np.ndarray, sp: SamplingParams) -> RowDists:

@@ -21,6 +21,7 @@ from edgespec.sampling import (
     DecidedRows,
     PassRows,
     SamplingParams,
+    SpareNuclei,
     TokenDist,
     TopKRows,
     candidate_dist,
@@ -149,27 +150,27 @@ def top_k_of_candidates(
 # the columns a row is cut to where top-k is off or above CANDIDATES (spare_columns): on the
 # demo target's real rows the 4,097th logit lies far enough below the peak that the spare
 # decides temperature alone's token in 99% of rows at T 0.8 and T 1.0 (74% at T 1.5; with
-# 1,024 columns, 94% at T 1.0: a step of 5 rows re-ran one time in 4). Top-p alone is not
-# cut: its nucleus's edge needs the row's total, which the spare bounds too loosely (98% of
-# rows at T 0.8, 88% at T 1.0 with 4,096)
+# 1,024 columns, 94% at T 1.0: a step of 5 rows re-ran one time in 4). Top-p's nucleus
+# needs the row's total, which the spare bounds: its edge is decided in 98% of rows at T 0.8
+# and 88% at T 1.0, its Gumbel-max token in 100% and 98% (SpareNuclei's race)
 WIDE_COLUMNS = 4096
 
 
 def spare_columns(sp: SamplingParams, n_columns: int) -> int:
     """How many of a row's largest logits a device hands over for a sampled step, the spare
     included (0: none, the logits): top_k + 1 up to CANDIDATES; else WIDE_COLUMNS + 1 for
-    temperature alone (drawn by its Gumbel-max token: the rejection sampler's p is the whole
-    row), min-p (without top-p) and a top-k up to WIDE_COLUMNS."""
+    temperature alone and top-p without min-p (drawn by their Gumbel-max token: the rejection
+    sampler's p is the whole row, or a nucleus whose edge the spare may not decide), min-p
+    and a top-k up to WIDE_COLUMNS."""
     if sp.greedy:
         return 0
     if 0 < sp.top_k <= CANDIDATES:
         return sp.top_k + 1 if sp.top_k < n_columns else 0
     if sp.top_k > WIDE_COLUMNS or 2 * WIDE_COLUMNS >= n_columns:
         return 0
-    if sp.top_k == 0 and sp.top_p < 1.0:
-        return 0
-    alone = sp.top_k == 0 and sp.min_p <= 0.0
-    return 0 if alone and sp.sampler != "gumbel" else WIDE_COLUMNS + 1
+    raced = sp.top_k == 0 and sp.min_p <= 0.0  # temperature alone, or top-p without min-p:
+    # the Gumbel race decides a nucleus's edge the spare leaves open
+    return 0 if raced and sp.sampler != "gumbel" else WIDE_COLUMNS + 1
 
 
 def spare_rows(
@@ -184,12 +185,13 @@ def spare_rows(
 
 
 class SpareRows(DecidedRows):
-    """A step's rows under temperature alone or min-p (top-k and top-p off) from each row's m
+    """A step's rows with top-k off (temperature alone, min-p, top-p) from each row's m
     largest logits and a spare, without log-sum-exp (llama.cpp's backend top-k sampler:
-    LlamaCppRuntime.forward_dists): min-p rows by sampling.spare_min_p_supports, temperature
-    alone's Gumbel-max tokens by sampling.spare_gumbel_maxes, all rows at once; a row they
-    cannot decide from its logits (read_row). Temperature alone's distribution itself (the
-    rejection sampler's p) is the row's: its logits."""
+    LlamaCppRuntime.forward_dists): top-p's nuclei by sampling.SpareNuclei, min-p rows by
+    sampling.spare_min_p_supports, temperature alone's Gumbel-max tokens by
+    sampling.spare_gumbel_maxes, all rows at once; a row they cannot decide from its logits
+    (read_row). Temperature alone's distribution itself (the rejection sampler's p) is the
+    row's: its logits."""
 
     def __init__(
         self,
@@ -200,16 +202,23 @@ class SpareRows(DecidedRows):
     ) -> None:
         super().__init__(len(found.values), self.row_dist)
         self.found, self.read_row, self.n_columns, self.sp = found, read_row, n_columns, sp
-        self.alone = sp.min_p <= 0.0
+        self.alone = sp.min_p <= 0.0 and sp.top_p >= 1.0
+        nucleus = sp.top_p < 1.0
+        self.nuclei = SpareNuclei(found.values, found.ids, n_columns, sp) if nucleus else None
 
     def row_dist(self, i: int) -> TokenDist:
         values, ids = self.found.values[i], self.found.ids[i]
-        dist = None if self.alone else spare_min_p_dist(values, ids, self.sp)
+        if self.nuclei is not None:
+            dist = self.nuclei.dist(i)
+        else:
+            dist = None if self.alone else spare_min_p_dist(values, ids, self.sp)
         return token_dist(self.read_row(i), self.sp) if dist is None else dist
 
     def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
         values, ids = self.found.values, self.found.ids
-        if self.alone:
+        if self.nuclei is not None:
+            tokens = self.nuclei.gumbel_maxes(seed, position)
+        elif self.alone:
             tokens = spare_gumbel_maxes(values, ids, self.n_columns, self.sp, seed, position)
         else:
             _, sizes, kept_ids, probs = spare_min_p_supports(values, ids, self.sp)

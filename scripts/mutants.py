@@ -273,8 +273,8 @@ MUTANTS = (
     Mutant(  # every row of a step drawn with the first row's noise (its rows and supports)
         "rows-race-rows-share-one-position",
         "edgespec/sampling.py",
-        "    offsets = [noise_offsets(seed, position + i) for i in range(n)]",
-        "    offsets = [noise_offsets(seed, position) for i in range(n)]",
+        "    offsets = [position_offsets(mix64_int(start + i * GOLDEN)) for i in range(n)]",
+        "    offsets = [position_offsets(mix64_int(start)) for i in range(n)]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-p's cut from the head alone, as if the tokens left out weighed nothing
@@ -1349,12 +1349,40 @@ MUTANTS = (
         "    tokens[filled] = ids[order[starts[filled] + sizes[filled] - 1]]",
         ("tests/test_sampling_fast.py",),
     ),
-    Mutant(  # top-p alone cut to the wide columns: every row re-runs for its logits
-        "backend-top-p-cut",
+    Mutant(  # top-p from the columns under the rejection sampler: its nuclei re-run the pass
+        "backend-top-p-rejection-cut",
         "runtimes/sampling_head.py",
-        "    if sp.top_k == 0 and sp.top_p < 1.0:\n        return 0\n",
-        "",
+        "    raced = sp.top_k == 0 and sp.min_p <= 0.0  #",
+        "    raced = sp.top_k == 0 and sp.top_p >= 1.0 and sp.min_p <= 0.0  #",
         (BACKEND_SAMPLING,),
+    ),
+    Mutant(  # the nucleus's total without the tokens left out: its edge decided too soon
+        "spare-nuclei-without-the-left-out",
+        "edgespec/sampling.py",
+        "high = sp.top_p * (total + (n_columns - m) * spare) * (1.0 + TOTAL_ROUNDING)",
+        "high = sp.top_p * total * (1.0 + TOTAL_ROUNDING)",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # a nucleus that may reach past the candidates taken as theirs
+        "spare-nuclei-past-the-candidates",
+        "edgespec/sampling.py",
+        "self.usable = (self.most < m) & ~rises.any(axis=1)",
+        "self.usable = ~rises.any(axis=1)",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # a cut through tied tokens keeps them in the device's order, not the lowest ids
+        "spare-nuclei-cut-through-a-tie",
+        "edgespec/sampling.py",
+        "        self.usable &= self.w[rows, last] < self.w[rows, last - 1]\n",
+        "",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # an undecided edge's race won by a token that may be cut
+        "spare-nuclei-race-won-at-the-edge",
+        "edgespec/sampling.py",
+        "        kept = self.w[i, j] > self.w[i, least]",
+        "        kept = True",
+        ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # re-runs never counted: wide passes never back off
         "backend-wide-reruns-uncounted",

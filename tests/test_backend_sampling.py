@@ -175,10 +175,14 @@ WIDE = [
     SamplingParams(3.0, seed=2),  # flat rows: passes re-run, then the logits are read
     SamplingParams(1.0, min_p=0.05, seed=3),
     SamplingParams(1.0, top_k=500, top_p=0.9, seed=4),
+    SamplingParams(1.0, top_p=0.9, seed=5),
+    SamplingParams(1.0, top_p=0.5, min_p=0.02, seed=6),
 ]
 
 
-@pytest.mark.parametrize("sp", WIDE, ids=lambda sp: f"T{sp.temperature}-k{sp.top_k}-minp{sp.min_p}")
+@pytest.mark.parametrize(
+    "sp", WIDE, ids=lambda sp: f"T{sp.temperature}-k{sp.top_k}-p{sp.top_p}-minp{sp.min_p}"
+)
 def test_rows_cut_to_their_4097_largest_logits(wide_pair, sp):
     """Temperature alone, min-p and a top-k over 128: each row's 4,097 largest logits cross,
     and seeded output, plain and speculative, is the output without backend sampling. At T
@@ -192,10 +196,10 @@ def test_rows_cut_to_their_4097_largest_logits(wide_pair, sp):
 
 
 def test_the_columns_a_sampled_row_is_cut_to():
-    """spare_columns: top_k + 1 up to 128; 4,097 for temperature alone (Gumbel only: the
-    rejection sampler's p is the whole row), min-p and a top-k up to 4,096; none for greedy,
-    top-p without a top-k (its nucleus needs the row's total), a larger top-k, or a
-    vocabulary under twice the columns."""
+    """spare_columns: top_k + 1 up to 128; 4,097 for temperature alone and top-p without
+    min-p (Gumbel only: the rejection sampler's p is the whole row, or a nucleus whose edge
+    the spare may leave open), min-p and a top-k up to 4,096; none for greedy, a larger
+    top-k, or a vocabulary under twice the columns."""
     cases = {
         SamplingParams(): 0,
         SamplingParams(0.8, top_k=40, top_p=0.9): 41,
@@ -206,8 +210,10 @@ def test_the_columns_a_sampled_row_is_cut_to():
         SamplingParams(0.8): 4_097,
         SamplingParams(0.8, sampler="rejection"): 0,
         SamplingParams(0.8, min_p=0.05, sampler="rejection"): 4_097,
-        SamplingParams(0.8, top_p=0.9): 0,
-        SamplingParams(0.8, top_p=0.9, min_p=0.05): 0,
+        SamplingParams(0.8, top_p=0.9): 4_097,
+        SamplingParams(0.8, top_p=0.9, sampler="rejection"): 0,
+        SamplingParams(0.8, top_p=0.9, min_p=0.05): 4_097,
+        SamplingParams(0.8, top_p=0.9, min_p=0.05, sampler="rejection"): 4_097,
     }
     assert {sp: spare_columns(sp, 151_936) for sp in cases} == cases
     assert spare_columns(SamplingParams(0.8), 8_192) == 0

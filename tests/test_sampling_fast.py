@@ -14,6 +14,7 @@ from edgespec.sampling import (
     COLUMN_ROWS,
     RACE_FRONT_MIN,
     SamplingParams,
+    SpareNuclei,
     TokenDist,
     all_ids,
     block_count,
@@ -620,6 +621,64 @@ def test_min_p_rows_at_once_are_each_rows_own_and_race_to_its_own_token():
             got = SpareRows(found, lambda i: rows[i], 151_936, sp).gumbel_maxes(seed, position)
             own = [token_dist(r, sp).gumbel_max(seed, position + i) for i, r in enumerate(rows)]
             assert got.tolist() == own
+
+
+def test_top_p_from_a_rows_largest_logits_is_token_dists_where_decided():
+    """SpareNuclei at T 1.0, top-p 0.9, from each row's 4,096 largest logits and a spare: a
+    flat row's nucleus may reach past them (undecided); peaked rows' nuclei are decided
+    (token_dist's ids and probabilities bit for bit) or, where the total's bounds straddle a
+    token, their edge is not but their Gumbel race is (the winner is always kept and ahead
+    by a margin). A cut through tied tokens (twenty at one logit) is left to the row's logits:
+    the lowest ids go first there. Every decided token, and every token SpareRows gives (the
+    flat and tied rows from their logits), is token_dist's own, at 20 positions of two seeds."""
+    rng, other = np.random.default_rng(16), np.random.default_rng(17)
+    rows = np.vstack([rng.standard_normal((6, 151_936)), other.standard_normal((1, 151_936))])
+    rows = rows.astype(np.float32)
+    for r, (spikes, low, high) in enumerate(
+        [(3, 20, 24), (30, 16, 20), (200, 14, 18), (30, 12, 16), (300, 10, 14)], start=1
+    ):
+        rows[r] *= 0.5
+        rows[r, rng.choice(151_936, spikes, replace=False)] += rng.uniform(low, high, spikes)
+    rows[6] *= 0.5
+    rows[6, other.choice(151_936, 20, replace=False)] = 20.0
+    values, ids = largest(rows, 4_096)
+    sp = SamplingParams(1.0, top_p=0.9)
+    nuclei = SpareNuclei(values, ids, 151_936, sp)
+    assert nuclei.usable.tolist() == [False] + [True] * 5 + [False]
+    assert (nuclei.least == nuclei.most).tolist()[:6] == [False, True, True, False, True, False]
+    for i in (1, 2, 4):
+        own, got = token_dist(rows[i], sp), nuclei.dist(i)
+        assert got is not None and got.token_ids().tolist() == own.token_ids().tolist()
+        assert got.probs.tobytes() == own.probs.tobytes()
+    assert nuclei.dist(0) is None and nuclei.dist(3) is None and nuclei.dist(6) is None
+    assert len(token_dist(rows[6], sp).token_ids()) == 19  # the cut splits the twenty
+    found = Candidates(values, ids, np.full(7, np.nan, dtype=np.float32))
+    for seed in (3, 2**70 + 1):
+        for position in range(0, 200, 10):
+            own = [token_dist(r, sp).gumbel_max(seed, position + i) for i, r in enumerate(rows)]
+            assert nuclei.gumbel_maxes(seed, position).tolist() == [-1, *own[1:6], -1]
+            got = SpareRows(found, lambda i: rows[i], 151_936, sp).gumbel_maxes(seed, position)
+            assert got.tolist() == own
+
+
+def test_a_nucleus_edge_the_spare_leaves_open_decides_the_races_it_cannot_change():
+    """Top-p 0.5 on a row of two peaks, a shoulder of 40 tokens and a wide background: the
+    tokens left out may weigh enough to move the cut by one shoulder token (least 19, most
+    20). The race is decided wherever its winner is always kept (token_dist's own token),
+    and left to the row where the winner is that edge token: 5 positions of 100."""
+    rng = np.random.default_rng(18)
+    row = (rng.standard_normal(151_936) * 1.5).astype(np.float32)
+    at = rng.choice(151_936, 42, replace=False)
+    row[at[:2]] = 15.0 + rng.uniform(0, 0.1, 2)
+    row[at[2:]] = rng.uniform(13.9, 14.1, 40)
+    values, ids = largest(row[None], 4_096)
+    sp = SamplingParams(1.0, top_p=0.5)
+    nuclei = SpareNuclei(values, ids, 151_936, sp)
+    assert (nuclei.usable[0], nuclei.least[0], nuclei.most[0]) == (True, 19, 20)
+    own = token_dist(row, sp)
+    got = [int(nuclei.gumbel_maxes(7, position)[0]) for position in range(100)]
+    assert sum(token < 0 for token in got) == 5
+    assert all(token in (-1, own.gumbel_max(7, p)) for p, token in enumerate(got))
 
 
 def test_rows_raced_at_once_refuse_a_temperature_that_overflows_as_one_row_does():
