@@ -35,7 +35,7 @@ class RuntimeOptions:
     # hybrid model keeps that many copies of its state (LlamaOptions.snapshots)
     rollback: int = K_MAX
     # llama.cpp: a greedy or sampled step reads each row's largest logits from llama.cpp's
-    # backend sampler where the pass ran, not the whole row (top-p alone: the whole row)
+    # backend sampler where the pass ran, not the whole row
     # (LlamaOptions.backend_sampling); the target only: a draft model's catch-up passes would
     # detach its sampler every step, and its confidence reads the logits
     backend_sampling: bool = False

@@ -393,10 +393,10 @@ class LlamaCppRuntime(Runtime):
         backend_sampling: edgespec.runtime.forward_dists decides), reduced by llama.cpp's
         backend top-k sampler where the pass ran, so that only each row's largest logits
         reach the host (sampling_head.spare_columns: with top-k on, its top_k + 1, whose spare
-        shows no token left out ties with a kept one; under temperature alone or min-p, its
-        top 4,097, from which sampling's spare rules decide the token or the cut). A row they
-        cannot decide re-runs the pass for its logits. Top-p without top-k, a catch-up longer
-        than a pass, and a sampled pass while WideOdds backs off take the logits."""
+        shows no token left out ties with a kept one; without top-k, its top 4,097, from which
+        sampling's spare rules decide the token, min-p's cut or top-p's nucleus). A row they
+        cannot decide re-runs the pass for its logits. A catch-up longer than a pass, and a
+        sampled pass while WideOdds backs off take the logits."""
         columns = self.backend_columns(sp) if tokens and len(tokens) <= self.n_batch else 0
         if not columns:
             return row_dists(self.forward(tokens, last_only=last_only), sp)

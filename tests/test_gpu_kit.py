@@ -270,10 +270,10 @@ def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_p
 
 
 def test_the_kit_compares_steps_with_and_without_backend_sampling(tiny_pair):
-    """measure.py's backend_sampling: a llama.cpp target's greedy and top-k sampled decoding
-    with each row's largest logits from its backend sampler and with the logits copied to the
-    host, the same output both ways. Every other measurement runs the runtime's default (the
-    logits), and the runtime is left so."""
+    """measure.py's backend_sampling: a llama.cpp target's greedy and sampled decoding (top-k,
+    top-p, temperature alone) with each row's largest logits from its backend sampler and
+    with the logits copied to the host, the same output both ways. Every other measurement
+    runs the runtime's default (the logits), and the runtime is left so."""
     pytest.importorskip("llama_cpp", reason="llama.cpp back-end (edgespec[llama])")
     from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
 
@@ -287,7 +287,7 @@ def test_the_kit_compares_steps_with_and_without_backend_sampling(tiny_pair):
     assert list(found) == [
         f"{mode}, {way}, k={k}"
         for way in ("logits to host", "backend sampling")
-        for mode in ("greedy", name, "temperature 0.8")
+        for mode in ("greedy", name, "temperature 0.8, top-p 0.9", "temperature 0.8")
         for k in (0, 4)
     ]
     assert all(v["identical"] and v["tokens_per_second"] > 0 for v in found.values())

@@ -325,16 +325,15 @@ class Bench:
         return out
 
     def backend_sampling(self, reference: list[int]) -> dict[str, dict] | None:
-        """Greedy and sampled (top-k 40 + top-p 0.9; temperature 0.8 alone) plain decoding and
-        k = 4 (acceptance 0.8, zero draft cost), with the logits copied to the host (the
-        default) and then each row's largest logits from llama.cpp's backend sampler (its top
-        2, greedy; its top 41; its top 4,097, the pass re-run for a row they cannot decide):
-        what it saves or costs a step, and whether the output is the same. None where the
-        target has no backend sampling."""
+        """Greedy and sampled (every SAMPLED mode: top-k 40 + top-p 0.9, top-p 0.9, temperature
+        0.8 alone) plain decoding and k = 4 (acceptance 0.8, zero draft cost), with the
+        logits copied to the host (the default) and then each row's largest logits from
+        llama.cpp's backend sampler (its top 2, greedy; its top 41; its top 4,097, the pass
+        re-run for a row they cannot decide): what it saves or costs a step, and whether the
+        output is the same. None where the target has no backend sampling."""
         if not self.backend_sampling_on:
             return None
-        top_k, alone = "temperature 0.8, top-k 40, top-p 0.9", "temperature 0.8"
-        modes = {"greedy": SamplingParams(), top_k: SAMPLED[top_k], alone: SAMPLED[alone]}
+        modes = {"greedy": SamplingParams(), **SAMPLED}
         out, host_tokens = {}, {}
         for way in ("logits to host", "backend sampling"):
             self.target.backend_sampling = way == "backend sampling"  # type: ignore[attr-defined]

@@ -57,8 +57,7 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="GGUF (llama.cpp) target: each pass's rows are reduced by llama.cpp's backend "
         "sampler where the pass ran (on the GPU), and only their largest logits reach the "
-        "host: greedy, --top-k, temperature alone and --min-p (--top-p without --top-k "
-        "reads every logit); the same output",
+        "host: greedy, --top-k, --top-p, --min-p and temperature alone; the same output",
     )
 
 
