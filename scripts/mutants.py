@@ -1265,6 +1265,13 @@ MUTANTS = (
         "if True:",
         ("tests/test_recurrent.py",),
     ),
+    Mutant(  # one scratch array a shape, whatever the dtype: float64 rows rounded to float32
+        "top-of-scratch-ignores-the-dtype",
+        "edgespec/runtime.py",
+        "    held, key = SCRATCH.arrays, (shape, np.dtype(dtype))",
+        "    held, key = SCRATCH.arrays, (shape, np.dtype(np.float32))",
+        ("tests/test_draft_confidence.py",),
+    ),
     Mutant(  # no spare column: a tie between the k-th logit and one left out goes unseen
         "backend-top-k-without-the-spare",
         "runtimes/sampling_head.py",

@@ -42,6 +42,19 @@ def test_top_probability_is_the_softmax_of_the_largest_logit():
     assert top.prob.tolist() == pytest.approx((e.max(1) / e.sum(1)).tolist(), rel=1e-6)
 
 
+def test_top_probability_in_a_reused_array_is_the_formulas_bit_for_bit():
+    """top_of computes in an array it keeps per shape and thread (scratch): each call's
+    probabilities are its own rows', bit for bit those of a fresh computation, whatever the
+    call before held, float32 and float64 alike."""
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        rows = [(rng.standard_normal((3, 5_000)) * scale).astype(dtype) for scale in (1, 4, 9)]
+        got = [top_of(r).prob for r in rows]
+        for r, prob in zip(rows, got):
+            fresh = 1.0 / np.exp(r - r.max(axis=-1, keepdims=True)).sum(axis=-1)
+            assert prob.tobytes() == fresh.astype(np.float32).tobytes()
+
+
 def test_a_draft_ends_with_its_first_unsure_token_before_the_k_asked(tiny_runtimes):
     _, draft = tiny_runtimes
     prompt = prompt_of(draft, "the theme of the week, in the ether")
