@@ -175,8 +175,8 @@ MUTANTS = (
     Mutant(
         "noise-same-for-every-token",
         "edgespec/sampling.py",
-        "    x *= np.uint64(GOLDEN)\n    x[:m] += token_offset",
-        "    x *= np.uint64(0)\n    x[:m] += token_offset",
+        "    np.multiply(x, U64_GOLDEN, out=x)\n    x[:m] += token_offset",
+        "    np.multiply(x, 0, out=x)\n    x[:m] += token_offset",
         (SAMPLING, ENGINE),
     ),
     Mutant(  # every token of a block below its largest uniform: no longer Exp(1)
