@@ -292,10 +292,33 @@ def test_the_kit_compares_steps_with_and_without_backend_sampling(tiny_pair):
     ]
     assert all(v["identical"] and v["tokens_per_second"] > 0 for v in found.values())
     assert not target.backend_sampling
-    lines = measure.table([tiny_report(backend_sampling=found)])
+    cuts = bench.top_k_cost(reps=3)
+    assert [c["columns"] for c in cuts] == [c for c in measure.TOP_K_COLUMNS if c < target.n_vocab]
+    assert cuts[0]["columns"] == 0 and len(cuts) >= 3 and all(c["ms"] > 0 for c in cuts)
+    assert target.attached == 0 and target.n_past == 0
+    lines = measure.table([tiny_report(backend_sampling=found, backend_top_k_ms=cuts)])
     assert f"backend sampling: {name}, backend sampling, k=4:" in lines
+    assert "5-token pass by backend top-k columns (0: logits), ms: 0: " in lines
     plain = LlamaCppRuntime(tiny_pair[0], n_ctx=512)
     assert measure.Bench(plain, None, measure.SMOKE, 0.0).backend_sampling(reference) is None
+    assert measure.Bench(plain, None, measure.SMOKE, 0.0).top_k_cost() is None
+
+
+def test_the_kit_times_a_draft_token_with_and_without_its_confidence(tiny_pair):
+    """measure.py's draft_confidence: a llama.cpp draft's one-token pass reduced to its top
+    token, without and with its probability, and what the probability adds; the runtime is
+    left empty."""
+    pytest.importorskip("llama_cpp", reason="llama.cpp back-end (edgespec[llama])")
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    draft = LlamaCppRuntime(tiny_pair[1], n_ctx=512)
+    found = measure.draft_confidence(draft, reps=4)
+    assert set(found) == {"token_ms", "with_prob_ms", "confidence_ms"}
+    assert found["token_ms"] > 0 and found["with_prob_ms"] > 0
+    assert found["confidence_ms"] == round(found["with_prob_ms"] - found["token_ms"], 4)
+    assert draft.n_past == 0
+    lines = measure.table([tiny_report(draft_confidence=found)])
+    assert f"draft token {found['token_ms']:.3f} ms, with its confidence " in lines
 
 
 class OneGraphRebuiltOnChange(ShapeTimed):

@@ -46,7 +46,7 @@ from edgespec.drafters.base import Offer
 from edgespec.drafters.model import STEP_SHAPES, common_prefix_len
 from edgespec.engine import Result, SpeculativeDecoder
 from edgespec.machine import gpu_name
-from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime
+from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime, forward_top
 from edgespec.sampling import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # PYTHONSAFEPATH (run.sh) drops it
@@ -351,12 +351,69 @@ class Bench:
                 self.target.backend_sampling = False  # type: ignore[attr-defined]
         return out
 
+    def top_k_cost(self, width: int = 5, reps: int = 8) -> list[dict] | None:
+        """A verify pass of `width` tokens (every row) with llama.cpp's backend top-k sampler
+        cut to each of TOP_K_COLUMNS (0: no sampler, the logits copied), each timed in a run
+        of its own, so its graph is captured (ms, the median of the last reps - 2): what the
+        device's top-k costs a pass, and how many columns a wide cut
+        (sampling_head.WIDE_COLUMNS: 4,097 now) can afford. A row those columns leave
+        undecided re-runs the whole pass (on the demo target's real rows, 6.6% of 5-row
+        steps at T 1.0 with 4,097 columns, 2.6% with 8,193, 1.3% with 16,385). None where the
+        target has no backend sampling."""
+        if not self.backend_sampling_on:
+            return None
+        target, rng = self.target, np.random.default_rng(4)
+        warm_at_prefix(target, 64, rng)
+        start, tokens = target.n_past, rng.integers(0, target.n_vocab, size=width).tolist()
+        out = []
+        for columns in (c for c in TOP_K_COLUMNS if c < target.n_vocab):
+            times = []
+            for _ in range(reps):
+                target.rollback(start)
+                t0 = time.perf_counter()
+                if columns:
+                    target.sampled_pass(tokens, False, columns)  # type: ignore[attr-defined]
+                else:
+                    target.forward(tokens)
+                times.append(1e3 * (time.perf_counter() - t0))
+            out.append({"columns": columns, "ms": round(float(np.median(times[2:])), 4)})
+        target.attach_top_k(0)  # type: ignore[attr-defined]  # the runtime's default again
+        target.reset()
+        return out
+
     def generate_tokens(self, k: int, reference: list[int], sp: SamplingParams) -> list[int]:
         """One generation of runs_at's (k = 0: plain), its tokens."""
         wrong = wrong_positions(0.8, len(reference))
         oracle = OracleDrafter(self.prompt, reference, wrong, self.target.n_vocab)
         policy = FixedPolicy("model", k) if k else FixedPolicy(None, 0)
         return list(self.generate([oracle] if k else [], policy, sp).tokens)
+
+
+# Bench.top_k_cost's cuts: none (the logits), greedy's top 2, top-k 40's 41, the wide cuts
+TOP_K_COLUMNS = (0, 2, 41, 4_097, 8_193, 16_385)
+
+
+def draft_confidence(draft: Runtime, reps: int = 12, prefix: int = 64) -> dict:
+    """A draft model's one-token pass reduced to its top token (greedy drafting), without
+    and with its probability (the confidence `auto` drafts with, DRAFT_CONFIDENCE: on
+    llama.cpp an exp and a sum over the vocabulary on the host), ms, the median of the
+    last reps - 2: what the confidence adds to a draft token. The kit's draft price
+    (draft_token_ms) is taken without it."""
+    rng = np.random.default_rng(5)
+    warm_at_prefix(draft, prefix, rng)
+    start, token = draft.n_past, [int(rng.integers(0, draft.n_vocab))]
+    out = {}
+    for with_prob in (False, True):
+        times = []
+        for _ in range(reps):
+            draft.rollback(start)
+            t0 = time.perf_counter()
+            forward_top(draft, token, last_only=True, with_prob=with_prob)
+            times.append(1e3 * (time.perf_counter() - t0))
+        out["with_prob_ms" if with_prob else "token_ms"] = round(float(np.median(times[2:])), 4)
+    out["confidence_ms"] = round(out["with_prob_ms"] - out["token_ms"], 4)
+    draft.reset()
+    return out
 
 
 def first_passes(runtime: Runtime, n_max: int, last_only: bool, prefix: int = 64) -> list[dict]:
@@ -552,6 +609,8 @@ def measure(args: argparse.Namespace) -> dict:
         "top_outputs": bench.top_outputs(reference),
         "sampling_head": bench.sampling_head(reference),
         "backend_sampling": bench.backend_sampling(reference),
+        "backend_top_k_ms": bench.top_k_cost(),
+        "draft_confidence": draft_confidence(draft) if draft is not None else None,
     }  # fmt: skip
     for acceptance in settings.acceptance if args.grid == "full" else ():
         for real_cost in (False, True) if draft else (False,):
@@ -733,6 +792,13 @@ def table(reports: list[dict]) -> str:
             lines.append(f"backend sampling: {name}: {v['tokens_per_second']:.1f} tok/s, verify "
                          f"{v['verify_ms_per_step']:.2f} ms/step, loop {v['loop_us_per_step']:.0f}"
                          " us/step" + ("" if v["identical"] else " *"))  # fmt: skip
+        if r.get("backend_top_k_ms"):
+            cuts = ", ".join(f"{x['columns']}: {x['ms']:.3f}" for x in r["backend_top_k_ms"])
+            lines.append(f"5-token pass by backend top-k columns (0: logits), ms: {cuts}")
+        if r.get("draft_confidence"):
+            c = r["draft_confidence"]
+            lines.append(f"draft token {c['token_ms']:.3f} ms, with its confidence "
+                         f"{c['with_prob_ms']:.3f} ms (+{c['confidence_ms']:.3f})")  # fmt: skip
         ks = [k for k in r["settings"]["ks"]] + ["auto"]
         if r["oracle"]:
             lines.append("speedup over plain | " + " | ".join(f"k={k}" for k in ks))
