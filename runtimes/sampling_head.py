@@ -207,11 +207,12 @@ class SpareRows(DecidedRows):
         self.nuclei = SpareNuclei(found.values, found.ids, n_columns, sp) if nucleus else None
 
     def row_dist(self, i: int) -> TokenDist:
-        values, ids = self.found.values[i], self.found.ids[i]
         if self.nuclei is not None:
             dist = self.nuclei.dist(i)
+        elif self.alone:
+            dist = None  # the rejection sampler's p: the whole row
         else:
-            dist = None if self.alone else spare_min_p_dist(values, ids, self.sp)
+            dist = spare_min_p_dist(self.found.values[i], self.found.ids[i], self.sp)
         return token_dist(self.read_row(i), self.sp) if dist is None else dist
 
     def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
