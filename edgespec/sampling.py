@@ -815,6 +815,16 @@ def candidate_dist(
     return cut_tail(ids, probs, sp, total=1.0)
 
 
+def row_peaks(values: np.ndarray, sp: SamplingParams) -> np.ndarray:
+    """[n] float32 each row's largest z = logit / temperature, from a device's columns
+    (values [n, m + 1], largest first), each refused as token_dist refuses its row's
+    (check_scaled)."""
+    z_max = np.divide(values[:, 0], np.float32(sp.temperature), dtype=np.float32)
+    for peak in z_max.tolist():
+        check_scaled(peak, sp)
+    return z_max
+
+
 def spare_min_p_dist(values: np.ndarray, ids: np.ndarray, sp: SamplingParams) -> TokenDist | None:
     """token_dist of a row under min-p (top-k and top-p off) from its m largest logits and a
     spare, values [m + 1] descending, their columns ids (a device's top-k: llama.cpp's
@@ -836,9 +846,7 @@ def spare_min_p_supports(
     MIN_P_BAND of it: the dense row decides there), and the decided rows' supports end to
     end: sizes [n] (0 where not decided), ids (ascending in each row) and probabilities."""
     temperature, (n, m) = np.float32(sp.temperature), (values.shape[0], values.shape[1] - 1)
-    z_max = np.divide(values[:, 0], temperature, dtype=np.float32)
-    for peak in z_max.tolist():
-        check_scaled(peak, sp)
+    z_max = row_peaks(values, sp)
     low = (z_max.astype(np.float64) + math.log(sp.min_p) - 1e-3) * float(temperature)
     head = values[:, :m]
     n_reach = np.count_nonzero(head >= low[:, None], axis=1)  # a prefix: values descending
@@ -877,9 +885,7 @@ def spare_gumbel_maxes(
     least the smallest noise of any block over the spare's weight: a winner below that is
     the row's (ties: the lowest id)."""
     temperature, (n, m) = np.float32(sp.temperature), (values.shape[0], values.shape[1] - 1)
-    z_max = np.divide(values[:, 0], temperature).astype(np.float64)
-    for peak in z_max.tolist():
-        check_scaled(peak, sp)
+    z_max = row_peaks(values, sp).astype(np.float64)
     token_offsets, block_offsets = row_noise_offsets(seed, position, n)
     # every block's hash, but the smallest noise (the largest uniform) of the row's alone, and
     # a block's only where a candidate asks: the same numbers as block_noise_at's
@@ -935,9 +941,7 @@ class SpareNuclei:
 
     def __init__(self, values: np.ndarray, ids: np.ndarray, n_columns: int, sp: SamplingParams):
         temperature, (n, m) = np.float32(sp.temperature), (values.shape[0], values.shape[1] - 1)
-        z_max = np.divide(values[:, 0], temperature, dtype=np.float32)
-        for peak in z_max.tolist():
-            check_scaled(peak, sp)
+        z_max = row_peaks(values, sp)
         w = np.exp(np.divide(values, temperature, dtype=np.float32) - z_max[:, None])
         spare = w[:, m].astype(np.float64) * (1.0 + SPARE_ROUNDING)
         self.ids, self.w, self.sp = ids[:, :m], w[:, :m], sp

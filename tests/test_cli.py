@@ -185,8 +185,8 @@ def test_doctor_says_whether_llama_cpp_can_cut_rows_where_they_are():
     )
     able = SimpleNamespace(__version__="0.3.36", llama_set_sampler=None)
     assert backend_sampling_status(able) == (
-        "with --backend-sampling: each row's largest logits only (greedy, top-k, temperature "
-        "alone, min-p); off by default, not yet timed on a GPU"
+        "with --backend-sampling: each row's largest logits only (greedy, top-k, top-p, "
+        "min-p, temperature alone); off by default, not yet timed on a GPU"
     )
 
 

@@ -91,8 +91,8 @@ def backend_sampling_status(llama_cpp) -> str:
             "(llama_set_sampler, 0.3.36 and later)"
         )
     return (
-        "with --backend-sampling: each row's largest logits only (greedy, top-k, temperature "
-        "alone, min-p); off by default, not yet timed on a GPU"
+        "with --backend-sampling: each row's largest logits only (greedy, top-k, top-p, "
+        "min-p, temperature alone); off by default, not yet timed on a GPU"
     )
 
 
