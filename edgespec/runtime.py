@@ -55,7 +55,9 @@ class Runtime(Protocol):
     # the token id of each logits column, where the output layer keeps only some ids (a draft
     # exported with --draft-vocab: rows are then [len(logit_ids)] wide; it only drafts)
     logit_ids: np.ndarray | None = None
-    # forward_top returns TopRows computed beside the logits, on the device (ONNX top outputs)
+    # forward_top returns TopRows computed where the rows are, without copying [rows, V] floats
+    # to the host's own arrays: on the device (ONNX top outputs, llama.cpp's backend sampler)
+    # or in the back-end's logits buffer (llama.cpp)
     top_outputs: bool = False
     # one CUDA graph per context (llama.cpp on CUDA): a pass whose shape changed from the last
     # runs uncaptured and the next of that shape captures again; the calibration prices a
@@ -106,8 +108,11 @@ class Runtime(Protocol):
         """A special token's text as a chat template writes it ("" for None): BOS and EOS."""
         ...
 
-    def forward_top(self, tokens: Sequence[int], *, last_only: bool = False) -> TopRows:
-        """forward's rows as TopRows computed on the device; only where top_outputs."""
+    def forward_top(
+        self, tokens: Sequence[int], *, last_only: bool = False, with_prob: bool = False
+    ) -> TopRows:
+        """forward's rows as TopRows computed where they are, with each row's probability at
+        least where with_prob asks; only where top_outputs."""
         raise NotImplementedError(f"{type(self).__name__} has no top outputs")
 
     def forward_dists(
@@ -184,10 +189,11 @@ def forward_top(
     width: int | None = None,
 ) -> TopRows:
     """Runtime.forward's rows reduced to TopRows, over their first `width` columns (None:
-    all): on the device where the runtime has top_outputs, so only [rows] ids and
-    probabilities reach the host, not [rows, V] floats; else, or cut to `width`, here."""
+    all): where the rows are if the runtime has top_outputs, so [rows, V] floats are not
+    copied (from the device: only [rows] ids and probabilities reach the host); else, or cut
+    to `width`, here."""
     if width is None and runtime.top_outputs:
-        return runtime.forward_top(tokens, last_only=last_only)
+        return runtime.forward_top(tokens, last_only=last_only, with_prob=with_prob)
     return top_of(runtime.forward(tokens, last_only=last_only)[:, :width], with_prob)
 
 

@@ -216,6 +216,8 @@ class LlamaCppRuntime(Runtime):
         self.repack, self.flash_attn = options.repack, options.flash_attn
         self.snapshots = max(1, options.snapshots)
         self.backend_sampling = options.backend_sampling and not vocab_only
+        # the Runtime capability: forward_top reads its rows where llama.cpp left them
+        self.top_outputs = not vocab_only
         if self.backend_sampling and not hasattr(self.llama, "llama_set_sampler"):
             raise ModelFileError(
                 f"{self.path.name}: backend sampling needs llama.cpp's llama_set_sampler, "
@@ -364,22 +366,27 @@ class LlamaCppRuntime(Runtime):
         return forward_in_chunks(self, tokens, last_only, self.n_batch, self.run)
 
     @property
-    def top_outputs(self) -> bool:  # type: ignore[override]
-        return self.backend_sampling
-
-    @property
     def dists_on_device(self) -> bool:
         return self.backend_sampling
 
-    def forward_top(self, tokens: Sequence[int], *, last_only: bool = False) -> TopRows:
-        """forward's rows as TopRows from each row's two largest logits, found by llama.cpp's
-        backend top-k sampler where the pass ran (only where backend_sampling:
-        edgespec.runtime.forward_top decides): the larger's column, or where the two tie, the
-        first column holding the maximum in the row's logits (np.argmax's), the pass re-run
-        for them. No probability: a draft's confidence reads the logits (a draft model runs
-        without backend sampling, pair.open_pair)."""
+    def forward_top(
+        self, tokens: Sequence[int], *, last_only: bool = False, with_prob: bool = False
+    ) -> TopRows:
+        """forward's rows as TopRows, reduced where llama.cpp left them (edgespec.runtime.
+        forward_top decides): with backend_sampling and no probability asked, from each row's
+        two largest logits, found by its backend top-k sampler where the pass ran (the
+        larger's column, or where the two tie, the first column holding the maximum in the
+        row's logits, np.argmax's, the pass re-run for them); else in llama.cpp's logits
+        buffer, not a copy of it (forward's copy of 5 rows took 65 us on the EPYC, ~2% of a
+        GPU's verify pass, before the argmax read them again)."""
         if not tokens or len(tokens) > self.n_batch:
-            return top_of(self.forward(tokens, last_only=last_only), with_prob=False)
+            return top_of(self.forward(tokens, last_only=last_only), with_prob)
+        if not self.backend_sampling or with_prob:
+            check_room(self, len(tokens))
+            n_rows = 1 if last_only else len(tokens)
+            self.attach_top_k(0)  # every column wanted
+            self.decode_rows(tokens, n_rows)
+            return top_of(self.logits_buffer(n_rows), with_prob)
         found, read_row = self.sampled_pass(tokens, last_only, columns=2)
         ids = found.ids[:, 0].copy()
         for i in np.flatnonzero(~(found.values[:, 0] > found.values[:, 1])).tolist():
@@ -603,8 +610,12 @@ class LlamaCppRuntime(Runtime):
 
     def read_logits(self, n_rows: int) -> np.ndarray:
         """The rows llama.cpp just computed, copied out of its buffer: [n_rows, V] float32."""
+        return self.logits_buffer(n_rows).copy()
+
+    def logits_buffer(self, n_rows: int) -> np.ndarray:
+        """The rows llama.cpp just computed, in its own buffer (valid until the next pass)."""
         ptr = self.llama.llama_get_logits(self.ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab)).copy()
+        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.n_vocab))
 
     def rollback(self, n_past: int) -> None:
         if not 0 <= n_past <= self.n_past:

@@ -269,9 +269,12 @@ class OnnxRuntime(ExportedModelFolder):
     def dists_on_device(self) -> bool:
         return self.sampling_head is not None
 
-    def forward_top(self, tokens: Sequence[int], *, last_only: bool = False) -> TopRows:
-        """forward's rows as TopRows read from the graph's top_id and top_p outputs (only
-        where top_outputs: edgespec.runtime.forward_top decides)."""
+    def forward_top(
+        self, tokens: Sequence[int], *, last_only: bool = False, with_prob: bool = False
+    ) -> TopRows:
+        """forward's rows as TopRows read from the graph's top_id and top_p outputs, the
+        probability whether asked or not (only where top_outputs:
+        edgespec.runtime.forward_top decides)."""
         step, real = self.last_step(tokens, last_only, "forward_top")
         ids, prob = (step.values[name].numpy()[0, real] for name in TOP_OUTPUTS)
         return TopRows(ids.copy(), prob.copy())

@@ -19,7 +19,7 @@ ONNX_CPU = [1.0, 1.04, 1.1, 1.16, 1.22, 1.28, 1.34, 1.4, 1.46]
 
 
 class Counting:
-    """A real runtime, with the width of every forward pass recorded."""
+    """A real runtime, with the width of every forward pass recorded (forward_top's too)."""
 
     def __init__(self, runtime) -> None:
         self.runtime = runtime
@@ -28,6 +28,10 @@ class Counting:
     def forward(self, tokens, *, last_only=False):
         self.widths.append(len(tokens))
         return self.runtime.forward(tokens, last_only=last_only)
+
+    def forward_top(self, tokens, **options):  # a greedy draft's pass (llama.cpp's buffer)
+        self.widths.append(len(tokens))
+        return self.runtime.forward_top(tokens, **options)
 
     def __getattr__(self, name):
         return getattr(self.runtime, name)

@@ -239,6 +239,21 @@ def test_the_kit_compares_greedy_steps_with_and_without_top_outputs(tmp_path):
     assert measure.Bench(plain, None, measure.SMOKE, 0.0).top_outputs(reference) is None
 
 
+def test_the_kit_compares_greedy_steps_read_in_llamas_buffer_and_copied(tiny_pair):
+    """On llama.cpp, top_outputs compares each row's argmax read in its logits buffer (what
+    every other measurement runs) with the logits copied first; the switch is put back."""
+    pytest.importorskip("llama_cpp", reason="llama.cpp back-end (edgespec[llama])")
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    target = LlamaCppRuntime(tiny_pair[0], n_ctx=512)
+    bench = measure.Bench(target, None, measure.SMOKE, 0.0)
+    reference, _ = bench.plain()
+    found = bench.top_outputs(reference)
+    assert found is not None and len(found) == 4
+    assert all(v["identical"] and v["tokens_per_second"] > 0 for v in found.values())
+    assert target.top_outputs
+
+
 def test_the_kit_compares_sampled_steps_with_and_without_the_sampling_head(tmp_path):
     """measure.py's sampling_head: the same runtime's sampled decoding with each row read
     from the head's candidates and with the logits copied to the host. Every other measurement

@@ -15,6 +15,7 @@ from edgespec.drafters import Draft, ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ModelFileError, VocabularyMismatchError
 from edgespec.loader import SpecOptions, load_decoder
+from edgespec.runtime import forward_top, top_of
 from edgespec.sampling import SamplingParams
 from tests.fakes import logits_to_probs
 from tests.stats import assert_law
@@ -98,6 +99,41 @@ def test_rollback_gives_the_logits_of_a_fresh_context(tiny_runtimes, reference):
     fresh = target.forward([9])[0]
     target.reset()
     np.testing.assert_allclose(after, fresh, atol=1e-4)
+
+
+def test_top_rows_are_read_in_llamas_buffer_as_from_a_copy_of_it(tiny_runtimes, reference):
+    """forward_top (greedy verify, a draft's token and confidence) reads each row's argmax and
+    probability where llama.cpp left the logits: the ids and the bits top_of gives on
+    forward's copy, at every width, without a copy."""
+    target, _ = tiny_runtimes
+    tokens, _ = reference
+    assert target.top_outputs
+    copies = []
+    read = target.read_logits
+    target.read_logits = lambda n: copies.append(n) or read(n)  # type: ignore[method-assign]
+    try:
+        for width in (1, 2, 5, 9):
+            for last_only in (False, True):
+                for with_prob in (False, True):
+                    target.reset()
+                    target.forward(tokens[:-width], last_only=True)
+                    want = top_of(target.forward(tokens[-width:], last_only=last_only))
+                    target.rollback(len(tokens) - width)
+                    before = len(copies)
+                    got = forward_top(
+                        target, tokens[-width:], last_only=last_only, with_prob=with_prob
+                    )
+                    assert len(copies) == before  # no row copied
+                    assert got.ids.tolist() == want.ids.tolist()
+                    assert len(got.ids) == (1 if last_only else width)
+                    if with_prob:
+                        assert got.prob is not None and want.prob is not None
+                        np.testing.assert_array_equal(got.prob, want.prob)
+                    else:
+                        assert got.prob is None
+    finally:
+        del target.read_logits
+        target.reset()
 
 
 @pytest.mark.parametrize("sampler", ["gumbel", "rejection"])

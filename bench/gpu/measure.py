@@ -280,8 +280,9 @@ class Bench:
 
     def top_outputs(self, reference: list[int]) -> dict[str, dict] | None:
         """Greedy plain decoding and k = 4 (acceptance 0.8, zero draft cost), each row's argmax
-        read from the graph's top outputs and then with the logits copied to the host instead:
-        what the top outputs save a step. None where the target's graph has none."""
+        read where the rows are (an ONNX graph's top outputs, llama.cpp's logits buffer) and
+        then with the logits copied to the host instead: what reading them in place saves a
+        step. None where the target cannot (an ONNX graph without top outputs)."""
         if not self.target.top_outputs:
             return None
         out = {}
