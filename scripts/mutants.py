@@ -1412,6 +1412,20 @@ MUTANTS = (
         "found.values[:, 0] < found.values[:, 1]",
         (BACKEND_SAMPLING,),
     ),
+    Mutant(  # greedy rows copied out of llama.cpp's buffer before their argmax, as before
+        "llama-top-rows-copied",
+        "runtimes/llamacpp.py",
+        "return top_of(self.logits_buffer(n_rows), with_prob)",
+        "return top_of(self.read_logits(n_rows), with_prob)",
+        ("tests/test_llamacpp.py",),
+    ),
+    Mutant(  # a draft's confidence left out where llama.cpp reads its rows in place
+        "llama-top-rows-without-prob",
+        "runtimes/llamacpp.py",
+        "return top_of(self.logits_buffer(n_rows), with_prob)",
+        "return top_of(self.logits_buffer(n_rows), False)",
+        ("tests/test_llamacpp.py",),
+    ),
 )
 
 
