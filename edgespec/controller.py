@@ -317,6 +317,12 @@ COLD_JUDGED = 4
 # probes at 0.2 would cost more than the trial finds)
 TRIAL_TOKENS = 16
 
+# The share of decoding time probes that lose may cost: a probe owes what it costs beyond
+# plain decoding's price for the tokens it emitted (its draft, catch-up, wider pass and
+# switches, at the prices held), and the next probe waits until time passing at this rate
+# has paid that back; one that pays owes nothing.
+PROBE_BUDGET = 0.02
+
 # Right tokens that judge a shadow: after 1, a single chance match (one word of a short
 # phrase) turned drafting on and open-ended text lost 0.5% more; 2 keeps 98-100% of 1's gain
 # on edit and code (bench/replay.py --believed, f7269df:docs/benchmarks.md).
@@ -430,6 +436,9 @@ class AdaptivePolicy:
         # seconds lost so far to keeping a width another (regret_width) beats without its
         # switches (rent_or_buy)
         self.regret, self.regret_width = 0.0, 0
+        # seconds of loss the last losing probes left to pay back (PROBE_BUDGET), and what the
+        # probe under way costs at the prices held
+        self.probe_debt_s, self.probe_cost_s = 0.0, 0.0
 
     def begin(self, drafters: Sequence[Drafter]) -> None:
         self.learned.update(self.lessons())
@@ -676,31 +685,58 @@ class AdaptivePolicy:
         return held[2]
 
     def probe(self) -> Choice:
-        """A drafter idle for its interval gets a draft of the length that would pay most
-        were it right 90% of the time (winning_k), to refresh its estimates; the cheapest due
-        drafter first. Two tokens, as before, could never show that a drafter pays where
-        only a long draft does (the H100's fp16 ONNX curve: 2 tokens cost 4.1 plain passes,
-        8 tokens 4.75), and at high acceptance the probe itself pays: over 8 realizations
-        of the kit's grid (bench/replay_grid.py), `auto` reached 1.00 of the best k at
-        acceptance 1.0 on every llama.cpp curve, where it had 0.88-0.93 at 128 tokens; it
-        costs where a wide probe's first token fails on a one-graph curve at acceptance 0.6
-        (0.88 -> 0.82 of the best k, H200 demo pair, 128 tokens).
+        """A drafter idle for its interval gets a draft of probe_k tokens, to refresh its
+        estimates; the cheapest due drafter first.
 
         A drafter is not probed while catching up would cost more than a target token: for a
         draft model on a CPU that is whenever it is more than a few tokens behind (a new
         prompt, or after prompt lookup ran), and measured there, such probes cost more than
         they found (f7269df:docs/benchmarks.md, ONNX section). A drafter on trial is probed
-        without waiting for its interval."""
+        without waiting for its interval. No drafter is probed while the last losing probes
+        are not yet paid for (PROBE_BUDGET): backing off per drafter alone (probe_every, 4
+        steps for a free drafter, doubling to max_probe_every), probes of a drafter that
+        cannot pay cost 3-8% on the kit's grid (bench/replay_grid.py, 8 realizations: a
+        free drafter right 20-60% of the time on the H100's fp16 ONNX curve, 0.92-0.94x at
+        128 tokens and 0.97x at 1,024; the H200 7B pair's draft model, 0.93-0.96x at 128
+        tokens); with the budget 0.97x and 0.98x, and 0.96-0.99x."""
+        if self.probe_debt_s > 0.0:
+            return Choice(None, 0, 0.0)
         for e in sorted(self.estimates, key=lambda e: e.token_s):
             if (e.idle < e.interval and not e.trial) or e.offer.available == 0 or e.offer.preview:
                 continue  # a previewed offer is judged in shadow, for free
             if not self.can_win(e):
                 continue
-            if self.catch_up_cost(e.token_s, e.offer.behind) > self.curve.target(1):
+            catch_up_s = self.catch_up_cost(e.token_s, e.offer.behind)
+            if catch_up_s > self.curve.target(1):
                 continue
+            k = min(self.probe_k(e), e.offer.available)
+            switch_s = self.switch_s()
+            self.probe_cost_s = catch_up_s + e.draft_s(k) + self.curve.target(k + 1)
+            self.probe_cost_s += switch_s[k] if switch_s else 0.0
             self.probing = e.drafter
-            return Choice(e.drafter, min(self.winning_k(e), e.offer.available), 0.0)
+            return Choice(e.drafter, k, 0.0)
         return Choice(None, 0, 0.0)
+
+    def probe_k(self, e: Estimate) -> int:
+        """How many tokens a probe of e drafts: what would pay most were it right 90% of the
+        time (winning_k) until probes have judged it (COLD_JUDGED), then were it right
+        halfway between its estimate and always (at most 90%).
+
+        At 90%, two tokens, as before, could never show that a drafter pays where only a
+        long draft does (the H100's fp16 ONNX curve: 2 tokens cost 4.1 plain passes, 8
+        tokens 4.75), and at high acceptance the probe itself pays: over 8 realizations of
+        the kit's grid, `auto` reached 1.00 of the best k at acceptance 1.0 on every
+        llama.cpp curve, where it had 0.88-0.93 at 128 tokens. But once judged, a drafter
+        whose estimate fell by chance is probed rarely (PROBE_BUDGET), and a wide probe
+        whose first token fails costs the most and judges one token as a narrow one does:
+        right 60% of the time with no draft cost, on the H100's llama.cpp curve, one
+        realization in 8 stayed plain for 1,024 tokens (0.98x where k = 3 gave 1.33x);
+        probed halfway, it found its way back (1,024 tokens: 0.94 -> 0.97 of the best k)."""
+        if e.judged < COLD_JUDGED:
+            return self.winning_k(e)
+        hope = min(0.9, (1.0 + e.acceptance.alphas(e.offer.key, 1)[0]) / 2)
+        hopeful = Option(e.drafter, [hope] * self.k_max, e.token_s, first_s=e.first_s)
+        return best_choice(self.curve, [hopeful], self.k_max).k or self.winning_k(e)
 
     def observe(
         self,
@@ -713,7 +749,11 @@ class AdaptivePolicy:
         t_first: float = 0.0,
     ) -> None:
         # the curve prices replayed passes: what the one graph added is not its speed
-        scale = self.curve.observe_target(k + 1, t_verify - self.pass_switch_s(k + 1))
+        switched_s = self.pass_switch_s(k + 1)
+        # time passing pays back probes, at the prices held (as each probe's loss is priced)
+        passed_s = self.curve.target(k + 1) + switched_s
+        self.probe_debt_s = max(0.0, self.probe_debt_s - PROBE_BUDGET * passed_s)
+        scale = self.curve.observe_target(k + 1, t_verify - switched_s)
         self.left_plain = self.width <= 1 and k > 0
         self.width, self.in_row = k + 1, self.in_row + 1 if k + 1 == self.width else 1
         for e in self.estimates:
@@ -733,6 +773,8 @@ class AdaptivePolicy:
             return
         step_s = e.draft_s(k) + self.curve.target(k + 1)
         faster = (n_accepted + 1) * self.curve.target(1) > step_s  # at the prices held
+        loss_s = self.probe_cost_s - (n_accepted + 1) * self.curve.target(1)
+        self.probe_debt_s = max(0.0, self.probe_debt_s + loss_s)
         paid = n_accepted == k or faster
         e.trial = e.trial and faster and e.judged < TRIAL_TOKENS  # a slow probe ends it
         if e.judged >= COLD_JUDGED:  # back off when probes

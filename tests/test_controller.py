@@ -6,6 +6,7 @@ import pytest
 from edgespec.acceptance import ByMatchLength, ByPosition
 from edgespec.controller import (
     COLD_JUDGED,
+    PROBE_BUDGET,
     TRIAL_TOKENS,
     AdaptivePolicy,
     Choice,
@@ -693,6 +694,38 @@ def test_a_probe_drafts_what_would_pay_most_were_the_drafter_right_90_percent_of
         policy.begin([m])
         policy.estimate(m).acceptance = ByPosition(prior=0.3)  # plain beats it: only a probe
         assert policy.plan(list(range(10)), SP) == (m, k)
+
+
+def test_probes_that_lose_wait_until_time_has_paid_for_them():
+    """A probe owes what it cost beyond plain decoding's price for the tokens it emitted; no
+    drafter is probed until PROBE_BUDGET of the time since has paid that back, whatever its
+    interval (1 step here). One that pays owes nothing. A drafter judged (COLD_JUDGED) drafts
+    what would pay most were it right halfway between its estimate and always: at 0.3, 0.65,
+    2 tokens here (2.07 tokens for 0.2 + 1.4 passes); never judged, what pays most at 90%: 4."""
+    curve = CostCurve([1.0, 1.2, 1.4, 1.6, 1.8])
+
+    def policy_of(m, judged: int) -> AdaptivePolicy:
+        policy = AdaptivePolicy(curve, k_max=4, probe_every=1, max_probe_every=1)
+        policy.begin([m])
+        e = policy.estimate(m)
+        e.acceptance = ByPosition(prior=0.3)  # plain beats it (k = 1 ties): only a probe
+        e.judged, e.trial = judged, False
+        return policy
+
+    m = model(0.1)
+    assert policy_of(m, 0).plan(list(range(10)), SP) == (m, 4)
+    policy = policy_of(m, COLD_JUDGED)
+    assert policy.plan(list(range(10)), SP) == (m, 2)
+    policy.observe(m, 2, 0, t_draft=0.2, t_verify=1.4)  # 1 token for 1.6 passes: owes 0.6
+    assert policy.probe_debt_s == pytest.approx(0.6)
+    plain_steps = 0
+    while policy.plan(list(range(10)), SP) == (None, 0):
+        policy.observe(None, 0, 0, 0.0, 1.0)
+        plain_steps += 1
+    assert plain_steps in (30, 31)  # 0.6 / (PROBE_BUDGET * 1.0), rounding aside
+    assert PROBE_BUDGET == 0.02
+    policy.observe(m, 1, 1, t_draft=0.1, t_verify=1.2)  # 2 tokens for 1.3 passes: owes none
+    assert policy.probe_debt_s == 0.0
 
 
 def test_a_drafter_never_judged_is_probed_at_the_first_step():
