@@ -384,7 +384,7 @@ class LlamaCppRuntime(Runtime):
         if not self.backend_sampling or with_prob:
             check_room(self, len(tokens))
             n_rows = 1 if last_only else len(tokens)
-            self.attach_top_k(0)  # every column wanted
+            self.attach_top_k(0)  # the logits, read in llama.cpp's buffer
             self.decode_rows(tokens, n_rows)
             return top_of(self.logits_buffer(n_rows), with_prob)
         found, read_row = self.sampled_pass(tokens, last_only, columns=2)

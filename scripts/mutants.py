@@ -497,8 +497,36 @@ MUTANTS = (
     Mutant(  # a probe of 2 tokens whatever the curve
         "probe-width-fixed-at-two",
         "edgespec/controller.py",
-        "            return Choice(e.drafter, min(self.winning_k(e), e.offer.available), 0.0)",
-        "            return Choice(e.drafter, min(2, e.offer.available), 0.0)",
+        "            k = min(self.probe_k(e), e.offer.available)",
+        "            k = min(2, e.offer.available)",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(  # probes whatever the last losing ones cost
+        "probe-debt-ignored",
+        "edgespec/controller.py",
+        "        if self.probe_debt_s > 0.0:",
+        "        if self.probe_debt_s > 1e9:",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(  # a losing probe's debt never paid back: no probe again
+        "probe-debt-never-paid",
+        "edgespec/controller.py",
+        "self.probe_debt_s = max(0.0, self.probe_debt_s - PROBE_BUDGET * passed_s)",
+        "self.probe_debt_s = max(0.0, self.probe_debt_s - 0.0 * passed_s)",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(  # a probe owes nothing however much it lost
+        "probe-loss-not-owed",
+        "edgespec/controller.py",
+        "self.probe_debt_s = max(0.0, self.probe_debt_s + loss_s)",
+        "self.probe_debt_s = max(0.0, self.probe_debt_s)",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(  # a judged drafter probed as wide as one never judged
+        "judged-probe-at-ninety-percent",
+        "edgespec/controller.py",
+        "        if e.judged < COLD_JUDGED:\n            return self.winning_k(e)",
+        "        if True:\n            return self.winning_k(e)",
         ("tests/test_controller.py",),
     ),
     Mutant(
@@ -602,7 +630,7 @@ MUTANTS = (
     Mutant(
         "a-switch-taken-for-the-devices-speed",
         "edgespec/controller.py",
-        "self.curve.observe_target(k + 1, t_verify - self.pass_switch_s(k + 1))",
+        "self.curve.observe_target(k + 1, t_verify - switched_s)",
         "self.curve.observe_target(k + 1, t_verify)",
         ("tests/test_controller.py",),
     ),
@@ -987,7 +1015,7 @@ MUTANTS = (
     Mutant(
         "greedy-steps-copy-the-logits",
         "edgespec/runtime.py",
-        "return runtime.forward_top(tokens, last_only=last_only)",
+        "return runtime.forward_top(tokens, last_only=last_only, with_prob=with_prob)",
         "return top_of(runtime.forward(tokens, last_only=last_only), with_prob)",
         ("tests/test_top_outputs.py",),
     ),
