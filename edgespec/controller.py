@@ -697,8 +697,8 @@ class AdaptivePolicy:
         steps for a free drafter, doubling to max_probe_every), probes of a drafter that
         cannot pay cost 3-8% on the kit's grid (bench/replay_grid.py, 8 realizations: a
         free drafter right 20-60% of the time on the H100's fp16 ONNX curve, 0.92-0.94x at
-        128 tokens and 0.97x at 1,024; the H200 7B pair's draft model, 0.93-0.96x at 128
-        tokens); with the budget 0.97x and 0.98x, and 0.96-0.99x."""
+        128 tokens and 0.97x at 1,024; right 20% on the H200 1.5B llama.cpp curve, 0.93x);
+        with the budget 0.97x, 0.98x and 0.97x."""
         if self.probe_debt_s > 0.0:
             return Choice(None, 0, 0.0)
         for e in sorted(self.estimates, key=lambda e: e.token_s):
@@ -773,17 +773,20 @@ class AdaptivePolicy:
             return
         step_s = e.draft_s(k) + self.curve.target(k + 1)
         faster = (n_accepted + 1) * self.curve.target(1) > step_s  # at the prices held
-        loss_s = self.probe_cost_s - (n_accepted + 1) * self.curve.target(1)
-        self.probe_debt_s = max(0.0, self.probe_debt_s + loss_s)
         paid = n_accepted == k or faster
         e.trial = e.trial and faster and e.judged < TRIAL_TOKENS  # a slow probe ends it
-        if e.judged >= COLD_JUDGED:  # back off when probes
-            # keep failing to pay, once a few have judged it (COLD_JUDGED). paid: every token
-            # kept (a longer draft may pay more), or the step emitted faster than plain
-            # decoding at the prices the policy holds (its curve and the drafter's price:
-            # one pass's noise does not decide). Counting only the first,
-            # a probe that kept 1 of 2 failed: at 90% acceptance 1 probe in 5 doubled the
-            # interval of a drafter worth 2.5x (the kit's grid on the H100 llama.cpp curve)
+        # owe what it lost (PROBE_BUDGET) and back off when probes keep failing, once a few
+        # have judged it: owing from the first probe, a draft model right 90% of the time
+        # whose first 2-token probe failed was left too far behind to probe again (the H200
+        # 7B curve: 1.00x for 1,024 tokens where k = 5 gave 1.26x)
+        if e.judged >= COLD_JUDGED:
+            loss_s = self.probe_cost_s - (n_accepted + 1) * self.curve.target(1)
+            self.probe_debt_s = max(0.0, self.probe_debt_s + loss_s)
+            # paid: every token kept (a longer draft may pay more), or the step emitted faster
+            # than plain decoding at the prices the policy holds (its curve and the drafter's
+            # price: one pass's noise does not decide). Counting only the first, a probe
+            # that kept 1 of 2 failed: at 90% acceptance 1 probe in 5 doubled the interval of
+            # a drafter worth 2.5x (the kit's grid on the H100 llama.cpp curve)
             e.interval = e.base_interval if paid else min(2 * e.interval, self.max_probe_every)
 
     def learn_draft_cost(self, e: Estimate, k: int, t_draft: float, t_first: float) -> None:

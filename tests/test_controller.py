@@ -697,7 +697,8 @@ def test_a_probe_drafts_what_would_pay_most_were_the_drafter_right_90_percent_of
 
 
 def test_probes_that_lose_wait_until_time_has_paid_for_them():
-    """A probe owes what it cost beyond plain decoding's price for the tokens it emitted; no
+    """A probe owes what it cost beyond plain decoding's price for the tokens it emitted, once
+    probes have judged the drafter on COLD_JUDGED tokens (as backing off waits for them); no
     drafter is probed until PROBE_BUDGET of the time since has paid that back, whatever its
     interval (1 step here). One that pays owes nothing. A drafter judged (COLD_JUDGED) drafts
     what would pay most were it right halfway between its estimate and always: at 0.3, 0.65,
@@ -713,7 +714,10 @@ def test_probes_that_lose_wait_until_time_has_paid_for_them():
         return policy
 
     m = model(0.1)
-    assert policy_of(m, 0).plan(list(range(10)), SP) == (m, 4)
+    cold = policy_of(m, 0)
+    assert cold.plan(list(range(10)), SP) == (m, 4)
+    cold.observe(m, 2, 0, t_draft=0.2, t_verify=1.4)  # judged on 2 tokens: owes nothing
+    assert cold.probe_debt_s == 0.0
     policy = policy_of(m, COLD_JUDGED)
     assert policy.plan(list(range(10)), SP) == (m, 2)
     policy.observe(m, 2, 0, t_draft=0.2, t_verify=1.4)  # 1 token for 1.6 passes: owes 0.6
