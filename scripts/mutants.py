@@ -522,6 +522,13 @@ MUTANTS = (
         "self.probe_debt_s = max(0.0, self.probe_debt_s)",
         ("tests/test_controller.py",),
     ),
+    Mutant(  # a probe owes its loss before probes have judged the drafter
+        "probe-debt-from-the-first-probe",
+        "edgespec/controller.py",
+        "        if e.judged >= COLD_JUDGED:\n            loss_s",
+        "        if True:\n            loss_s",
+        ("tests/test_controller.py",),
+    ),
     Mutant(  # a judged drafter probed as wide as one never judged
         "judged-probe-at-ninety-percent",
         "edgespec/controller.py",
