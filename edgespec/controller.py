@@ -651,7 +651,11 @@ class AdaptivePolicy:
             # priced as plan prices it, switches included (rent-or-buy buys the catch-up with
             # them): a draft model was caught up before each plain step plan then chose
             in_step_choice = best_choice(self.curve, [in_step], self.k_max, switch_s=switch_s)
-            if in_step_choice.tokens_per_second > self.chosen_rate:
+            # its own steps, not plain decoding's: plain weighed alone is not charged for
+            # leaving drafters behind, so it beat a last plan that was, and a draft model in
+            # use was caught up before every other plain step (the H200 7B curve, HumanEval)
+            wins = in_step_choice.drafter is e.drafter
+            if wins and in_step_choice.tokens_per_second > self.chosen_rate:
                 due.append(e.drafter)
         return due
 

@@ -522,6 +522,13 @@ MUTANTS = (
         "self.probe_debt_s = max(0.0, self.probe_debt_s)",
         ("tests/test_controller.py",),
     ),
+    Mutant(  # a draft model caught up where plain decoding is its best in step
+        "synced-where-plain-wins-in-step",
+        "edgespec/controller.py",
+        "            wins = in_step_choice.drafter is e.drafter\n",
+        "            wins = True\n",
+        ("tests/test_controller.py",),
+    ),
     Mutant(  # a probe owes its loss before probes have judged the drafter
         "probe-debt-from-the-first-probe",
         "edgespec/controller.py",

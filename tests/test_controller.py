@@ -544,6 +544,26 @@ def test_a_drafter_left_behind_is_not_synced_when_it_would_not_win_in_step():
     assert policy.to_sync([1, 2, 3, 1, 2, 3]) == []  # then it indexes as it goes
 
 
+def test_a_drafter_whose_best_in_step_is_plain_is_not_synced_after_plain_charged_for_it():
+    """Where the target keeps one graph, a draft model right 69% of the time wins in a run of
+    steps (1.69 tokens for 0.31 + 1.14 passes) but not from plain decoding (four switches of
+    0.26 more). The last plan chose plain, charged for leaving that model behind (0.93 tokens
+    a pass): its in-step best is plain, at 1.0 uncharged, which beat 0.93 and caught it up
+    before every other plain step (the H200 7B curve on HumanEval: 0.91x plain). Right 99% of
+    the time it wins from plain too, and is caught up."""
+    curve = CostCurve([1.0, 1.14, 1.34, 1.58, 1.8], switch_s=0.26)
+    for acceptance, synced in ((0.69, False), (0.99, True)):
+        policy = AdaptivePolicy(curve, k_max=4)
+        m = model(0.31, behind=3)
+        policy.begin([m])
+        e = policy.estimate(m)
+        e.acceptance, e.trial, e.judged = ByPosition(prior=acceptance), False, COLD_JUDGED
+        policy.to_sync(list(range(50)))  # the request's prompt
+        policy.observe(None, 0, 0, 0.0, 1.0)  # plain, as the last plan chose
+        policy.chosen_rate = 0.93
+        assert policy.to_sync(list(range(50))) == ([m] if synced else [])
+
+
 def test_mid_request_only_a_drafter_a_few_tokens_behind_is_caught_up():
     """After the prompt, a draft model is caught up only where that costs at most one target
     token (0.45 x t(3)/t(1) here) and in step it would beat the last choice; 40 tokens behind
