@@ -90,6 +90,16 @@ class GatedRuntime:
             assert self.cond.wait_for(lambda: self.blocked > 0, timeout), "no forward held"
 
     def forward(self, tokens: Sequence[int], *, last_only: bool = False):
+        self.through_gate(tokens)
+        return self.runtime.forward(tokens, last_only=last_only)
+
+    def forward_top(self, tokens: Sequence[int], **options):
+        """A greedy pass (llama.cpp reads its rows in place): gated and logged as forward."""
+        self.through_gate(tokens)
+        return self.runtime.forward_top(tokens, **options)
+
+    def through_gate(self, tokens: Sequence[int]) -> None:
+        """Wait while the gate holds passes, then log this one."""
         with self.cond:
             self.blocked += 1
             self.cond.notify_all()
@@ -98,7 +108,6 @@ class GatedRuntime:
             if self.permits is not None:
                 self.permits -= 1
             self.log.append((self.runtime.n_past, tuple(int(t) for t in tokens)))
-        return self.runtime.forward(tokens, last_only=last_only)
 
     def tokenize(self, text: str, *, special: bool) -> list[int]:
         with self.cond:
