@@ -17,6 +17,9 @@ are at commit f7269df.
     python bench/replay.py replay --record rec.json [--curve llama-cpu] \
         [--curve my-gpu=1,1.01,1.03,...] [--k-max 32] [--json out.json]
     python bench/replay.py replay --record r.json --kit RUN.json --policies auto,oracle,model=1
+
+With --kit, the draft model is priced at the kit's draft token, and `auto`'s at that plus
+its confidence (the kit's draft_confidence, where the run measured it).
 """
 
 from __future__ import annotations
@@ -629,6 +632,10 @@ class KitRun:
     draft_ratio: float | None  # a draft token (None: the run had no draft)
     one_graph: tuple[float, float] | None  # where the target keeps one graph: the switch
     #                                        (the draft's taken as the target's: unmeasured)
+    # what a draft token's confidence adds where `auto` drafts with it (the kit's
+    # draft_confidence: on llama.cpp an exp and a sum over the vocabulary on the host; 0:
+    # not measured), apart from draft_ratio, which the kit takes without it
+    confidence_ratio: float = 0.0
 
 
 def kit_run(path: str) -> KitRun:
@@ -636,12 +643,22 @@ def kit_run(path: str) -> KitRun:
     switch = float(r.get("switch_ms") or 0.0)
     replayed = [t - switch for t in r["curve_ms"]]  # the kit's curve alternates widths
     one = replayed[0]
+    confidence_ms = max(0.0, float((r.get("draft_confidence") or {}).get("confidence_ms", 0.0)))
     return KitRun(
         f"{r['label']}-{r['backend']}-{r['device']}",
         [round(t / one, 4) for t in replayed],
         r["draft_token_ms"] / one if r.get("draft_token_ms") else None,
         (switch / one, switch / one) if switch else None,
+        confidence_ms / one,
     )
+
+
+def policy_draft_ratio(policy: str, draft_ratio: float | None, kit: KitRun | None) -> float | None:
+    """The draft model's token as `policy` runs it, from the kit's price: `auto` drafts with
+    its confidence (confidence_for), whose host time the kit measures apart."""
+    if draft_ratio is None or kit is None or not confidence_for(policy):
+        return draft_ratio
+    return draft_ratio + kit.confidence_ratio
 
 
 def confidence_for(policy: str) -> float:
@@ -753,12 +770,15 @@ def replay(args: argparse.Namespace) -> dict:
     if kit:
         curves[kit.name] = kit.ratios
     spec = SpecOptions("ngram", None, args.k_max)
+    priced_by_kit = kit if args.draft_ratio is None else None  # a given price is taken whole
     report: dict = {"record": args.record, "kit": args.kit, "k_max": args.k_max,
                     "draft_vocab": args.draft_vocab, "draft_ratio": draft_ratio,
+                    "confidence_ratio": priced_by_kit.confidence_ratio if priced_by_kit else 0.0,
                     "one_graph": one_graph, "curves": {}}  # fmt: skip
     for name, ratios in curves.items():
         for policy in policies:
-            rows = replay_suite(recording["cases"], ratios, spec, policy, draft_ratio,
+            ratio = policy_draft_ratio(policy, draft_ratio, priced_by_kit)
+            rows = replay_suite(recording["cases"], ratios, spec, policy, ratio,
                                 confidence_for(policy), one_graph=one_graph)  # fmt: skip
             summary = summarise(rows)
             print_table(f"{name}, {policy}", summary)

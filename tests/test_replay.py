@@ -283,6 +283,25 @@ def test_a_gpu_kit_run_is_read_as_replayed_passes_with_its_switch(tmp_path):
     path.write_text(json.dumps({**run, "switch_ms": 0.0, "draft_token_ms": 0.0}))
     kit = replay.kit_run(str(path))
     assert (kit.ratios, kit.draft_ratio, kit.one_graph) == ([1.0, 1.3333, 1.6667], None, None)
+    assert kit.confidence_ratio == 0.0  # not measured
+
+
+def test_auto_is_replayed_with_its_draft_confidence_priced_and_fixed_k_without(tmp_path):
+    """The kit prices a draft token without the confidence `auto` drafts with (on llama.cpp
+    an exp and a sum over the vocabulary on the host) and measures that apart
+    (draft_confidence): the replay adds it to auto's draft price, not to a fixed k's or the
+    oracle's, which draft without one."""
+    replay = load_module()
+    run = {"label": "demo", "backend": "llama", "device": "cuda", "curve_ms": [2.0, 2.5],
+           "draft_token_ms": 0.6, "draft_confidence": {"confidence_ms": 0.1}}  # fmt: skip
+    path = tmp_path / "kit.json"
+    path.write_text(json.dumps(run))
+    kit = replay.kit_run(str(path))
+    assert (kit.draft_ratio, kit.confidence_ratio) == (0.3, 0.05)
+    assert replay.policy_draft_ratio("auto", 0.3, kit) == pytest.approx(0.35)
+    for policy in ("model=3", "oracle", "llama-server"):
+        assert replay.policy_draft_ratio(policy, 0.3, kit) == 0.3
+    assert replay.policy_draft_ratio("auto", None, kit) is None  # no draft model
 
 
 @pytest.mark.parametrize(
