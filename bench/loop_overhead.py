@@ -158,26 +158,36 @@ def decoder_for(
 class DeviceRowsRuntime(ReplayRuntime):
     """Replayed rows whose sampled steps hand over each row's largest logits, as
     LlamaCppRuntime.forward_dists does with backend_sampling (sampling_head.spare_columns:
-    top_k + 1, or 1,025), largest first. They are found for every row up front, as the
-    device finds them beside the pass: a top-k over the whole row in forward_dists took it
-    out of the loop's time but left the host's caches cold for the loop (+100 us a step),
-    which a GPU's reduction does not. A row they cannot decide reads its logits here for
-    free, where llama.cpp re-runs the pass: steps_reread counts the steps that would."""
+    top_k + 1, or 4,097). They are found for every row up front, as the device finds them
+    beside the pass: a top-k over the whole row in forward_dists took it out of the loop's
+    time but left the host's caches cold for the loop (+100 us a step), which a GPU's
+    reduction does not. They come in no order, as llama.cpp's top-k sampler gives them (on
+    the CPU; CUDA's order unmeasured), and the step puts them largest first on the host, as
+    LlamaCppRuntime.read_candidates does: handed over sorted, the loop's time left out the
+    sort of 5 x 4,097 columns (1.0 ms on the EPYC). A row they cannot decide reads its
+    logits here for free, where llama.cpp re-runs the pass: steps_reread counts the steps
+    that would."""
 
     def __init__(self, rows: np.ndarray, n_ctx: int = 1 << 20) -> None:
         super().__init__(rows, n_ctx)
         self.found: dict[int, Candidates] = {}  # columns -> every row's
         self.steps = self.steps_reread = 0
+        # seconds of edgespec's own work inside forward_dists (ordering the columns, the spare
+        # rules' setup): host work the loop's time counts, though the step times it as its
+        # verify pass's (the device's reduction, here free, is not counted)
+        self.host_s = 0.0
 
     @property
     def dists_on_device(self) -> bool:
         return True
 
     def candidates(self, columns: int) -> Candidates:
+        """Every row's `columns` largest logits and their ids, in no order (argpartition's)."""
         if columns not in self.found:
             rows = self.rows.astype(np.float32)
             top = np.argpartition(-rows, columns - 1, axis=1)[:, :columns]
-            self.found[columns] = largest_first(np.take_along_axis(rows, top, 1), top)
+            values = np.take_along_axis(rows, top, 1)
+            self.found[columns] = Candidates(values, top, np.full(len(rows), np.nan, np.float32))
         return self.found[columns]
 
     def forward_dists(self, tokens, sp, *, last_only=False):
@@ -188,7 +198,9 @@ class DeviceRowsRuntime(ReplayRuntime):
         at = at[-1:] if last_only else at
         self.n_past += len(tokens)
         every = self.candidates(columns)
-        found = Candidates(every.values[at], every.ids[at], every.lse[at])
+        values, ids = every.values[at], every.ids[at]  # what llama.cpp hands over
+        t0 = time.perf_counter()
+        found = largest_first(values, ids)  # read_candidates' order
         self.steps += 1
         reread = [False]
 
@@ -197,7 +209,9 @@ class DeviceRowsRuntime(ReplayRuntime):
             reread[0] = True
             return self.rows[at[i]].astype(np.float32)
 
-        return spare_rows(found, read_row, self.rows.shape[1], sp)
+        rows = spare_rows(found, read_row, self.rows.shape[1], sp)
+        self.host_s += time.perf_counter() - t0
+        return rows
 
 
 class ConstantArgmaxRuntime(ReplayRuntime):
@@ -222,12 +236,16 @@ def loop_cost_us(
     dec = decoder_for(rows, k, sp, steps * (k + 1), on_device)
     dec.generate(PROMPT, max_tokens=5 * (k + 1), sp=sp)  # warm-up
     costs = []
+    target = dec.target
+    device = target if isinstance(target, DeviceRowsRuntime) else None
     for _ in range(runs):
+        host_before = device.host_s if device else 0.0
         s = dec.generate(PROMPT, max_tokens=steps * (k + 1), sp=sp).stats
         assert s.n_steps == steps, f"drafts were rejected: {s.n_steps} steps, not {steps}"
-        costs.append((s.t_decode - s.t_verify) / s.n_steps * 1e6)  # all but the model's pass
-    target = dec.target
-    reread = target.steps_reread / target.steps if isinstance(target, DeviceRowsRuntime) else None
+        host_s = device.host_s - host_before if device else 0.0
+        # all but the model's pass, and edgespec's work inside it
+        costs.append((s.t_decode - s.t_verify + host_s) / s.n_steps * 1e6)
+    reread = device.steps_reread / device.steps if device else None
     return statistics.median(costs), reread
 
 

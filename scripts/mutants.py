@@ -1454,6 +1454,20 @@ MUTANTS = (
         "found.values[:, 0] < found.values[:, 1]",
         (BACKEND_SAMPLING,),
     ),
+    Mutant(  # -0.0 ranked below 0.0, where a stable argsort keeps them as given
+        "columns-signed-zero-split",
+        "runtimes/sampling_head.py",
+        "bits = (values + np.float32(0.0)).view(np.uint32)",
+        "bits = values.view(np.uint32)",
+        (BACKEND_SAMPLING,),
+    ),
+    Mutant(  # tied columns in reverse of their given order
+        "columns-ties-reversed",
+        "runtimes/sampling_head.py",
+        "keys |= np.arange(values.shape[1], dtype=np.uint64)",
+        "keys |= np.arange(values.shape[1], dtype=np.uint64)[::-1]",
+        (BACKEND_SAMPLING,),
+    ),
     Mutant(  # greedy rows copied out of llama.cpp's buffer before their argmax, as before
         "llama-top-rows-copied",
         "runtimes/llamacpp.py",

@@ -31,7 +31,7 @@ from edgespec.sampling import SamplingParams
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama.cpp back-end (edgespec[llama])")
 
 from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions, WideOdds  # noqa: E402
-from edgespec.runtimes.sampling_head import spare_columns  # noqa: E402
+from edgespec.runtimes.sampling_head import descending_order, spare_columns  # noqa: E402
 from tests.tiny_gguf import (  # noqa: E402
     TinyConfig,
     noisy_weights,
@@ -105,6 +105,22 @@ def compared(
         assert len(expected) == max_tokens
         assert generate(device, draft, sp, speculative, max_tokens) == expected
     return device, reads
+
+
+def test_columns_are_put_largest_first_as_a_stable_argsort_would():
+    """llama.cpp's top-k sampler hands its columns over unsorted; read_candidates puts them
+    largest first, ties in their given order, by one sort of packed keys: the order of a
+    stable argsort of -values, on 4,097-column rows full of ties, -0.0 beside 0.0,
+    infinities and values 1e-30 apart, and on random ones; rows of 41 columns and a row with
+    a NaN take the argsort itself."""
+    rng = np.random.default_rng(7)
+    pool = np.array([0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, 3.25, 1e-30, -1e-30], np.float32)
+    rows = [rng.choice(pool, size=(4, 4097)), rng.standard_normal((5, 4097)).astype(np.float32),
+            rng.standard_normal((3, 41)).astype(np.float32).round(1),
+            np.array([[1.0, np.nan, 2.0, 1.0]], np.float32)]  # fmt: skip
+    for values in rows:
+        want = np.argsort(-values, axis=1, kind="stable")
+        np.testing.assert_array_equal(descending_order(values), want)
 
 
 def test_the_samplers_columns_are_each_rows_largest_logits(tiny_pair):
