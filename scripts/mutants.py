@@ -1324,7 +1324,7 @@ MUTANTS = (
     Mutant(  # the sampler's columns in llama.cpp's order: candidate_dist reads them largest first
         "backend-top-k-columns-unsorted",
         "runtimes/sampling_head.py",
-        'order = np.argsort(-values, axis=1, kind="stable")',
+        "order = descending_order(values)",
         "order = np.argsort(np.zeros_like(values), axis=1)",
         (BACKEND_SAMPLING,),
     ),
