@@ -1353,13 +1353,25 @@ def heaviest_first(weights: np.ndarray, at: np.ndarray) -> np.ndarray:
     """Indices at (ascending) sorted by weights[at] descending, ties by index. A long one is
     sorted as one uint64 key each, the weight's float32 bits complemented over the index
     (numpy's vectorized sort; the stable argsort of 152k float32 costs twice as much)."""
-    w = np.asarray(weights[at], dtype=np.float32)  # >= 0: its bits rank as it does
+    w = np.asarray(weights[at], dtype=np.float32)
     if len(at) < 4096:
         return at[np.argsort(-w, kind="stable")]
-    key = (np.uint64(0xFFFFFFFF) - w.view(np.uint32).astype(np.uint64)) << np.uint64(32)
-    key |= np.arange(len(at), dtype=np.uint64)
-    key.sort()
-    return at[(key & np.uint64(0xFFFFFFFF)).astype(np.int64)]
+    return at[descending_order(w)]
+
+
+def descending_order(values: np.ndarray) -> np.ndarray:
+    """Indices along the last axis of float32 values (no NaN) by value, largest first, ties
+    by index: a stable argsort of -values, done as one sort of unique uint64 keys, the
+    value's bits mapped to their order as unsigned ints, complemented, above the index
+    (numpy's vectorized sort: the stable argsort of 152k float32 costs twice as much, of
+    5 x 4,097 2.6 times as much on the EPYC). -0.0 ties with 0.0."""
+    bits = (values + np.float32(0.0)).view(np.uint32)  # -0.0 as +0.0: equal, so tied
+    negative = bits >= np.uint32(1 << 31)
+    ascending = np.where(negative, ~bits, bits | np.uint32(1 << 31))  # float order, unsigned
+    keys = (~ascending).astype(np.uint64) << np.uint64(32)
+    keys |= np.arange(values.shape[-1], dtype=np.uint64)
+    keys.sort(axis=-1)
+    return (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
 
 
 def nucleus(weights: np.ndarray, low: float, high: float, left_out: float) -> np.ndarray | None:

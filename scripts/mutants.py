@@ -308,9 +308,9 @@ MUTANTS = (
     Mutant(  # a long candidate set sorted lightest first
         "heaviest-first-sorts-lightest-first",
         "edgespec/sampling.py",
-        "    key = (np.uint64(0xFFFFFFFF) - w.view(np.uint32).astype(np.uint64)) << np.uint64(32)",
-        "    key = w.view(np.uint32).astype(np.uint64) << np.uint64(32)",
-        ("tests/test_sampling_fast.py",),
+        "    keys = (~ascending).astype(np.uint64) << np.uint64(32)",
+        "    keys = ascending.astype(np.uint64) << np.uint64(32)",
+        ("tests/test_sampling_fast.py", BACKEND_SAMPLING),
     ),
     Mutant(  # the acceptance estimates' moving average back at 0.1
         "acceptance-smoothing-at-0.1",
@@ -1324,7 +1324,7 @@ MUTANTS = (
     Mutant(  # the sampler's columns in llama.cpp's order: candidate_dist reads them largest first
         "backend-top-k-columns-unsorted",
         "runtimes/sampling_head.py",
-        "order = descending_order(values)",
+        'order = np.argsort(-values, axis=1, kind="stable")',
         "order = np.argsort(np.zeros_like(values), axis=1)",
         (BACKEND_SAMPLING,),
     ),
@@ -1456,16 +1456,16 @@ MUTANTS = (
     ),
     Mutant(  # -0.0 ranked below 0.0, where a stable argsort keeps them as given
         "columns-signed-zero-split",
-        "runtimes/sampling_head.py",
+        "edgespec/sampling.py",
         "bits = (values + np.float32(0.0)).view(np.uint32)",
         "bits = values.view(np.uint32)",
         (BACKEND_SAMPLING,),
     ),
     Mutant(  # tied columns in reverse of their given order
         "columns-ties-reversed",
-        "runtimes/sampling_head.py",
-        "keys |= np.arange(values.shape[1], dtype=np.uint64)",
-        "keys |= np.arange(values.shape[1], dtype=np.uint64)[::-1]",
+        "edgespec/sampling.py",
+        "keys |= np.arange(values.shape[-1], dtype=np.uint64)",
+        "keys |= np.arange(values.shape[-1], dtype=np.uint64)[::-1]",
         (BACKEND_SAMPLING,),
     ),
     Mutant(  # greedy rows copied out of llama.cpp's buffer before their argmax, as before

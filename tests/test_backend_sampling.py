@@ -31,7 +31,7 @@ from edgespec.sampling import SamplingParams
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama.cpp back-end (edgespec[llama])")
 
 from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions, WideOdds  # noqa: E402
-from edgespec.runtimes.sampling_head import descending_order, spare_columns  # noqa: E402
+from edgespec.runtimes.sampling_head import largest_first, spare_columns  # noqa: E402
 from tests.tiny_gguf import (  # noqa: E402
     TinyConfig,
     noisy_weights,
@@ -120,7 +120,9 @@ def test_columns_are_put_largest_first_as_a_stable_argsort_would():
             np.array([[1.0, np.nan, 2.0, 1.0]], np.float32)]  # fmt: skip
     for values in rows:
         want = np.argsort(-values, axis=1, kind="stable")
-        np.testing.assert_array_equal(descending_order(values), want)
+        got = largest_first(values, np.tile(np.arange(values.shape[1]), (len(values), 1)))
+        np.testing.assert_array_equal(got.ids, want)
+        np.testing.assert_array_equal(got.values, np.take_along_axis(values, want, 1))
 
 
 def test_the_samplers_columns_are_each_rows_largest_logits(tiny_pair):
