@@ -862,8 +862,7 @@ def spare_min_p_supports(
     # kept_dist's normalization (its min-p cut keeps them all: the peak weighs exp(0) = 1),
     # summed row by row: a float32 sum's rounding follows its length
     sizes = np.bincount(row_of, minlength=n)
-    ends = np.cumsum(sizes).tolist()
-    totals = [weights[a:b].sum() for a, b in zip([0, *ends[:-1]], ends)]
+    totals = [weights[a:b].sum() for a, b in row_ranges(row_of, n)]
     probs = weights / np.repeat(np.array(totals, dtype=np.float32), sizes)
     return decided, sizes, kept_ids, probs
 

@@ -1387,8 +1387,8 @@ MUTANTS = (
     Mutant(  # min-p's rows normalized as one padded block: a float32 sum rounds by its length
         "spare-min-p-rows-summed-at-once",
         "edgespec/sampling.py",
-        "    totals = [weights[a:b].sum() for a, b in zip([0, *ends[:-1]], ends)]",
-        "    totals = [weights[a:b].sum(dtype=np.float64) for a, b in zip([0, *ends[:-1]], ends)]",
+        "    totals = [weights[a:b].sum() for a, b in row_ranges(row_of, n)]",
+        "    totals = [weights[a:b].sum(dtype=np.float64) for a, b in row_ranges(row_of, n)]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # supports raced at once, each won by its slowest race
