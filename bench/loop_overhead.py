@@ -42,7 +42,7 @@ from edgespec.drafters import Draft
 from edgespec.engine import SpeculativeDecoder
 from edgespec.hugepages import reexec_with_tunable
 from edgespec.runtime import Runtime, VocabInfo
-from edgespec.runtimes.sampling_head import Candidates, largest_first, spare_columns, spare_rows
+from edgespec.runtimes.sampling_head import Columns, spare_columns, spare_rows
 from edgespec.sampling import SamplingParams, row_dists
 
 V = 151_936
@@ -162,33 +162,30 @@ class DeviceRowsRuntime(ReplayRuntime):
     beside the pass: a top-k over the whole row in forward_dists took it out of the loop's
     time but left the host's caches cold for the loop (+100 us a step), which a GPU's
     reduction does not. They come in no order, as llama.cpp's top-k sampler gives them (on
-    the CPU; CUDA's order unmeasured), and the step puts them largest first on the host, as
-    LlamaCppRuntime.read_candidates does: handed over sorted, the loop's time left out
-    their ordering (5 x 4,097 columns: 1.18 ms with a stable argsort on the EPYC, 0.46 with
-    sampling_head.descending_order). A row they cannot decide reads its
-    logits here for free, where llama.cpp re-runs the pass: steps_reread counts the steps
-    that would."""
+    the CPU; CUDA's order unmeasured), and are read so (LlamaCppRuntime.read_columns): the
+    spare rules order only what they need. A row they cannot decide reads its logits here
+    for free, where llama.cpp re-runs the pass: steps_reread counts the steps that would."""
 
     def __init__(self, rows: np.ndarray, n_ctx: int = 1 << 20) -> None:
         super().__init__(rows, n_ctx)
-        self.found: dict[int, Candidates] = {}  # columns -> every row's
+        self.found: dict[int, Columns] = {}  # columns -> every row's
         self.steps = self.steps_reread = 0
-        # seconds of edgespec's own work inside forward_dists (ordering the columns, the spare
-        # rules' setup): host work the loop's time counts, though the step times it as its
-        # verify pass's (the device's reduction, here free, is not counted)
+        # seconds of edgespec's own work inside forward_dists (the spare rules' setup): host
+        # work the loop's time counts, though the step times it as its verify pass's (the
+        # device's reduction, here free, is not counted)
         self.host_s = 0.0
 
     @property
     def dists_on_device(self) -> bool:
         return True
 
-    def candidates(self, columns: int) -> Candidates:
+    def candidates(self, columns: int) -> Columns:
         """Every row's `columns` largest logits and their ids, in no order (argpartition's)."""
         if columns not in self.found:
             rows = self.rows.astype(np.float32)
             top = np.argpartition(-rows, columns - 1, axis=1)[:, :columns]
             values = np.take_along_axis(rows, top, 1)
-            self.found[columns] = Candidates(values, top, np.full(len(rows), np.nan, np.float32))
+            self.found[columns] = Columns(values, top)
         return self.found[columns]
 
     def forward_dists(self, tokens, sp, *, last_only=False):
@@ -199,9 +196,8 @@ class DeviceRowsRuntime(ReplayRuntime):
         at = at[-1:] if last_only else at
         self.n_past += len(tokens)
         every = self.candidates(columns)
-        values, ids = every.values[at], every.ids[at]  # what llama.cpp hands over
+        found = Columns(every.values[at], every.ids[at])  # what llama.cpp hands over
         t0 = time.perf_counter()
-        found = largest_first(values, ids)  # read_candidates' order
         self.steps += 1
         reread = [False]
 

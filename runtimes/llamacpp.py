@@ -24,7 +24,7 @@ from edgespec.runtimes.gguf_meta import check_gguf_metadata
 from edgespec.runtimes.llama_heads import model_metadata
 from edgespec.runtimes.sampling_head import (
     CANDIDATES,
-    Candidates,
+    Columns,
     largest_first,
     spare_columns,
     spare_rows,
@@ -387,7 +387,8 @@ class LlamaCppRuntime(Runtime):
             self.attach_top_k(0)  # the logits, read in llama.cpp's buffer
             self.decode_rows(tokens, n_rows)
             return top_of(self.logits_buffer(n_rows), with_prob)
-        found, read_row = self.sampled_pass(tokens, last_only, columns=2)
+        columns, read_row = self.sampled_pass(tokens, last_only, columns=2)
+        found = largest_first(columns.values, columns.ids)
         ids = found.ids[:, 0].copy()
         for i in np.flatnonzero(~(found.values[:, 0] > found.values[:, 1])).tolist():
             ids[i] = int(np.argmax(read_row(i)))
@@ -419,7 +420,7 @@ class LlamaCppRuntime(Runtime):
 
     def sampled_pass(
         self, tokens: Sequence[int], last_only: bool, columns: int
-    ) -> tuple[Candidates, Callable[[int], np.ndarray]]:
+    ) -> tuple[Columns, Callable[[int], np.ndarray]]:
         """Decode tokens (at most n_batch) with the backend top-k sampler of `columns`: each
         row's columns largest logits, and read_row(i), row i's logits, for a row they cannot
         decide: the pass re-run without the sampler (once for every row), before the
@@ -428,7 +429,7 @@ class LlamaCppRuntime(Runtime):
         start, n_rows = self.n_past, 1 if last_only else len(tokens)
         self.attach_top_k(columns)
         self.decode_rows(tokens, n_rows)
-        found, passes = self.read_candidates(len(tokens), n_rows), self.passes
+        found, passes = self.read_columns(len(tokens), n_rows), self.passes
         copied: list[np.ndarray] = []  # the pass's logits, once a row needs them
 
         def read_row(i: int) -> np.ndarray:
@@ -468,10 +469,10 @@ class LlamaCppRuntime(Runtime):
             self.llama.llama_sampler_free(self.top_k_sampler)
             self.top_k_sampler = None
 
-    def read_candidates(self, n_tokens: int, n_rows: int) -> Candidates:
+    def read_columns(self, n_tokens: int, n_rows: int) -> Columns:
         """The attached top-k sampler's columns for the last n_rows of the n_tokens just
-        decoded, largest first: values and ids [n_rows, columns]; lse unknown (NaN: the
-        spare rules decide without it)."""
+        decoded, as it gives them (in no order: the spare rules need none): values and ids
+        [n_rows, columns]."""
         columns, lib = self.attached, self.llama
         values = np.empty((n_rows, columns), dtype=np.float32)
         ids = np.empty((n_rows, columns), dtype=np.int64)
@@ -484,7 +485,7 @@ class LlamaCppRuntime(Runtime):
             found = lib.llama_get_sampled_candidates_ith(self.ctx, i)
             values[row] = np.ctypeslib.as_array(logits, shape=(count,))
             ids[row] = np.ctypeslib.as_array(found, shape=(count,))
-        return largest_first(values, ids)
+        return Columns(values, ids)
 
     def run(self, tokens: Sequence[int], rows: int) -> np.ndarray:
         """Decode tokens at n_past; logits of the last `rows` of them: [rows, V]."""

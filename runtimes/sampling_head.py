@@ -25,7 +25,7 @@ from edgespec.sampling import (
     TokenDist,
     TopKRows,
     candidate_dist,
-    descending_order,
+    heaviest_columns,
     spare_gumbel_maxes,
     spare_min_p_dist,
     spare_min_p_supports,
@@ -40,12 +40,20 @@ MAX_BINDINGS = 64  # logits buffers the head keeps bound (a runtime caches 17 wi
 
 
 @dataclass(frozen=True)
-class Candidates:
-    """A pass's rows as the head returns them: values [rows, CANDIDATES + 1] descending,
-    their columns, and each row's log-sum-exp over the temperature."""
+class Columns:
+    """Each row's m + 1 largest logits (values [rows, m + 1] float32) and their columns (ids
+    int64), in any order: llama.cpp's backend top-k sampler hands them over unsorted, and
+    the spare rules need no order (the smallest is the spare)."""
 
-    values: np.ndarray  # float32
-    ids: np.ndarray  # int64
+    values: np.ndarray
+    ids: np.ndarray
+
+
+@dataclass(frozen=True)
+class Candidates(Columns):
+    """A pass's rows as the head returns them: Columns with values [rows, CANDIDATES + 1]
+    descending, and each row's log-sum-exp over the temperature."""
+
     lse: np.ndarray  # [rows] float32
 
     def rows(self, which: slice) -> Candidates:
@@ -102,21 +110,14 @@ def head_model(n_columns: int, candidates: int = CANDIDATES) -> bytes:
     return model.SerializeToString()
 
 
-# columns from which largest_first sorts packed keys (sampling.descending_order): 5 rows of
-# 4,097 in 0.46 ms where the stable argsort took 1.18 (the EPYC); at 1,025 the argsort is as
-# fast, below it faster
-PACKED_SORT_FROM = 2048
-
-
 def largest_first(values: np.ndarray, ids: np.ndarray) -> Candidates:
     """A device's columns ([rows, m] values and their ids, in any order: llama.cpp's top-k
-    sampler gives them unsorted) sorted largest first (ties as given), as candidate_dist and
-    the spare rules read them; no log-sum-exp."""
-    packed = values.shape[1] >= PACKED_SORT_FROM and values.dtype == np.float32
-    if packed and not np.isnan(values).any():
-        order = descending_order(values)
-    else:
+    sampler gives them unsorted) sorted largest first (ties as given), as candidate_dist
+    reads them; no log-sum-exp."""
+    if np.isnan(values).any():
         order = np.argsort(-values, axis=1, kind="stable")
+    else:
+        order = heaviest_columns(values, values.shape[1])
     values, ids = np.take_along_axis(values, order, 1), np.take_along_axis(ids, order, 1)
     return Candidates(values, ids, np.full(len(values), np.nan, dtype=np.float32))
 
@@ -136,20 +137,21 @@ def head_dists(
 
 
 def top_k_of_candidates(
-    found: Candidates, read_row: Callable[[int], np.ndarray], sp: SamplingParams
+    found: Columns, read_row: Callable[[int], np.ndarray], sp: SamplingParams
 ) -> TopKRows | None:
     """Every row's top-k distribution at once (sampling.TopKRows), as token_dist gives each:
-    the top k of its candidates by z = value / temperature, ties by the lowest id, or, for a
-    row whose candidates tie across the spare column (a token left out may tie with a kept
-    one), the top k of its logits (read_row). None where top-k is off or beyond the
-    candidates (then row by row: head_dists)."""
+    the top k of its m + 1 columns (in any order) by z = value / temperature, ties by the
+    lowest id, or, for a row whose two smallest columns tie in z (the smallest is the
+    spare: a token left out may tie with a kept one), or that holds a NaN, the top k of
+    its logits (read_row). None where top-k is off or beyond the m (then row by row:
+    head_dists)."""
     temperature = np.float32(sp.temperature)
     z = np.divide(found.values, temperature, dtype=np.float32)  # the host's row / temperature
-    m = z.shape[1] - 1
-    if not 0 < sp.top_k <= m:
+    if not 0 < sp.top_k < z.shape[1]:
         return None
-    tied = ~(z[:, m - 1] > z[:, m])  # largest first: the spare ties with the last candidate
-    ids, z = found.ids[:, :m], z[:, :m]
+    smallest = np.partition(z, 1, axis=1)
+    tied = ~(smallest[:, 1] > smallest[:, 0]) | np.isnan(z).any(axis=1)
+    ids = found.ids  # the spare is never among the top k where it is alone at the bottom
     top = np.lexsort((ids, -z), axis=-1)[:, : sp.top_k]  # z descending, then ids ascending
     ids, z = np.take_along_axis(ids, top, 1), np.take_along_axis(z, top, 1)
     by_id = np.argsort(ids, axis=1)
@@ -186,19 +188,20 @@ def spare_columns(sp: SamplingParams, n_columns: int) -> int:
 
 
 def spare_rows(
-    found: Candidates, read_row: Callable[[int], np.ndarray], n_columns: int, sp: SamplingParams
+    found: Columns, read_row: Callable[[int], np.ndarray], n_columns: int, sp: SamplingParams
 ) -> PassRows:
-    """A step's rows from the columns spare_columns asked for (values descending, no
+    """A step's rows from the columns spare_columns asked for (in any order, no
     log-sum-exp): top-k's by top_k_of_candidates, the rest by SpareRows; a row they cannot
     decide from its logits (read_row)."""
     if sp.top_k == 0:
         return SpareRows(found, read_row, n_columns, sp)
-    return top_k_of_candidates(found, read_row, sp) or head_dists(found, read_row, n_columns, sp)
+    rows = top_k_of_candidates(found, read_row, sp)
+    return rows or head_dists(largest_first(found.values, found.ids), read_row, n_columns, sp)
 
 
 class SpareRows(DecidedRows):
-    """A step's rows with top-k off (temperature alone, min-p, top-p) from each row's m
-    largest logits and a spare, without log-sum-exp (llama.cpp's backend top-k sampler:
+    """A step's rows with top-k off (temperature alone, min-p, top-p) from each row's m + 1
+    largest logits in any order, without log-sum-exp (llama.cpp's backend top-k sampler:
     LlamaCppRuntime.forward_dists): top-p's nuclei by sampling.SpareNuclei, min-p rows by
     sampling.spare_min_p_supports, temperature alone's Gumbel-max tokens by
     sampling.spare_gumbel_maxes, all rows at once; a row they cannot decide from its logits
@@ -207,7 +210,7 @@ class SpareRows(DecidedRows):
 
     def __init__(
         self,
-        found: Candidates,
+        found: Columns,
         read_row: Callable[[int], np.ndarray],
         n_columns: int,
         sp: SamplingParams,

@@ -108,8 +108,8 @@ def compared(
 
 
 def test_columns_are_put_largest_first_as_a_stable_argsort_would():
-    """llama.cpp's top-k sampler hands its columns over unsorted; read_candidates puts them
-    largest first, ties in their given order, by one sort of packed keys: the order of a
+    """llama.cpp's top-k sampler hands its columns over unsorted; largest_first puts them
+    largest first (forward_top's two, and top-k rows the candidates cannot decide), ties in their given order, by one sort of packed keys: the order of a
     stable argsort of -values, on 4,097-column rows full of ties, -0.0 beside 0.0,
     infinities and values 1e-30 apart, and on random ones; rows of 41 columns and a row with
     a NaN take the argsort itself."""
@@ -136,11 +136,11 @@ def test_the_samplers_columns_are_each_rows_largest_logits(tiny_pair):
         logits = host.forward(tokens[-5:])
         device.attach_top_k(k + 1)
         device.decode_rows(tokens[-5:], 5)
-        found = device.read_candidates(5, 5)
+        found = device.read_columns(5, 5)
         assert found.values.shape == (5, k + 1)
         for row, values, ids in zip(logits, found.values, found.ids):
             top = np.sort(row)[::-1][: k + 1]
-            np.testing.assert_array_equal(values, top)  # the same bits, largest first
+            np.testing.assert_array_equal(np.sort(values)[::-1], top)  # the same bits
             np.testing.assert_array_equal(row[ids], values)
             assert len(set(ids.tolist())) == k + 1
 

@@ -25,6 +25,7 @@ from edgespec.sampling import (
     divide_races,
     exponential_noise,
     gumbel_max_rows,
+    heaviest_columns,
     holder_entries,
     min_p_support,
     row_dists,
@@ -534,12 +535,11 @@ def test_rows_top_k_probabilities_at_once_are_each_rows_top_k_dist_bit_for_bit()
 
 
 def largest(rows: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's m largest logits and a spare, descending, with their columns (as llama.cpp's
-    backend top-k sampler hands them over, sorted)."""
+    """Each row's m + 1 largest logits with their columns, in no order (as llama.cpp's
+    backend top-k sampler hands them over): shuffled, so no rule leans on a partition's."""
     top = np.argpartition(-rows, m, axis=1)[:, : m + 1]
-    values = np.take_along_axis(rows, top, 1)
-    order = np.argsort(-values, axis=1, kind="stable")
-    return np.take_along_axis(values, order, 1), np.take_along_axis(top, order, 1)
+    top = np.random.default_rng(m).permuted(top, axis=1)
+    return np.take_along_axis(rows, top, 1), top
 
 
 def test_a_rows_gumbel_max_token_from_its_largest_logits_is_its_own_where_decided():
@@ -659,6 +659,45 @@ def test_top_p_from_a_rows_largest_logits_is_token_dists_where_decided():
             assert nuclei.gumbel_maxes(seed, position).tolist() == [-1, *own[1:6], -1]
             got = SpareRows(found, lambda i: rows[i], 151_936, sp).gumbel_maxes(seed, position)
             assert got.tolist() == own
+
+
+def test_a_nucleus_past_the_first_columns_ordered_is_the_rows_own():
+    """SpareNuclei orders each row's 64 heaviest columns first: a nucleus of ~110 tokens
+    (110 spikes well above the rest, top-p 0.9 at T 1.0) reaches past them, so all 4,097
+    are ordered, and it is decided, token_dist's ids and probabilities bit for bit, beside
+    a row of 3 whose nucleus the first 64 decide."""
+    rng = np.random.default_rng(19)
+    rows = (rng.standard_normal((2, 151_936)) * 0.5).astype(np.float32)
+    for r, spikes in ((0, 110), (1, 3)):
+        rows[r, rng.choice(151_936, spikes, replace=False)] += rng.uniform(22, 23, spikes)
+    values, ids = largest(rows, 4_096)
+    sp = SamplingParams(1.0, top_p=0.9)
+    nuclei = SpareNuclei(values, ids, 151_936, sp)
+    assert nuclei.w.shape == (2, 4_097) and nuclei.usable.tolist() == [True, True]
+    assert nuclei.most[0] > 64 and (nuclei.least == nuclei.most).tolist() == [True, True]
+    for i, row in enumerate(rows):
+        own, got = token_dist(row, sp), nuclei.dist(i)
+        assert got is not None and got.token_ids().tolist() == own.token_ids().tolist()
+        assert got.probs.tobytes() == own.probs.tobytes()
+    assert SpareNuclei(values[1:], ids[1:], 151_936, sp).w.shape == (1, 64)
+
+
+def test_the_heaviest_columns_are_a_stable_argsorts_first():
+    """heaviest_columns at widths 1 to all on rows full of ties: the width largest values,
+    largest first, in the stable argsort's order up to the last value above the width's
+    edge (ties there may be any of the tied)."""
+    rng = np.random.default_rng(20)
+    values = rng.standard_normal((4, 4_097)).astype(np.float32).round(1)
+    want = np.argsort(-values, axis=1, kind="stable")
+    for width in (1, 5, 64, 2_048, 4_097):
+        got = heaviest_columns(values, width)
+        assert got.shape == (4, width)
+        for row, order, own in zip(values, got, want):
+            assert row[order].tolist() == row[own[:width]].tolist()
+            above = np.count_nonzero(row[own[:width]] > row[own[width - 1]])
+            assert order[:above].tolist() == own[:above].tolist()
+        if width == 4_097:
+            assert got.tolist() == want.tolist()
 
 
 def test_a_nucleus_edge_the_spare_leaves_open_decides_the_races_it_cannot_change():
