@@ -109,10 +109,10 @@ def compared(
 
 def test_columns_are_put_largest_first_as_a_stable_argsort_would():
     """llama.cpp's top-k sampler hands its columns over unsorted; largest_first puts them
-    largest first (forward_top's two, and top-k rows the candidates cannot decide), ties in their given order, by one sort of packed keys: the order of a
-    stable argsort of -values, on 4,097-column rows full of ties, -0.0 beside 0.0,
-    infinities and values 1e-30 apart, and on random ones; rows of 41 columns and a row with
-    a NaN take the argsort itself."""
+    largest first (forward_top's two, and top-k rows the candidates cannot decide), ties in
+    their given order, by one sort of packed keys: the order of a stable argsort of -values,
+    on 4,097-column rows full of ties, -0.0 beside 0.0, infinities and values 1e-30 apart,
+    and on random ones; rows of 41 columns and a row with a NaN take the argsort itself."""
     rng = np.random.default_rng(7)
     pool = np.array([0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, 3.25, 1e-30, -1e-30], np.float32)
     rows = [rng.choice(pool, size=(4, 4097)), rng.standard_normal((5, 4097)).astype(np.float32),

@@ -661,25 +661,30 @@ def test_top_p_from_a_rows_largest_logits_is_token_dists_where_decided():
             assert got.tolist() == own
 
 
-def test_a_nucleus_past_the_first_columns_ordered_is_the_rows_own():
-    """SpareNuclei orders each row's 64 heaviest columns first: a nucleus of ~110 tokens
-    (110 spikes well above the rest, top-p 0.9 at T 1.0) reaches past them, so all 4,097
-    are ordered, and it is decided, token_dist's ids and probabilities bit for bit, beside
-    a row of 3 whose nucleus the first 64 decide."""
+def test_a_nucleus_is_ordered_from_its_rows_heaviest_columns_alone():
+    """SpareNuclei orders only a row's columns above a weight floor (NUCLEUS_FLOORS) where
+    they hold its nucleus: 110 spikes within a nat of each other (top-p 0.9 keeps 85), 3
+    (it keeps all 3: the edge is the first token under the floor), a peak over a shoulder of
+    1,500 tokens 8 nats under it (the second floor: 1,501 columns, 785 kept), each
+    decided, token_dist's ids and probabilities bit for bit. A flat row beside them (no
+    floor holds its nucleus) has every row's columns ordered, with the same nuclei."""
     rng = np.random.default_rng(19)
-    rows = (rng.standard_normal((2, 151_936)) * 0.5).astype(np.float32)
-    for r, spikes in ((0, 110), (1, 3)):
-        rows[r, rng.choice(151_936, spikes, replace=False)] += rng.uniform(22, 23, spikes)
+    rows = (rng.standard_normal((4, 151_936)) * 0.5).astype(np.float32)
+    for r, spikes, low, high in ((0, 110, 22, 23), (1, 3, 22, 23), (2, 1_500, 14.5, 15.5)):
+        rows[r, rng.choice(151_936, spikes, replace=False)] += rng.uniform(low, high, spikes)
+    rows[2, 7], rows[3] = 23.0, rows[3] * 2.0
     values, ids = largest(rows, 4_096)
     sp = SamplingParams(1.0, top_p=0.9)
-    nuclei = SpareNuclei(values, ids, 151_936, sp)
-    assert nuclei.w.shape == (2, 4_097) and nuclei.usable.tolist() == [True, True]
-    assert nuclei.most[0] > 64 and (nuclei.least == nuclei.most).tolist() == [True, True]
-    for i, row in enumerate(rows):
-        own, got = token_dist(row, sp), nuclei.dist(i)
-        assert got is not None and got.token_ids().tolist() == own.token_ids().tolist()
-        assert got.probs.tobytes() == own.probs.tobytes()
-    assert SpareNuclei(values[1:], ids[1:], 151_936, sp).w.shape == (1, 64)
+    heavy = SpareNuclei(values[:3], ids[:3], 151_936, sp)
+    every = SpareNuclei(values, ids, 151_936, sp)
+    assert heavy.sizes.tolist() == [110, 3, 1_501] and every.sizes.tolist() == [4_097] * 4
+    for nuclei in (heavy, every):
+        assert nuclei.most[:3].tolist() == [85, 3, 785] and nuclei.usable[:3].all()
+        for i, row in enumerate(rows[:3]):
+            own, got = token_dist(row, sp), nuclei.dist(i)
+            assert got is not None and got.token_ids().tolist() == own.token_ids().tolist()
+            assert got.probs.tobytes() == own.probs.tobytes()
+    assert every.dist(3) is None
 
 
 def test_the_heaviest_columns_are_a_stable_argsorts_first():
