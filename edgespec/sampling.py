@@ -1054,20 +1054,32 @@ class SpareNuclei:
         order = np.argsort(self.ids[i, :c])  # kept_dist's ids ascending
         return kept_dist(self.ids[i, :c][order].astype(np.int64), self.w[i, :c][order], self.sp)
 
+    def supports(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every decided row's distribution at once, each dist(i)'s bit for bit (kept_dist's
+        cut and normalization, a row's float32 sum over its own ids ascending): sizes [n] (0
+        where not decided), and the rows' ids (ascending in each) and probabilities end to
+        end."""
+        n, width = self.w.shape
+        decided = self.usable & (self.least == self.most)
+        row_of, j = true_at((np.arange(width) < self.most[:, None]) & decided[:, None])
+        ids, w = self.ids[row_of, j].astype(np.int64), self.w[row_of, j]
+        order = np.lexsort((ids, row_of))
+        row_of, ids, w = row_of[order], ids[order], w[order]
+        ranges = row_ranges(row_of, n)
+        if self.sp.min_p > 0.0:  # kept_dist's min-p cut, at each row's peak
+            peaks = np.array([w[a:b].max() if b > a else 0.0 for a, b in ranges], np.float32)
+            w = np.where(w >= np.float32(self.sp.min_p) * peaks[row_of], w, np.float32(0.0))
+        totals = np.array([w[a:b].sum() for a, b in ranges], dtype=np.float32)
+        probs = (w / totals[row_of]).astype(np.float32)
+        kept = probs > 0  # cut tokens and exp underflows leave the support
+        return np.bincount(row_of[kept], minlength=n), ids[kept], probs[kept]
+
     def gumbel_maxes(self, seed: int, position: int) -> np.ndarray:
         """[n] each row's Gumbel-max token, -1 where it is not decided: a decided nucleus
         races as its TokenDist does; an undecided one where the winner among the tokens
         always kept beats every other that may be kept by RACE_MARGIN."""
-        n = len(self.w)
-        dists = [self.dist(i) for i in range(n)]
-        sizes = np.array([0 if d is None else d.size for d in dists])
-        kept = [d for d in dists if d is not None]
-        if kept:
-            ids = np.concatenate([d.token_ids() for d in kept])
-            tokens = supports_race(ids, np.concatenate([d.probs for d in kept]), sizes, seed,
-                                   position)  # fmt: skip
-        else:
-            tokens = np.full(n, -1, dtype=np.int64)
+        sizes, ids, probs = self.supports()
+        tokens = supports_race(ids, probs, sizes, seed, position)
         for i in np.flatnonzero((sizes == 0) & self.usable).tolist():
             tokens[i] = self.margin_race(i, seed, position + i)
         return tokens

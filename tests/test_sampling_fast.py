@@ -650,6 +650,10 @@ def test_top_p_from_a_rows_largest_logits_is_token_dists_where_decided():
         own, got = token_dist(rows[i], sp), nuclei.dist(i)
         assert got is not None and got.token_ids().tolist() == own.token_ids().tolist()
         assert got.probs.tobytes() == own.probs.tobytes()
+    assert_supports_are_each_rows(nuclei, rows, sp)
+    cut = SamplingParams(1.0, top_p=0.9, min_p=0.2)  # min-p cuts inside the nuclei
+    assert_supports_are_each_rows(SpareNuclei(values, ids, 151_936, cut), rows, cut)
+    assert len(token_dist(rows[2], cut).token_ids()) < len(token_dist(rows[2], sp).token_ids())
     assert nuclei.dist(0) is None and nuclei.dist(3) is None and nuclei.dist(6) is None
     assert len(token_dist(rows[6], sp).token_ids()) == 19  # the cut splits the twenty
     found = Candidates(values, ids, np.full(7, np.nan, dtype=np.float32))
@@ -685,6 +689,24 @@ def test_a_nucleus_is_ordered_from_its_rows_heaviest_columns_alone():
             assert got is not None and got.token_ids().tolist() == own.token_ids().tolist()
             assert got.probs.tobytes() == own.probs.tobytes()
     assert every.dist(3) is None
+    assert_supports_are_each_rows(every, rows, sp)
+
+
+def assert_supports_are_each_rows(nuclei: SpareNuclei, rows: np.ndarray, sp: SamplingParams):
+    """SpareNuclei.supports, all rows at once, is each decided row's token_dist bit for bit
+    (ids and probabilities), and holds nothing of the others."""
+    sizes, ids, probs = nuclei.supports()
+    ends = np.cumsum(sizes)
+    for i, row in enumerate(rows):
+        at = slice(ends[i] - sizes[i], ends[i])
+        if nuclei.dist(i) is None:
+            assert sizes[i] == 0
+            continue
+        own = token_dist(row, sp)
+        assert (
+            ids[at].tolist() == own.token_ids().tolist()
+            and probs[at].tobytes() == own.probs.tobytes()
+        )
 
 
 def test_the_heaviest_columns_are_a_stable_argsorts_first():
