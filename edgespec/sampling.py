@@ -972,23 +972,24 @@ class SpareNuclei:
         self.high = sp.top_p * (total + (n_columns - columns) * spare) * (1.0 + TOTAL_ROUNDING)
         self.sp = sp
         floors = self.floors(w)
-        if floors is not None:
-            self.order_heaviest(values, ids, w, floors)
-        if floors is None or not self.count_nuclei().all():
+        if floors is None:
             order = heaviest_columns(values, columns)
             self.lay_out(np.take_along_axis(ids, order, 1), np.take_along_axis(w, order, 1))
-            self.count_nuclei()
+        else:
+            self.order_heaviest(values, ids, w, floors)
+        self.count_nuclei()
         self.check_usable(spare)
 
     def floors(self, w: np.ndarray) -> np.ndarray | None:
         """[n] each row's floor: the largest of NUCLEUS_FLOORS whose columns at or above it
-        weigh top-p of the most the row can (its nucleus's edge among them); None where a
-        row has none (all its columns are ordered)."""
+        weigh top-p of the most the row can, widened for a float64 sum's rounding (so the
+        mass before the first column under it, summed heaviest first, reaches the nucleus's
+        edge too); None where a row has none (all its columns are ordered)."""
         floors, rows = np.zeros(len(w)), np.arange(len(w))
         for floor in NUCLEUS_FLOORS:  # the next floor only for the rows the last one failed
             part = w if len(rows) == len(w) else w[rows]
             heavy = np.sum(part, axis=1, dtype=np.float64, where=part >= np.float32(floor))
-            floors[rows[heavy >= self.high[rows]]] = floor
+            floors[rows[heavy >= self.high[rows] * (1.0 + TOTAL_ROUNDING)]] = floor
             rows = np.flatnonzero(floors == 0.0)
             if not len(rows):
                 return floors
@@ -1023,26 +1024,25 @@ class SpareNuclei:
         self.ids[row_of, place] = ids
         self.w[row_of, place] = w
 
-    def count_nuclei(self) -> np.ndarray:
-        """least and most from the ordered columns; [n] True where a row's nucleus ends
-        among them (the first token it leaves out at most the one after them)."""
+    def count_nuclei(self) -> None:
+        """least and most from the ordered columns (most at most their count where they are
+        a floor's: its first column left out is not kept)."""
         n, width = self.w.shape
         before = np.zeros((n, width))
         np.cumsum(self.w[:, :-1], axis=1, dtype=np.float64, out=before[:, 1:])
         self.least = np.count_nonzero(before < self.low[:, None], axis=1)  # kept whatever the total
         self.most = np.count_nonzero(before < self.high[:, None], axis=1)  # kept for some total
-        return self.most <= self.sizes
 
     def check_usable(self, spare: np.ndarray) -> None:
-        """usable [n]: the nucleus ends among the ordered columns, the order is the row's
-        heaviest first (the weights never rise along the prefix: monotone roundings), the cut
-        splits no tie (where ties go by id: the token after the ordered ones is lighter),
-        and its last token outweighs the spare (so every token left out)."""
+        """usable [n]: the order is the row's heaviest first (the weights never rise along
+        the prefix: monotone roundings), the cut splits no tie (where ties go by id: the
+        token after a floor's columns is lighter), and the nucleus's last token outweighs
+        the spare, so every token left out (where all columns are ordered, a nucleus that
+        reaches the spare is not usable)."""
         rows, last = np.arange(len(self.w)), np.minimum(self.most, self.sizes)
         reached = int(last.max()) + 1
         rises = np.diff(self.w[:, :reached], axis=1) > 0
         self.usable = ~(rises & (np.arange(reached - 1) < last[:, None])).any(axis=1)
-        self.usable &= self.most <= self.sizes
         self.usable &= self.w[rows, last] < self.w[rows, last - 1]
         self.usable &= self.w[rows, last - 1] > spare
 

@@ -343,7 +343,8 @@ MUTANTS = (
     Mutant(  # the small supports raced on the rows' positions in order, past a large one
         "supports-race-skips-large-rows-positions",
         "edgespec/sampling.py",
-        "    row_of = np.repeat(np.arange(n), sizes)",
+        "        return tokens\n    row_of = np.repeat(np.arange(n), sizes)",
+        "        return tokens\n"
         "    row_of = np.repeat(np.arange(np.count_nonzero(sizes)), sizes[sizes > 0])",
         ("tests/test_sampling_fast.py",),
     ),
@@ -1380,8 +1381,8 @@ MUTANTS = (
     Mutant(  # min-p from the candidates though a token left out may reach the cut
         "spare-min-p-ignores-the-spare",
         "edgespec/sampling.py",
-        "    decided = (values[:, m] < low) & ~near.any(axis=1)",
-        "    decided = ~near.any(axis=1)",
+        "    decided = (values.min(axis=1) < low) & (np.bincount(",
+        "    decided = (values.min(axis=1) < np.inf) & (np.bincount(",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # min-p's rows normalized as one padded block: a float32 sum rounds by its length
@@ -1408,15 +1409,71 @@ MUTANTS = (
     Mutant(  # the nucleus's total without the tokens left out: its edge decided too soon
         "spare-nuclei-without-the-left-out",
         "edgespec/sampling.py",
-        "high = sp.top_p * (total + (n_columns - m) * spare) * (1.0 + TOTAL_ROUNDING)",
+        "high = sp.top_p * (total + (n_columns - columns) * spare) * (1.0 + TOTAL_ROUNDING)",
         "high = sp.top_p * total * (1.0 + TOTAL_ROUNDING)",
         ("tests/test_sampling_fast.py",),
     ),
-    Mutant(  # a nucleus that may reach past the candidates taken as theirs
+    Mutant(  # a nucleus that may reach past the columns (to the spare) taken as theirs
         "spare-nuclei-past-the-candidates",
         "edgespec/sampling.py",
-        "self.usable = (self.most < m) & ~rises.any(axis=1)",
-        "self.usable = ~rises.any(axis=1)",
+        "        self.usable &= self.w[rows, last - 1] > spare\n",
+        "",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # every row ordered above the first floor, though its nucleus reaches below it
+        "spare-nuclei-one-floor-for-all",
+        "edgespec/sampling.py",
+        "            floors[rows[heavy >= self.high[rows] * (1.0 + TOTAL_ROUNDING)]] = floor",
+        "            floors[rows] = floor",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # a floor's columns summed in column order, not heaviest first
+        "spare-nuclei-floor-columns-unordered",
+        "edgespec/sampling.py",
+        "        order = np.lexsort((j, -values[row_of, j], row_of))",
+        "        order = np.lexsort((-values[row_of, j], j, row_of))",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # the last column taken for the spare: llama.cpp's columns come in no order
+        "spare-race-spare-taken-last",
+        "edgespec/sampling.py",
+        "scaled_weights(values.min(axis=1), temperature, z_max))",
+        "scaled_weights(values[:, -1], temperature, z_max))",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # the first column taken for the peak: llama.cpp's columns come in no order
+        "spare-peak-taken-first",
+        "edgespec/sampling.py",
+        "    z_max = np.divide(values.max(axis=1), np.float32(sp.temperature), dtype=np.float32)",
+        "    z_max = np.divide(values[:, 0], np.float32(sp.temperature), dtype=np.float32)",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # a partition's columns sorted without their column order: ties by chance
+        "heaviest-columns-ties-unordered",
+        "edgespec/sampling.py",
+        "        at = np.sort(np.argpartition(values, m - width, axis=1)[:, m - width :], axis=1)",
+        "        at = np.argpartition(values, m - width, axis=1)[:, m - width :]",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # 2-D nonzero's columns counted by the mask's rows
+        "true-at-divides-by-rows",
+        "edgespec/sampling.py",
+        "    rows, columns = np.divmod(np.flatnonzero(mask), max(mask.shape[1], 1))",
+        "    rows, columns = np.divmod(np.flatnonzero(mask), max(mask.shape[0], 1))",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # top-k's spare taken as the last column: llama.cpp's come in no order
+        "backend-top-k-spare-taken-last",
+        "runtimes/sampling_head.py",
+        "    tied = ~(smallest[:, 1] > smallest[:, 0]) | np.isnan(z).any(axis=1)",
+        "    tied = ~(z[:, -2] > z[:, -1]) | np.isnan(z).any(axis=1)",
+        ("tests/test_sampling_fast.py", BACKEND_SAMPLING),
+    ),
+    Mutant(  # SpareNuclei's rows at once without kept_dist's min-p cut
+        "spare-nuclei-supports-skip-min-p",
+        "edgespec/sampling.py",
+        "w = np.where(w >= np.float32(self.sp.min_p) * peaks[row_of], w, np.float32(0.0))",
+        "w = w",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # a cut through tied tokens keeps them in the device's order, not the lowest ids

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgespec.errors import SamplingParamsError
-from edgespec.runtimes.sampling_head import Candidates, SpareRows
+from edgespec.runtimes.sampling_head import Columns, SpareRows, top_k_of_candidates
 from edgespec.sampling import (
     COLUMN_ROWS,
     RACE_FRONT_MIN,
@@ -615,7 +615,7 @@ def test_min_p_rows_at_once_are_each_rows_own_and_race_to_its_own_token():
         assert kept_ids[ends[i] - sizes[i] : ends[i]].tolist() == own.token_ids().tolist()
         assert probs[ends[i] - sizes[i] : ends[i]].tobytes() == own.probs.tobytes()
     assert sizes[0] == 0 and sizes[1:].min() >= 1 and sizes.max() > 100
-    found = Candidates(values, ids, np.full(6, np.nan, dtype=np.float32))
+    found = Columns(values, ids)
     for seed in (3, 2**70 + 1):
         for position in range(0, 200, 10):
             got = SpareRows(found, lambda i: rows[i], 151_936, sp).gumbel_maxes(seed, position)
@@ -656,7 +656,7 @@ def test_top_p_from_a_rows_largest_logits_is_token_dists_where_decided():
     assert len(token_dist(rows[2], cut).token_ids()) < len(token_dist(rows[2], sp).token_ids())
     assert nuclei.dist(0) is None and nuclei.dist(3) is None and nuclei.dist(6) is None
     assert len(token_dist(rows[6], sp).token_ids()) == 19  # the cut splits the twenty
-    found = Candidates(values, ids, np.full(7, np.nan, dtype=np.float32))
+    found = Columns(values, ids)
     for seed in (3, 2**70 + 1):
         for position in range(0, 200, 10):
             own = [token_dist(r, sp).gumbel_max(seed, position + i) for i, r in enumerate(rows)]
@@ -725,6 +725,45 @@ def test_the_heaviest_columns_are_a_stable_argsorts_first():
             assert order[:above].tolist() == own[:above].tolist()
         if width == 4_097:
             assert got.tolist() == want.tolist()
+
+
+def test_the_spare_rules_read_the_columns_in_any_order():
+    """llama.cpp hands a row's largest logits over in no order: each spare rule gives the
+    same tokens, supports and probabilities, bit for bit, whether the columns come largest
+    first, smallest first (the spare first) or shuffled, on peaked rows with and without a
+    flat one (top-p orders every column, or those above a floor); top-k 40 from 41 columns
+    reads the logits of the one row whose 40th and 41st logits tie, and no other."""
+    rng = np.random.default_rng(21)
+    rows = (rng.standard_normal((5, 151_936)) * 0.5).astype(np.float32)
+    for r, spikes in zip(range(1, 5), (2, 20, 200, 2_000)):
+        rows[r, rng.choice(151_936, spikes, replace=False)] += rng.uniform(10, 22, spikes)
+    rows[0] *= 4.0
+    top = np.sort(rows[2])[::-1]
+    rows[2][rows[2] == top[40]] = top[39]  # the 41st ties with the 40th
+
+    def outcomes(columns: int, order: str, first: int) -> list:
+        values, ids = largest(rows[first:], columns - 1)
+        at = np.argsort(values, axis=1, kind="stable")  # smallest first
+        at = {"largest": at[:, ::-1], "smallest": at, "shuffled": np.argsort(at, axis=1)}[order]
+        values, ids = np.take_along_axis(values, at, 1), np.take_along_axis(ids, at, 1)
+        alone, min_p = SamplingParams(1.0), SamplingParams(0.9, min_p=0.05)
+        top_p, top_k = SamplingParams(1.0, top_p=0.9), SamplingParams(0.8, top_k=40)
+        nuclei = SpareNuclei(values, ids, 151_936, top_p)
+        read: list[int] = []
+
+        def read_row(i: int) -> np.ndarray:
+            read.append(i)
+            return rows[first + i]
+
+        top = top_k_of_candidates(Columns(values, ids), read_row, top_k)
+        assert top is not None and read == ([2 - first] if columns == 41 else [])
+        got = [spare_gumbel_maxes(values, ids, 151_936, alone, 3, p) for p in range(0, 50, 10)]
+        got += [*spare_min_p_supports(values, ids, min_p), *nuclei.supports(), nuclei.usable]
+        return [x.tobytes() for x in (*got, top.ids, top.z)]
+
+    for columns, first in ((4_097, 0), (4_097, 1), (41, 0)):
+        assert outcomes(columns, "largest", first) == outcomes(columns, "smallest", first)
+        assert outcomes(columns, "largest", first) == outcomes(columns, "shuffled", first)
 
 
 def test_a_nucleus_edge_the_spare_leaves_open_decides_the_races_it_cannot_change():
