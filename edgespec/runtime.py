@@ -76,8 +76,10 @@ class Runtime(Protocol):
 
     @property
     def dists_on_device(self) -> bool:
-        """Whether forward_dists reduces a sampled step's rows where they are (a sampling
-        head: ONNX Runtime on a GPU), so only each row's likeliest columns reach the host."""
+        """Whether forward_dists reduces a sampled step's rows where they are, not copying
+        [rows, V] floats to the host's own arrays: on the device (a sampling head: ONNX
+        Runtime on a GPU; llama.cpp's backend sampler), so only each row's likeliest columns
+        reach the host, or in the back-end's logits buffer (llama.cpp)."""
         return False
 
     def forward(self, tokens: Sequence[int], *, last_only: bool = False) -> np.ndarray:
@@ -118,7 +120,7 @@ class Runtime(Protocol):
     def forward_dists(
         self, tokens: Sequence[int], sp: SamplingParams, *, last_only: bool = False
     ) -> Callable[[int], TokenDist]:
-        """forward's rows as i -> TokenDist, reduced on the device; only where
+        """forward's rows as i -> TokenDist, reduced where they are; only where
         dists_on_device."""
         raise NotImplementedError(f"{type(self).__name__} has no sampling head")
 
@@ -207,7 +209,7 @@ def forward_dists(
 ) -> Callable[[int], TokenDist]:
     """Runtime.forward's rows, over their first `width` columns (None: all), as i -> the
     distribution row i's token is drawn from (sampling.token_dist), each computed when first
-    asked for: on the device where the runtime has dists_on_device, else, or cut to `width`,
+    asked for: where the rows are if the runtime has dists_on_device, else, or cut to `width`,
     from the logits here."""
     if width is None and runtime.dists_on_device:
         return runtime.forward_dists(tokens, sp, last_only=last_only)

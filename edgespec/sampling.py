@@ -113,6 +113,12 @@ def check_range(
         raise SamplingParamsError(f"{name} must be in {span}, got {value!r}; {fix}")
 
 
+def keeps_row(sp: SamplingParams, n_columns: int) -> bool:
+    """Whether token_dist keeps the row itself (temperature alone: ScaledRow), not a support
+    drawn from it: a row read in a back-end's buffer is then copied first (BufferRows)."""
+    return not 0 < sp.top_k < n_columns and sp.top_p >= 1.0 and sp.min_p <= 0.0
+
+
 @dataclass(frozen=True)
 class ScaledRow:
     """A dense row under temperature alone, kept as its logits: z = row / temperature.
@@ -723,7 +729,7 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
     temperature = np.float32(sp.temperature)
     if 0 < sp.top_k < len(row):
         return top_k_dist(*top_k(row, sp.top_k, temperature), sp)
-    alone = sp.top_p >= 1.0 and sp.min_p <= 0.0
+    alone = keeps_row(sp, len(row))
     block_max = block_maxima(row) if alone else None  # its race's bounds; their max the row's
     with np.errstate(over="ignore"):  # an overflow is refused just below
         peak = row.max() if block_max is None else block_max.max()
@@ -1210,6 +1216,30 @@ class RowDists(PassRows):
         if width < RACE_FRONT_MIN:
             return None
         return gumbel_max_rows(self.logits, sp, seed, position)
+
+
+class BufferRows(RowDists):
+    """RowDists of a pass's logits read in a back-end's own buffer (llama.cpp's), not a copy
+    of it: valid() while the buffer still holds them, and asked for after that, an error. A
+    row token_dist keeps whole (temperature alone) is copied first, as a draft's q outlives
+    the pass; every other distribution is drawn from the row at once."""
+
+    def __init__(self, logits: np.ndarray, sp: SamplingParams, valid: Callable[[], bool]) -> None:
+        super().__init__(logits, sp)
+        self.valid, self.copied = valid, keeps_row(sp, logits.shape[-1])
+
+    def __call__(self, i: int) -> TokenDist:
+        self.check()
+        row = self.logits[i]
+        return token_dist(np.array(row) if self.copied else row, self.sp)
+
+    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
+        self.check()
+        return super().gumbel_maxes(seed, position)
+
+    def check(self) -> None:
+        if not self.valid():
+            raise RuntimeError("a step's rows were read after the runtime's next pass")
 
 
 # the largest top-k whose rows RowDists races at once (their supports race whole)

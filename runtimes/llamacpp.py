@@ -37,7 +37,7 @@ from edgespec.runtimes.shared import (
     token_text_hash,
 )
 from edgespec.runtimes.threads import LoadAwareThreads, default_threads
-from edgespec.sampling import PassRows, SamplingParams, row_dists
+from edgespec.sampling import BufferRows, PassRows, SamplingParams, row_dists
 
 log = logging.getLogger(__name__)
 
@@ -367,7 +367,7 @@ class LlamaCppRuntime(Runtime):
 
     @property
     def dists_on_device(self) -> bool:
-        return self.backend_sampling
+        return self.top_outputs  # reduced where the rows are, as forward_top's
 
     def forward_top(
         self, tokens: Sequence[int], *, last_only: bool = False, with_prob: bool = False
@@ -397,22 +397,39 @@ class LlamaCppRuntime(Runtime):
     def forward_dists(
         self, tokens: Sequence[int], sp: SamplingParams, *, last_only: bool = False
     ) -> PassRows:
-        """forward's rows as the distributions sampling draws from (only where
-        backend_sampling: edgespec.runtime.forward_dists decides), reduced by llama.cpp's
-        backend top-k sampler where the pass ran, so that only each row's largest logits
+        """forward's rows as the distributions sampling draws from (edgespec.runtime.
+        forward_dists decides), with backend_sampling reduced by llama.cpp's backend top-k
+        sampler where the pass ran, so that only each row's largest logits
         reach the host (sampling_head.spare_columns: with top-k on, its top_k + 1, whose spare
         shows no token left out ties with a kept one; without top-k, its top 4,097, from which
         sampling's spare rules decide the token, min-p's cut or top-p's nucleus). A row they
-        cannot decide re-runs the pass for its logits. A catch-up longer than a pass, and a
-        sampled pass while WideOdds backs off take the logits."""
-        columns = self.backend_columns(sp) if tokens and len(tokens) <= self.n_batch else 0
-        if not columns:
+        cannot decide re-runs the pass for its logits. Without backend_sampling, or while
+        WideOdds backs off wide passes, the rows are read in llama.cpp's logits buffer, not
+        a copy of it (BufferRows: forward's copy of 5 rows took 65 us on the EPYC, ~2% of a
+        GPU's verify pass). A catch-up longer than a pass takes the logits."""
+        if not tokens or len(tokens) > self.n_batch:
             return row_dists(self.forward(tokens, last_only=last_only), sp)
+        columns = self.backend_columns(sp)
+        if not columns:
+            return self.buffer_rows(tokens, last_only, sp)
         found, read_row = self.sampled_pass(tokens, last_only, columns)
         return spare_rows(found, read_row, self.n_vocab, sp)
 
+    def buffer_rows(self, tokens: Sequence[int], last_only: bool, sp: SamplingParams) -> PassRows:
+        """Decode tokens (at most n_batch); their rows as BufferRows over llama.cpp's logits
+        buffer, valid until the runtime's next pass."""
+        check_room(self, len(tokens))
+        n_rows = 1 if last_only else len(tokens)
+        self.attach_top_k(0)  # the logits, read in llama.cpp's buffer
+        self.decode_rows(tokens, n_rows)
+        passes = self.passes
+        return BufferRows(self.logits_buffer(n_rows), sp, lambda: self.passes == passes)
+
     def backend_columns(self, sp: SamplingParams) -> int:
-        """spare_columns, and none while WideOdds backs off wide passes."""
+        """spare_columns, and none without backend_sampling or while WideOdds backs off wide
+        passes."""
+        if not self.backend_sampling:
+            return 0
         columns = spare_columns(sp, self.n_vocab)
         if columns > CANDIDATES + 1 and not self.wide_odds.wide_now():
             return 0

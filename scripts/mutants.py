@@ -1504,6 +1504,27 @@ MUTANTS = (
         "self.backoff = min(self.backoff, self.MAX_BACKOFF)",
         (BACKEND_SAMPLING,),
     ),
+    Mutant(  # sampled rows copied out of llama.cpp's buffer, as before BufferRows
+        "llama-sampled-rows-copied",
+        "runtimes/llamacpp.py",
+        "        return self.top_outputs  # reduced where the rows are, as forward_top's",
+        "        return self.backend_sampling",
+        ("tests/test_llamacpp.py",),
+    ),
+    Mutant(  # a row kept whole left in the buffer: the next pass overwrites a draft's q
+        "buffer-rows-alone-not-copied",
+        "edgespec/sampling.py",
+        "        return token_dist(np.array(row) if self.copied else row, self.sp)",
+        "        return token_dist(row, self.sp)",
+        ("tests/test_llamacpp.py",),
+    ),
+    Mutant(  # rows read after the next pass: its logits, not the step's
+        "buffer-rows-unguarded",
+        "edgespec/sampling.py",
+        "        if not self.valid():\n",
+        "        if False:\n",
+        ("tests/test_llamacpp.py",),
+    ),
     Mutant(  # greedy's top two tied: llama.cpp's column, not the lowest id (np.argmax's)
         "backend-greedy-tie-unseen",
         "runtimes/llamacpp.py",

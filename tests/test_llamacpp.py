@@ -15,8 +15,8 @@ from edgespec.drafters import Draft, ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import ModelFileError, VocabularyMismatchError
 from edgespec.loader import SpecOptions, load_decoder
-from edgespec.runtime import forward_top, top_of
-from edgespec.sampling import SamplingParams
+from edgespec.runtime import forward_dists, forward_top, top_of
+from edgespec.sampling import SamplingParams, row_dists
 from tests.fakes import logits_to_probs
 from tests.stats import assert_law
 
@@ -134,6 +134,71 @@ def test_top_rows_are_read_in_llamas_buffer_as_from_a_copy_of_it(tiny_runtimes, 
     finally:
         del target.read_logits
         target.reset()
+
+
+SAMPLED = [
+    SamplingParams(1.0, seed=3),
+    SamplingParams(0.8, top_k=3, seed=3),
+    SamplingParams(1.2, top_p=0.9, seed=3),
+    SamplingParams(0.9, min_p=0.1, seed=3),
+]
+
+
+@pytest.mark.parametrize("sp", SAMPLED, ids=["T", "top-k", "top-p", "min-p"])
+def test_sampled_rows_are_read_in_llamas_buffer_as_from_a_copy_of_it(tiny_runtimes, reference, sp):
+    """forward_dists without backend sampling reads each row where llama.cpp left the logits
+    (BufferRows): at every width, each row's support and probabilities are the bits
+    token_dist gives on forward's copy, and so is every row's Gumbel-max token, without a
+    copy of the pass (only a row kept whole, temperature alone's, is copied, one by one)."""
+    target, _ = tiny_runtimes
+    tokens, _ = reference
+    copies = []
+    read = target.read_logits
+    target.read_logits = lambda n: copies.append(n) or read(n)  # type: ignore[method-assign]
+    try:
+        for width in (1, 2, 5, 9):
+            for last_only in (False, True):
+                target.reset()
+                target.forward(tokens[:-width], last_only=True)
+                want = row_dists(target.forward(tokens[-width:], last_only=last_only), sp)
+                target.rollback(len(tokens) - width)
+                before = len(copies)
+                got = forward_dists(target, tokens[-width:], sp, last_only=last_only)
+                assert len(copies) == before  # no pass copied
+                races = [x.gumbel_maxes(7, 30) for x in (got, want)]
+                assert (
+                    races[0] is None and races[1] is None or races[0].tolist() == races[1].tolist()
+                )
+                for i in range(1 if last_only else width):
+                    mine, theirs = got(i), want(i)
+                    assert mine.token_ids().tolist() == theirs.token_ids().tolist()
+                    assert mine.probs.tobytes() == theirs.probs.tobytes()
+    finally:
+        del target.read_logits
+        target.reset()
+
+
+def test_a_row_read_in_llamas_buffer_is_refused_after_the_next_pass(tiny_runtimes, reference):
+    """BufferRows are valid until the runtime's next pass: a row asked for after it is an
+    error, not the next pass's logits; a row taken before it keeps its own (temperature
+    alone's is copied: a draft's q outlives the pass)."""
+    target, _ = tiny_runtimes
+    tokens, _ = reference
+    sp = SamplingParams(1.0, seed=3)
+    target.reset()
+    target.forward(tokens[:-3], last_only=True)
+    want = row_dists(target.forward(tokens[-3:]), sp)(0).probs
+    target.rollback(len(tokens) - 3)
+    rows = forward_dists(target, tokens[-3:], sp)
+    kept = rows(0)
+    target.forward([5])  # its row where row 0 was
+    with pytest.raises(RuntimeError) as caught:
+        rows(1)
+    assert str(caught.value) == "a step's rows were read after the runtime's next pass"
+    with pytest.raises(RuntimeError):
+        rows.gumbel_maxes(7, 30)  # type: ignore[attr-defined]
+    assert kept.probs.tobytes() == want.tobytes()
+    target.reset()
 
 
 @pytest.mark.parametrize("sampler", ["gumbel", "rejection"])
