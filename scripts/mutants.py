@@ -1514,7 +1514,7 @@ MUTANTS = (
     Mutant(  # a row kept whole left in the buffer: the next pass overwrites a draft's q
         "buffer-rows-alone-not-copied",
         "edgespec/sampling.py",
-        "        return token_dist(np.array(row) if self.copied else row, self.sp)",
+        "        return token_dist(np.array(row) if self.copy_first else row, self.sp)",
         "        return token_dist(row, self.sp)",
         ("tests/test_llamacpp.py",),
     ),

@@ -98,6 +98,11 @@ class GatedRuntime:
         self.through_gate(tokens)
         return self.runtime.forward_top(tokens, **options)
 
+    def forward_dists(self, tokens: Sequence[int], sp, **options):
+        """A sampled pass (llama.cpp reads its rows in place): gated and logged as forward."""
+        self.through_gate(tokens)
+        return self.runtime.forward_dists(tokens, sp, **options)
+
     def through_gate(self, tokens: Sequence[int]) -> None:
         """Wait while the gate holds passes, then log this one."""
         with self.cond:

@@ -33,6 +33,10 @@ class Counting:
         self.widths.append(len(tokens))
         return self.runtime.forward_top(tokens, **options)
 
+    def forward_dists(self, tokens, sp, **options):  # a sampled draft's pass (its buffer too)
+        self.widths.append(len(tokens))
+        return self.runtime.forward_dists(tokens, sp, **options)
+
     def __getattr__(self, name):
         return getattr(self.runtime, name)
 
