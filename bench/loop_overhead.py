@@ -303,16 +303,23 @@ def verify_pass_us(target: str, k: int) -> float:
 
 def as_float32_rows(recorded: np.ndarray) -> np.ndarray:
     """Recorded float16 rows as float32 rows they could have come from: each logit spread
-    uniformly (seeded) over one float16 step around it. float16 ties where the model's
-    float32 logits do not (26 of the demo target's 384 rows tie at their 40th and 41st
-    largest logits, which made a quarter of top-k 40's steps re-run their pass); float32
-    rows pass as they are."""
+    uniformly (seeded) over the values that round to it (half the gap to each neighbour,
+    a little less, as a tie rounds to even). float16 ties where the model's float32 logits
+    do not (26 of the demo target's 384 rows tie at their 40th and 41st largest logits,
+    which made a quarter of top-k 40's steps re-run their pass); float32 rows pass as they
+    are."""
     if recorded.dtype != np.float16:
         return recorded
-    spread = np.spacing(np.abs(recorded)).astype(np.float32)  # one float16 step at each value
-    rows = recorded.astype(np.float32)
-    rows += (np.random.default_rng(5).random(rows.shape, dtype=np.float32) - 0.5) * spread
-    return rows
+    size = np.abs(recorded)
+    with np.errstate(over="ignore"):  # the largest float16's next is inf
+        above = (np.nextafter(size, np.float16(np.inf)) - size).astype(np.float32)
+    below = (size - np.nextafter(size, np.float16(0))).astype(np.float32)
+    below[size == 0] = above[size == 0]  # zero's neighbours lie either side
+    top = np.isinf(above)  # the largest float16: its upper half-gap is as wide as its lower
+    above[top] = below[top]
+    u = np.random.default_rng(5).random(recorded.shape, dtype=np.float32) - np.float32(0.5)
+    spread = np.where(u < 0, below, above) * (u * np.float32(0.998))
+    return np.copysign(size.astype(np.float32) + spread, recorded.astype(np.float32))
 
 
 def main() -> None:

@@ -35,6 +35,19 @@ def test_replayed_rows_accept_every_draft(mode):
     assert loop > 0 and (reread is not None) == on_device
 
 
+def test_float16_recordings_replay_as_float32_rows_that_round_to_them():
+    """as_float32_rows spreads each float16 logit over the float32 values that round back to
+    it, powers of two (an uneven gap each side), zero and the largest included: every one
+    rounds to its recording, and the ties a float16 row holds are gone."""
+    rng = np.random.default_rng(4)
+    special = np.array([0.0, -0.0, 1.0, -2.0, 0.5, 65504.0, -65504.0, 6e-8, 1024.0], np.float16)
+    recorded = np.concatenate([special, (rng.standard_normal(20_000) * 8).astype(np.float16)])
+    rows = loop_overhead.as_float32_rows(np.tile(recorded, (3, 1)))
+    assert rows.dtype == np.float32
+    assert (rows.astype(np.float16) == recorded).all()
+    assert len(np.unique(rows)) > 0.99 * rows.size and len(np.unique(recorded)) < 10_000
+
+
 def test_replay_runtime_answers_by_position():
     rows = np.arange(6 * 3, dtype=np.float16).reshape(6, 3)
     rt = loop_overhead.ReplayRuntime(rows)
