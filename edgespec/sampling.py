@@ -659,6 +659,13 @@ def float32_ceiling(x: np.ndarray) -> np.ndarray:
     return np.where(y < x, np.nextafter(y, np.float32(np.inf)), y)
 
 
+def along_rows(a: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The index of entries at[i, j] of each row i of a 2-D array, for a[...] to read or
+    write: np.take_along_axis's on axis 1 without its per-call setup (5.0 -> 2.1 us a read
+    of [5, 41], the EPYC)."""
+    return np.arange(len(a))[:, None], at
+
+
 def row_ranges(row_of: np.ndarray, n: int) -> list[tuple[int, int]]:
     """[n] (start, end) of each row's entries in row_of (ascending row numbers; a row with
     none gets an empty range)."""
@@ -1175,11 +1182,11 @@ def top_k_probs(z: np.ndarray, sp: SamplingParams) -> np.ndarray:
     if sp.top_p < 1.0:
         total = weights.sum(axis=1, dtype=np.float64)
         order = np.argsort(-weights, axis=1, kind="stable")
-        heaviest = np.take_along_axis(weights, order, 1)
+        heaviest = weights[along_rows(weights, order)]
         before = np.zeros(heaviest.shape)
         np.cumsum(heaviest[:, :-1], axis=1, dtype=np.float64, out=before[:, 1:])
         keep = np.empty(weights.shape, dtype=bool)
-        np.put_along_axis(keep, order, before < sp.top_p * total[:, None], 1)
+        keep[along_rows(keep, order)] = before < sp.top_p * total[:, None]
         weights = weights * keep
     if sp.min_p > 0.0:
         floor = sp.min_p * weights.max(axis=1, keepdims=True)

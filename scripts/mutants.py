@@ -1346,8 +1346,8 @@ MUTANTS = (
     Mutant(  # top-p's cut at once keeps the token whose mass before it reaches top_p exactly
         "top-k-rows-top-p-inclusive",
         "edgespec/sampling.py",
-        "np.put_along_axis(keep, order, before < sp.top_p * total[:, None], 1)",
-        "np.put_along_axis(keep, order, before <= sp.top_p * total[:, None], 1)",
+        "keep[along_rows(keep, order)] = before < sp.top_p * total[:, None]",
+        "keep[along_rows(keep, order)] = before <= sp.top_p * total[:, None]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-p's order at once without ties by id: a tie at the cut keeps another token
