@@ -405,7 +405,7 @@ class LlamaCppRuntime(Runtime):
         sampling's spare rules decide the token, min-p's cut or top-p's nucleus). A row they
         cannot decide re-runs the pass for its logits. Without backend_sampling, or while
         WideOdds backs off wide passes, the rows are read in llama.cpp's logits buffer, not
-        a copy of it (BufferRows: forward's copy of 5 rows took 65 us on the EPYC, ~2% of a
+        a copy of it (BufferRows: forward's copy of 5 rows took 69 us on the EPYC, ~2% of a
         GPU's verify pass). A catch-up longer than a pass takes the logits."""
         if not tokens or len(tokens) > self.n_batch:
             return row_dists(self.forward(tokens, last_only=last_only), sp)
