@@ -4,6 +4,7 @@ On float32 models llama.cpp's batched and single-token logits agree to rounding,
 speculative output must equal plain output token for token.
 """
 
+import contextlib
 import logging
 from dataclasses import replace
 
@@ -101,6 +102,31 @@ def test_rollback_gives_the_logits_of_a_fresh_context(tiny_runtimes, reference):
     np.testing.assert_allclose(after, fresh, atol=1e-4)
 
 
+def copied_then_rolled_back(target, tokens):
+    """(width, last_only, the logits forward copies for the last width tokens) at widths 1,
+    2, 5 and 9, each time with the cache rolled back so that the pass can be taken again."""
+    for width in (1, 2, 5, 9):
+        for last_only in (False, True):
+            target.reset()
+            target.forward(tokens[:-width], last_only=True)
+            logits = target.forward(tokens[-width:], last_only=last_only)
+            target.rollback(len(tokens) - width)
+            yield width, last_only, logits
+
+
+@contextlib.contextmanager
+def counting_copies(target):
+    """The list each copy of a pass's logits (read_logits) appends its row count to."""
+    copies: list[int] = []
+    read = target.read_logits
+    target.read_logits = lambda n: copies.append(n) or read(n)
+    try:
+        yield copies
+    finally:
+        del target.read_logits
+        target.reset()
+
+
 def test_top_rows_are_read_in_llamas_buffer_as_from_a_copy_of_it(tiny_runtimes, reference):
     """forward_top (greedy verify, a draft's token and confidence) reads each row's argmax and
     probability where llama.cpp left the logits: the ids and the bits top_of gives on
@@ -108,32 +134,21 @@ def test_top_rows_are_read_in_llamas_buffer_as_from_a_copy_of_it(tiny_runtimes, 
     target, _ = tiny_runtimes
     tokens, _ = reference
     assert target.top_outputs
-    copies = []
-    read = target.read_logits
-    target.read_logits = lambda n: copies.append(n) or read(n)  # type: ignore[method-assign]
-    try:
-        for width in (1, 2, 5, 9):
-            for last_only in (False, True):
-                for with_prob in (False, True):
-                    target.reset()
-                    target.forward(tokens[:-width], last_only=True)
-                    want = top_of(target.forward(tokens[-width:], last_only=last_only))
-                    target.rollback(len(tokens) - width)
-                    before = len(copies)
-                    got = forward_top(
-                        target, tokens[-width:], last_only=last_only, with_prob=with_prob
-                    )
-                    assert len(copies) == before  # no row copied
-                    assert got.ids.tolist() == want.ids.tolist()
-                    assert len(got.ids) == (1 if last_only else width)
-                    if with_prob:
-                        assert got.prob is not None and want.prob is not None
-                        np.testing.assert_array_equal(got.prob, want.prob)
-                    else:
-                        assert got.prob is None
-    finally:
-        del target.read_logits
-        target.reset()
+    with counting_copies(target) as copies:
+        for width, last_only, logits in copied_then_rolled_back(target, tokens):
+            want = top_of(logits)
+            for with_prob in (False, True):
+                before = len(copies)
+                got = forward_top(target, tokens[-width:], last_only=last_only, with_prob=with_prob)
+                target.rollback(len(tokens) - width)
+                assert len(copies) == before  # no row copied
+                assert got.ids.tolist() == want.ids.tolist()
+                assert len(got.ids) == (1 if last_only else width)
+                if with_prob:
+                    assert got.prob is not None and want.prob is not None
+                    np.testing.assert_array_equal(got.prob, want.prob)
+                else:
+                    assert got.prob is None
 
 
 SAMPLED = [
@@ -152,30 +167,18 @@ def test_sampled_rows_are_read_in_llamas_buffer_as_from_a_copy_of_it(tiny_runtim
     copy of the pass (only a row kept whole, temperature alone's, is copied, one by one)."""
     target, _ = tiny_runtimes
     tokens, _ = reference
-    copies = []
-    read = target.read_logits
-    target.read_logits = lambda n: copies.append(n) or read(n)  # type: ignore[method-assign]
-    try:
-        for width in (1, 2, 5, 9):
-            for last_only in (False, True):
-                target.reset()
-                target.forward(tokens[:-width], last_only=True)
-                want = row_dists(target.forward(tokens[-width:], last_only=last_only), sp)
-                target.rollback(len(tokens) - width)
-                before = len(copies)
-                got = forward_dists(target, tokens[-width:], sp, last_only=last_only)
-                assert len(copies) == before  # no pass copied
-                races = [x.gumbel_maxes(7, 30) for x in (got, want)]
-                assert (
-                    races[0] is None and races[1] is None or races[0].tolist() == races[1].tolist()
-                )
-                for i in range(1 if last_only else width):
-                    mine, theirs = got(i), want(i)
-                    assert mine.token_ids().tolist() == theirs.token_ids().tolist()
-                    assert mine.probs.tobytes() == theirs.probs.tobytes()
-    finally:
-        del target.read_logits
-        target.reset()
+    with counting_copies(target) as copies:
+        for width, last_only, logits in copied_then_rolled_back(target, tokens):
+            want = row_dists(logits, sp)
+            before = len(copies)
+            got = forward_dists(target, tokens[-width:], sp, last_only=last_only)
+            assert len(copies) == before  # no pass copied
+            races = [x.gumbel_maxes(7, 30) for x in (got, want)]  # type: ignore[attr-defined]
+            assert races[0] is None and races[1] is None or races[0].tolist() == races[1].tolist()
+            for i in range(1 if last_only else width):
+                mine, theirs = got(i), want(i)
+                assert mine.token_ids().tolist() == theirs.token_ids().tolist()
+                assert mine.probs.tobytes() == theirs.probs.tobytes()
 
 
 def test_a_row_read_in_llamas_buffer_is_refused_after_the_next_pass(tiny_runtimes, reference):
