@@ -382,11 +382,7 @@ class LlamaCppRuntime(Runtime):
         if not tokens or len(tokens) > self.n_batch:
             return top_of(self.forward(tokens, last_only=last_only), with_prob)
         if not self.backend_sampling or with_prob:
-            check_room(self, len(tokens))
-            n_rows = 1 if last_only else len(tokens)
-            self.attach_top_k(0)  # the logits, read in llama.cpp's buffer
-            self.decode_rows(tokens, n_rows)
-            return top_of(self.logits_buffer(n_rows), with_prob)
+            return top_of(self.decode_in_place(tokens, last_only), with_prob)
         columns, read_row = self.sampled_pass(tokens, last_only, columns=2)
         found = largest_first(columns.values, columns.ids)
         ids = found.ids[:, 0].copy()
@@ -418,12 +414,17 @@ class LlamaCppRuntime(Runtime):
     def buffer_rows(self, tokens: Sequence[int], last_only: bool, sp: SamplingParams) -> PassRows:
         """Decode tokens (at most n_batch); their rows as BufferRows over llama.cpp's logits
         buffer, valid until the runtime's next pass."""
+        logits, passes = self.decode_in_place(tokens, last_only), self.passes
+        return BufferRows(logits, sp, lambda: self.passes == passes)
+
+    def decode_in_place(self, tokens: Sequence[int], last_only: bool) -> np.ndarray:
+        """Decode tokens (at most n_batch) without a sampler; their rows (the last, or all) in
+        llama.cpp's logits buffer, not a copy (logits_buffer: valid until the next pass)."""
         check_room(self, len(tokens))
         n_rows = 1 if last_only else len(tokens)
         self.attach_top_k(0)  # the logits, read in llama.cpp's buffer
         self.decode_rows(tokens, n_rows)
-        passes = self.passes
-        return BufferRows(self.logits_buffer(n_rows), sp, lambda: self.passes == passes)
+        return self.logits_buffer(n_rows)
 
     def backend_columns(self, sp: SamplingParams) -> int:
         """spare_columns, and none without backend_sampling or while WideOdds backs off wide

@@ -1549,15 +1549,15 @@ MUTANTS = (
     Mutant(  # greedy rows copied out of llama.cpp's buffer before their argmax, as before
         "llama-top-rows-copied",
         "runtimes/llamacpp.py",
-        "return top_of(self.logits_buffer(n_rows), with_prob)",
-        "return top_of(self.read_logits(n_rows), with_prob)",
+        "        return self.logits_buffer(n_rows)\n",
+        "        return self.read_logits(n_rows)\n",
         ("tests/test_llamacpp.py",),
     ),
     Mutant(  # a draft's confidence left out where llama.cpp reads its rows in place
         "llama-top-rows-without-prob",
         "runtimes/llamacpp.py",
-        "return top_of(self.logits_buffer(n_rows), with_prob)",
-        "return top_of(self.logits_buffer(n_rows), False)",
+        "return top_of(self.decode_in_place(tokens, last_only), with_prob)",
+        "return top_of(self.decode_in_place(tokens, last_only), False)",
         ("tests/test_llamacpp.py",),
     ),
 )
