@@ -13,7 +13,7 @@ import math
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TypeVar
 
 import numpy as np
@@ -1060,18 +1060,19 @@ class SpareNuclei:
         self.usable &= self.w[rows, last - 1] > spare
 
     def dist(self, i: int) -> TokenDist | None:
-        """Row i's token_dist, None where its nucleus is not decided."""
-        if not (self.usable[i] and self.least[i] == self.most[i]):
+        """Row i's token_dist, None where its nucleus is not decided (its part of supports)."""
+        sizes, ids, probs = self.supports
+        if not sizes[i]:
             return None
-        c = int(self.most[i])
-        order = np.argsort(self.ids[i, :c])  # kept_dist's ids ascending
-        return kept_dist(self.ids[i, :c][order].astype(np.int64), self.w[i, :c][order], self.sp)
+        end = int(sizes[: i + 1].sum())
+        return TokenDist(ids[end - sizes[i] : end], probs[end - sizes[i] : end])
 
+    @cached_property
     def supports(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every decided row's distribution at once, each dist(i)'s bit for bit (kept_dist's
-        cut and normalization, a row's float32 sum over its own ids ascending): sizes [n] (0
-        where not decided), and the rows' ids (ascending in each) and probabilities end to
-        end."""
+        """Every decided row's distribution at once, each token_dist's bit for bit
+        (kept_dist's cut and normalization, a row's float32 sum over its own ids ascending):
+        sizes [n] (0 where not decided), and the rows' ids (ascending in each) and
+        probabilities end to end."""
         n, width = self.w.shape
         decided = self.usable & (self.least == self.most)
         row_of, j = true_at((np.arange(width) < self.most[:, None]) & decided[:, None])
@@ -1091,7 +1092,7 @@ class SpareNuclei:
         """[n] each row's Gumbel-max token, -1 where it is not decided: a decided nucleus
         races as its TokenDist does; an undecided one where the winner among the tokens
         always kept beats every other that may be kept by RACE_MARGIN."""
-        sizes, ids, probs = self.supports()
+        sizes, ids, probs = self.supports
         tokens = supports_race(ids, probs, sizes, seed, position)
         for i in np.flatnonzero((sizes == 0) & self.usable).tolist():
             tokens[i] = self.margin_race(i, seed, position + i)

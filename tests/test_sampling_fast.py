@@ -695,7 +695,7 @@ def test_a_nucleus_is_ordered_from_its_rows_heaviest_columns_alone():
 def assert_supports_are_each_rows(nuclei: SpareNuclei, rows: np.ndarray, sp: SamplingParams):
     """SpareNuclei.supports, all rows at once, is each decided row's token_dist bit for bit
     (ids and probabilities), and holds nothing of the others."""
-    sizes, ids, probs = nuclei.supports()
+    sizes, ids, probs = nuclei.supports
     ends = np.cumsum(sizes)
     for i, row in enumerate(rows):
         at = slice(ends[i] - sizes[i], ends[i])
@@ -758,7 +758,7 @@ def test_the_spare_rules_read_the_columns_in_any_order():
         top = top_k_of_candidates(Columns(values, ids), read_row, top_k)
         assert top is not None and read == ([2 - first] if columns == 41 else [])
         got = [spare_gumbel_maxes(values, ids, 151_936, alone, 3, p) for p in range(0, 50, 10)]
-        got += [*spare_min_p_supports(values, ids, min_p), *nuclei.supports(), nuclei.usable]
+        got += [*spare_min_p_supports(values, ids, min_p), *nuclei.supports, nuclei.usable]
         return [x.tobytes() for x in (*got, top.ids, top.z)]
 
     for columns, first in ((4_097, 0), (4_097, 1), (41, 0)):
