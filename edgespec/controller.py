@@ -497,7 +497,7 @@ class AdaptivePolicy:
         self.chosen_rate = choice.tokens_per_second
         self.probing = None
         if choice.k == 0:
-            choice = self.probe()
+            choice = self.probe(switch_s)
         self.cast_shadows(len(context), choice.drafter)
         return choice.drafter, choice.k
 
@@ -688,9 +688,9 @@ class AdaptivePolicy:
             e.can_win_at = held = (self.curve, price, k)
         return held[2]
 
-    def probe(self) -> Choice:
+    def probe(self, switch_s: Sequence[float]) -> Choice:
         """A drafter idle for its interval gets a draft of probe_k tokens, to refresh its
-        estimates; the cheapest due drafter first.
+        estimates; the cheapest due drafter first. switch_s: the plan's (switch_s()).
 
         A drafter is not probed while catching up would cost more than a target token: for a
         draft model on a CPU that is whenever it is more than a few tokens behind (a new
@@ -714,7 +714,6 @@ class AdaptivePolicy:
             if catch_up_s > self.curve.target(1):
                 continue
             k = min(self.probe_k(e), e.offer.available)
-            switch_s = self.switch_s()
             self.probe_cost_s = catch_up_s + e.draft_s(k) + self.curve.target(k + 1)
             self.probe_cost_s += switch_s[k] if switch_s else 0.0
             self.probing = e.drafter
