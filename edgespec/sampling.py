@@ -601,12 +601,18 @@ def position_offsets(key: int) -> tuple[int, int]:
 
 
 def block_minima(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mixed block counters -> each block's smallest Exp(1) noise, -log(U) / NOISE_BLOCK
-    (U from the top 53 bits), and which of its slots holds it (the bottom NOISE_BLOCK_BITS)."""
+    """Mixed block counters -> each block's smallest Exp(1) noise (block_min_e), and which
+    of its slots holds it (the bottom NOISE_BLOCK_BITS)."""
+    return block_min_e(bits), np.bitwise_and(bits, U64_SLOT).astype(np.int64)
+
+
+def block_min_e(bits: np.ndarray) -> np.ndarray:
+    """Mixed block counters -> each block's smallest Exp(1) noise, -log(U) / NOISE_BLOCK (U
+    from the top 53 bits): a bound, where which slot holds it is not asked."""
     e_min = uniforms(bits)
     np.log(e_min, out=e_min)
     e_min *= -1.0 / NOISE_BLOCK
-    return e_min, np.bitwise_and(bits, U64_SLOT).astype(np.int64)
+    return e_min
 
 
 def block_min_noise(seed: int, position: int, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -633,15 +639,50 @@ def block_bits(blocks: np.ndarray, block_offset: np.uint64 | np.ndarray) -> np.n
     return mixed(np.multiply(blocks.astype(np.uint64), U64_GOLDEN) + block_offset)
 
 
+def every_block_bits(n_blocks: int, block_offsets: np.ndarray) -> np.ndarray:
+    """block_bits of noise blocks 0..n_blocks - 1 at each of the positions whose block
+    offsets these are: [len(block_offsets), n_blocks]."""
+    return mixed(block_counters(n_blocks) + block_offsets[:, None])
+
+
+@lru_cache(maxsize=8)
+def block_counters(n_blocks: int) -> np.ndarray:
+    """[n_blocks] uint64 block * GOLDEN (mod 2**64), made once a vocabulary: what a position's
+    block offset is added to (block_bits)."""
+    counters = np.multiply(all_ids(n_blocks).astype(np.uint64), U64_GOLDEN)
+    counters.flags.writeable = False
+    return counters
+
+
 def row_noise_offsets(seed: int, position: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """[n] uint64 each: noise_offsets' token and block parts at positions position + i, in
-    Python ints (numpy scalars a position cost a sampled step ~12 us on the EPYC)."""
-    start = seed_key(seed) + (position + 1) * GOLDEN
-    offsets = [position_offsets(mix64_int(start + i * GOLDEN)) for i in range(n)]
-    return (
-        np.array([o[0] for o in offsets], dtype=np.uint64),
-        np.array([o[1] for o in offsets], dtype=np.uint64),
-    )
+    """[n] uint64 each: noise_offsets' token and block parts at positions position + i, read
+    from runs of OFFSET_RUN positions mixed at once (offset_run; read-only)."""
+    first = position - position % OFFSET_RUN
+    runs = [offset_run(seed, at) for at in range(first, position + n, OFFSET_RUN)]
+    skip = position - first
+    if len(runs) == 1:
+        return runs[0][0][skip : skip + n], runs[0][1][skip : skip + n]
+    tokens, blocks = (np.concatenate(part)[skip : skip + n] for part in zip(*runs))
+    return tokens, blocks
+
+
+# positions whose noise offsets are mixed at once: a step asks for its k + 1 in a row, and
+# mixing 5 of them as Python ints cost ~10 us (the Zen 5 EPYC), about a run's
+OFFSET_RUN = 64
+
+
+@lru_cache(maxsize=16)
+def offset_run(seed: int, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """position_offsets of positions first .. first + OFFSET_RUN - 1 at seed, in uint64
+    arithmetic (wrapping mod 2**64, as the Python ints are masked): [OFFSET_RUN] each."""
+    keys = np.multiply(all_ids(OFFSET_RUN).astype(np.uint64), U64_GOLDEN)
+    keys += np.uint64((seed_key(seed) + (first + 1) * GOLDEN) & MASK64)
+    mixed(keys)
+    blocks = mixed(np.bitwise_xor(keys, np.uint64(BLOCK_SALT)))
+    keys += U64_GOLDEN
+    blocks += U64_GOLDEN
+    keys.flags.writeable = blocks.flags.writeable = False
+    return keys, blocks
 
 
 def true_at(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -914,8 +955,8 @@ def spare_gumbel_maxes(
     token_offsets, block_offsets = row_noise_offsets(seed, position, n)
     # every block's hash, but the smallest noise (the largest uniform) of the row's alone, and
     # a block's only where a candidate asks: the same numbers as block_noise_at's
-    bits = block_bits(all_ids(block_count(n_columns)), block_offsets[:, None])  # [n, blocks]
-    lowest = block_minima(bits.max(axis=1))[0]  # [n] the smallest noise anywhere in the row
+    bits = every_block_bits(block_count(n_columns), block_offsets)  # [n, blocks]
+    lowest = block_min_e(bits.max(axis=1))  # [n] the smallest noise anywhere in the row
     best, winner = np.full(n, np.inf), np.full(n, n_columns, dtype=np.int64)
     reach, hashed_to = np.full(n, FRONT_REACH), np.zeros(n)  # hashed: e_min <= hashed_to w
     rows = np.arange(n)
@@ -928,7 +969,7 @@ def spare_gumbel_maxes(
         row_of = rows[at]
         cand = ids[row_of, j].astype(np.int64)
         w = scaled_weights(values[row_of, j], temperature, z_max[row_of])
-        bound = block_minima(bits[row_of, block_of(cand)])[0]
+        bound = block_min_e(bits[row_of, block_of(cand)])
         near = (bound <= reach[row_of] * w) & (bound > hashed_to[row_of] * w)
         row_of, cand, w = row_of[near], cand[near], w[near]
         races = divide_races(noise_at(cand, token_offsets[row_of], block_offsets[row_of]), w)
@@ -1274,13 +1315,14 @@ def gumbel_max_rows(logits: np.ndarray, sp: SamplingParams, seed: int, position:
     z64 = z_max.astype(np.float64)
     w_max = scaled_weights(block_max, temperature, z64[:, None])  # each row's block_weights
     token_offsets, block_offsets = row_noise_offsets(seed, position, n)
-    e_min = block_noise_at(all_ids(block_max.shape[1]), block_offsets[:, None])[0]
+    e_min = block_min_e(every_block_bits(block_max.shape[1], block_offsets))
     reach_s = FRONT_REACH / w_max.max(axis=1)  # dense_race_front's first reach, places 1
     passing = e_min <= reach_s[:, None] * w_max
     tokens = np.full(n, -1, dtype=np.int64)
-    own = np.count_nonzero(passing, axis=1) > BATCH_BLOCKS  # flat rows: their own races
-    passing[own] = False
     row_of, block = true_at(passing)
+    own = np.bincount(row_of, minlength=n) > BATCH_BLOCKS  # flat rows: their own races
+    if own.any():
+        row_of, block = row_of[~own[row_of]], block[~own[row_of]]
     # a token of a passing block races at most reach_s only if its logit reaches the block's
     # e_min / reach_s in z (widened for rounding): the rest are not weighed
     z = z64[row_of]
@@ -1292,19 +1334,24 @@ def gumbel_max_rows(logits: np.ndarray, sp: SamplingParams, seed: int, position:
     row_of, cand = row_of[pair], cand[pair, slot]
     w = scaled_weights(rows[row_of, cand], temperature, z64[row_of])
     races = divide_races(noise_at(cand, token_offsets[row_of], block_offsets[row_of]), w)
-    order = np.lexsort((cand, row_of))  # by row, then id: the first smallest is the lowest id
-    row_of, cand, races = row_of[order], cand[order], races[order]
-    starts = np.flatnonzero(np.diff(row_of, prepend=-1))  # each raced row's first entry
-    raced = row_of[starts]
-    smallest = np.minimum.reduceat(races, starts) if len(races) else races
-    won = np.flatnonzero(races == smallest[np.searchsorted(raced, row_of)])
-    first_won = won[np.diff(row_of[won], prepend=-1) != 0]  # the lowest id among ties
-    sure = widened(smallest) <= reach_s[raced]  # none can race below the winner
-    tokens[raced[sure]] = cand[first_won[sure]]
+    raced, won = row_winners(row_of, cand, races, n)
+    sure = widened(races[won]) <= reach_s[raced]  # none can race below the winner
+    tokens[raced[sure]] = cand[won[sure]]
     for i in np.flatnonzero(tokens < 0).tolist():  # token_dist's, its block maxima found
         scaled = ScaledRow(rows[i], temperature, float(z_max[i]), block_max[i])
         tokens[i] = TokenDist(None, None, scaled).gumbel_max(seed, position + i)
     return tokens
+
+
+def row_winners(
+    row_of: np.ndarray, cand: np.ndarray, races: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of n that race (row_of: each entry's) and each one's winning entry: its
+    smallest race, the lowest id (cand) among ties, as argmin over ascending ids gives it."""
+    order = np.lexsort((cand, races, row_of))  # by row, race, id: a row's first entry wins
+    first = np.searchsorted(row_of[order], np.arange(n + 1))
+    raced = np.flatnonzero(first[1:] > first[:-1])
+    return raced, order[first[raced]]
 
 
 def dense_softmax(row: np.ndarray, temperature: np.float32, z_max: float) -> np.ndarray:
