@@ -1025,54 +1025,58 @@ class SpareNuclei:
         self.low = sp.top_p * total * (1.0 - TOTAL_ROUNDING)
         self.high = sp.top_p * (total + (n_columns - columns) * spare) * (1.0 + TOTAL_ROUNDING)
         self.sp = sp
-        floors = self.floors(w)
-        if floors is None:
+        above = self.above_floors(w)
+        if above is None:
             order = heaviest_columns(values, columns)
             self.lay_out(np.take_along_axis(ids, order, 1), np.take_along_axis(w, order, 1))
         else:
-            self.order_heaviest(values, ids, w, floors)
+            self.order_heaviest(values, ids, w, *above)
         self.count_nuclei()
         self.check_usable(spare)
 
-    def floors(self, w: np.ndarray) -> np.ndarray | None:
-        """[n] each row's floor: the largest of NUCLEUS_FLOORS whose columns at or above it
-        weigh top-p of the most the row can, widened for a float64 sum's rounding (so the
-        mass before the first column under it, summed heaviest first, reaches the nucleus's
-        edge too); None where a row has none (all its columns are ordered)."""
-        floors, rows = np.zeros(len(w)), np.arange(len(w))
+    def above_floors(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each row's columns at or above its floor (rows, columns, as true_at gives them): the
+        largest of NUCLEUS_FLOORS whose columns weigh top-p of the most the row can, widened
+        for a float64 sum's rounding (so the mass before the first column under it, summed
+        heaviest first, reaches the nucleus's edge too); None where a row has none (all its
+        columns are ordered)."""
+        n = len(w)
+        floors, rows = np.zeros(n, dtype=np.float32), np.arange(n)
         for floor in NUCLEUS_FLOORS:  # the next floor only for the rows the last one failed
-            part = w if len(rows) == len(w) else w[rows]
-            heavy = np.sum(part, axis=1, dtype=np.float64, where=part >= np.float32(floor))
-            floors[rows[heavy >= self.high[rows] * (1.0 + TOTAL_ROUNDING)]] = floor
-            rows = np.flatnonzero(floors == 0.0)
+            part = w if len(rows) == n else w[rows]
+            at, j = true_at(part >= np.float32(floor))
+            heavy = np.bincount(at, weights=part[at, j], minlength=len(rows))
+            holds = heavy >= self.high[rows] * (1.0 + TOTAL_ROUNDING)
+            if len(rows) == n and holds.all():  # the common case: found at the first floor
+                return at, j
+            floors[rows[holds]] = floor
+            rows = rows[~holds]
             if not len(rows):
-                return floors
+                return true_at(w >= floors[:, None])
         return None
 
     def order_heaviest(
-        self, values: np.ndarray, ids: np.ndarray, w: np.ndarray, floors: np.ndarray
+        self, values: np.ndarray, ids: np.ndarray, w: np.ndarray, row_of: np.ndarray, j: np.ndarray
     ) -> None:
-        """Each row's columns at or above its floor, heaviest first (ties by column, as
-        heaviest_columns), laid out (lay_out). A weight floor is a logit floor (exp is
-        monotone), so ties are all in or all out: the order is a prefix of the whole row's,
+        """Each row's columns at or above its floor (row_of, j), heaviest first (ties by
+        column, as heaviest_columns), laid out (lay_out). A weight floor is a logit floor (exp
+        is monotone), so ties are all in or all out: the order is a prefix of the whole row's,
         and every column left out is lighter than every one kept."""
-        row_of, j = true_at(w >= floors[:, None].astype(np.float32))
         order = np.lexsort((j, -values[row_of, j], row_of))
         row_of, j = row_of[order], j[order]
-        self.lay_out(ids[row_of, j], w[row_of, j], np.bincount(row_of, minlength=len(w)))
+        self.lay_out(ids[row_of, j], w[row_of, j], row_of)
 
-    def lay_out(self, ids: np.ndarray, w: np.ndarray, sizes: np.ndarray | None = None) -> None:
-        """ids and w [n, width + 1]: each row's ordered columns (sizes [n] of them, end to
-        end in ids and w; None: all, ids and w [n, width] already), then columns weighing
-        0, at least one: the token after a row's last ordered one is lighter than all of
-        them (a floor's) or left out (all ordered)."""
+    def lay_out(self, ids: np.ndarray, w: np.ndarray, row_of: np.ndarray | None = None) -> None:
+        """ids and w [n, width + 1]: each row's ordered columns (end to end in ids and w, the
+        row of each in row_of, ascending; None: all, ids and w [n, width] already), then
+        columns weighing 0, at least one: the token after a row's last ordered one is lighter
+        than all of them (a floor's) or left out (all ordered)."""
         n = len(self.high)
-        if sizes is None:
-            sizes = np.full(n, w.shape[1])
+        if row_of is None:
+            row_of = np.repeat(np.arange(n), w.shape[1])
             ids, w = ids.reshape(-1), w.reshape(-1)
-        self.sizes = sizes
-        row_of = np.repeat(np.arange(n), sizes)
-        place = np.arange(len(row_of)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        self.sizes = sizes = np.bincount(row_of, minlength=n)
+        place = np.arange(len(row_of)) - (np.cumsum(sizes) - sizes)[row_of]
         self.ids = np.zeros((n, int(sizes.max()) + 1), dtype=ids.dtype)
         self.w = np.zeros(self.ids.shape, dtype=np.float32)
         self.ids[row_of, place] = ids
@@ -1084,8 +1088,8 @@ class SpareNuclei:
         n, width = self.w.shape
         before = np.zeros((n, width))
         np.cumsum(self.w[:, :-1], axis=1, dtype=np.float64, out=before[:, 1:])
-        self.least = np.count_nonzero(before < self.low[:, None], axis=1)  # kept whatever the total
-        self.most = np.count_nonzero(before < self.high[:, None], axis=1)  # kept for some total
+        self.least = (before < self.low[:, None]).sum(axis=1)  # kept whatever the total
+        self.most = (before < self.high[:, None]).sum(axis=1)  # kept for some total
 
     def check_usable(self, spare: np.ndarray) -> None:
         """usable [n]: the order is the row's heaviest first (the weights never rise along
@@ -1095,7 +1099,7 @@ class SpareNuclei:
         reaches the spare is not usable)."""
         rows, last = np.arange(len(self.w)), np.minimum(self.most, self.sizes)
         reached = int(last.max()) + 1
-        rises = np.diff(self.w[:, :reached], axis=1) > 0
+        rises = self.w[:, 1:reached] > self.w[:, : reached - 1]
         self.usable = ~(rises & (np.arange(reached - 1) < last[:, None])).any(axis=1)
         self.usable &= self.w[rows, last] < self.w[rows, last - 1]
         self.usable &= self.w[rows, last - 1] > spare

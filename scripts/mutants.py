@@ -259,8 +259,8 @@ MUTANTS = (
     Mutant(  # a step's rows raced at once take the first reach as final
         "rows-race-trusts-the-first-reach",
         "edgespec/sampling.py",
-        "    sure = widened(smallest) <= reach_s[raced]  # none can race below the winner",
-        "    sure = smallest == smallest",
+        "    sure = widened(races[won]) <= reach_s[raced]  # none can race below the winner",
+        "    sure = races[won] == races[won]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # a step's rows raced at once hash too few of their tokens
@@ -273,8 +273,15 @@ MUTANTS = (
     Mutant(  # every row of a step drawn with the first row's noise (its rows and supports)
         "rows-race-rows-share-one-position",
         "edgespec/sampling.py",
-        "    offsets = [position_offsets(mix64_int(start + i * GOLDEN)) for i in range(n)]",
-        "    offsets = [position_offsets(mix64_int(start)) for i in range(n)]",
+        "    keys = np.multiply(all_ids(OFFSET_RUN).astype(np.uint64), U64_GOLDEN)",
+        "    keys = np.zeros(OFFSET_RUN, dtype=np.uint64)",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # a step whose positions cross a run of noise offsets reads the run's start
+        "noise-offsets-seam-from-the-start",
+        "edgespec/sampling.py",
+        "    tokens, blocks = (np.concatenate(part)[skip : skip + n] for part in zip(*runs))",
+        "    tokens, blocks = (np.concatenate(part)[:n] for part in zip(*runs))",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-p's cut from the head alone, as if the tokens left out weighed nothing
@@ -1423,8 +1430,8 @@ MUTANTS = (
     Mutant(  # every row ordered above the first floor, though its nucleus reaches below it
         "spare-nuclei-one-floor-for-all",
         "edgespec/sampling.py",
-        "            floors[rows[heavy >= self.high[rows] * (1.0 + TOTAL_ROUNDING)]] = floor",
-        "            floors[rows] = floor",
+        "            holds = heavy >= self.high[rows] * (1.0 + TOTAL_ROUNDING)",
+        "            holds = heavy == heavy",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # a floor's columns summed in column order, not heaviest first

@@ -28,7 +28,9 @@ from edgespec.sampling import (
     heaviest_columns,
     holder_entries,
     min_p_support,
+    noise_offsets,
     row_dists,
+    row_noise_offsets,
     sample,
     spare_gumbel_maxes,
     spare_min_p_dist,
@@ -384,6 +386,17 @@ def test_a_noise_blocks_tokens_and_holder_are_found_on_dense_and_sparse_supports
     holders = np.array([2, 1, 0])  # tokens 4097, 2051 (not in the support), 5
     assert sorted(holder_entries(np.array([1, 3, 5]), holders, ids, 6).tolist()) == [1, 4]
     assert holder_entries(np.array([1, 3]), np.array([6, 2]), dense, 5000).tolist() == [4099]
+
+
+@pytest.mark.parametrize("position, n", [(0, 5), (60, 5), (63, 2), (64, 17), (100, 200)])
+def test_a_steps_noise_offsets_are_each_positions_own(position, n):
+    """A step's rows read their noise offsets from runs of positions mixed at once, within
+    a run and across its seams (63 | 64, 127 | 128, ...): each row's are its position's."""
+    for seed in (0, 7, 2**64 + 3):
+        tokens, blocks = row_noise_offsets(seed, position, n)
+        want = [noise_offsets(seed, position + i) for i in range(n)]
+        assert tokens.tolist() == [int(t) for t, _ in want]
+        assert blocks.tolist() == [int(b) for _, b in want]
 
 
 @pytest.mark.parametrize("n", [1_000, 5_000, 151_936, 2**18, 2**18 + 1_000, 2**18 + 3 * 2048 + 7])
