@@ -296,7 +296,7 @@ class OraclePolicy:
             return self.graph.would_charge((width, width)) + 2 * self.graph.extra
         return self.graph.would_charge((width, width))
 
-    def begin(self, drafters: Sequence[Drafter]) -> None:
+    def begin(self, drafters: Sequence[Drafter], max_tokens: int | None = None) -> None:
         self.drafters = drafters
         self.prefill = True
 
@@ -365,9 +365,9 @@ class Timed:
         self.policy, self.clock, self.target = policy, clock, target
         self.syncs = 0  # to_sync calls this request
 
-    def begin(self, drafters: Sequence[Drafter]) -> None:
+    def begin(self, drafters: Sequence[Drafter], max_tokens: int | None = None) -> None:
         self.clock.running, self.syncs = False, 0
-        self.policy.begin(drafters)
+        self.policy.begin(drafters, max_tokens)
 
     def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
         self.clock.running = True

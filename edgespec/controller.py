@@ -19,8 +19,9 @@ from edgespec.sampling import SamplingParams
 
 
 class Policy(Protocol):
-    def begin(self, drafters: Sequence[Drafter]) -> None:
-        """A new request starts with these drafters; per-request estimates reset."""
+    def begin(self, drafters: Sequence[Drafter], max_tokens: int | None = None) -> None:
+        """A new request starts with these drafters and emits at most max_tokens (None: no
+        bound known); per-request estimates reset."""
         ...
 
     def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
@@ -59,7 +60,7 @@ class FixedPolicy:
         self.drafter: Drafter | None = None
         self.prefill = False  # whether the drafter still has the prompt to catch up on
 
-    def begin(self, drafters: Sequence[Drafter]) -> None:
+    def begin(self, drafters: Sequence[Drafter], max_tokens: int | None = None) -> None:
         self.prefill = True
         if self.drafter_name is None:
             return
@@ -439,8 +440,12 @@ class AdaptivePolicy:
         # seconds of loss the last losing probes left to pay back (PROBE_BUDGET), and what the
         # probe under way costs at the prices held
         self.probe_debt_s, self.probe_cost_s = 0.0, 0.0
+        self.max_tokens: int | None = None  # the request's (begin)
+        self.probes_lost_s = 0.0
 
-    def begin(self, drafters: Sequence[Drafter]) -> None:
+    def begin(self, drafters: Sequence[Drafter], max_tokens: int | None = None) -> None:
+        self.max_tokens = max_tokens
+        self.probes_lost_s = 0.0  # what this request's probes lost (probe)
         self.learned.update(self.lessons())
         self.estimates = [self.new_estimate(d) for d in drafters]
         self.probing = None
@@ -714,11 +719,30 @@ class AdaptivePolicy:
             if catch_up_s > self.curve.target(1):
                 continue
             k = min(self.probe_k(e), e.offer.available)
-            self.probe_cost_s = catch_up_s + e.draft_s(k) + self.curve.target(k + 1)
-            self.probe_cost_s += switch_s[k] if switch_s else 0.0
+            cost_s = catch_up_s + e.draft_s(k) + self.curve.target(k + 1)
+            cost_s += switch_s[k] if switch_s else 0.0
+            if not self.affords(cost_s - self.curve.target(1)):
+                continue
+            self.probe_cost_s = cost_s
             self.probing = e.drafter
             return Choice(e.drafter, k, 0.0)
         return Choice(None, 0, 0.0)
+
+    def affords(self, loss_s: float) -> bool:
+        """Whether a probe that would lose loss_s (its first token wrong) keeps what this
+        request's probes lose within PROBE_BUDGET of the request (max_tokens at plain
+        decoding's price; no bound where it has none). Until a probe has lost, one may cost
+        more: only probes find a drafter that pays, and the request's text is new (a first
+        probe held to the budget left a 128-token request on the H200 1.5B llama.cpp curve
+        plain where a free drafter was always right: 2.60x where fixed k = 8 gave 3.67x).
+        Owing per probe (probe_debt_s) frees the first (COLD_JUDGED) and pays back as time
+        passes, which a short request has not: two failed probes of the 0.5B draft at its
+        real price cost 4% of 128 tokens on the H200 7B curve (0.96x plain,
+        bench/replay_grid.py)."""
+        if self.max_tokens is None or self.probes_lost_s == 0.0:
+            return True
+        allowed_s = PROBE_BUDGET * self.max_tokens * self.curve.target(1)
+        return self.probes_lost_s + loss_s <= allowed_s
 
     def probe_k(self, e: Estimate) -> int:
         """How many tokens a probe of e drafts: what would pay most were it right 90% of the
@@ -775,7 +799,10 @@ class AdaptivePolicy:
         if self.probing is not drafter:
             return
         step_s = e.draft_s(k) + self.curve.target(k + 1)
-        faster = (n_accepted + 1) * self.curve.target(1) > step_s  # at the prices held
+        emitted_s = (n_accepted + 1) * self.curve.target(1)  # plain decoding's, at the prices held
+        faster = emitted_s > step_s
+        loss_s = self.probe_cost_s - emitted_s
+        self.probes_lost_s += max(0.0, loss_s)
         paid = n_accepted == k or faster
         e.trial = e.trial and faster and e.judged < TRIAL_TOKENS  # a slow probe ends it
         # owe what it lost (PROBE_BUDGET) and back off when probes keep failing, once a few
@@ -783,7 +810,6 @@ class AdaptivePolicy:
         # whose first 2-token probe failed was left too far behind to probe again (the H200
         # 7B curve: 1.00x for 1,024 tokens where k = 5 gave 1.26x)
         if e.judged >= COLD_JUDGED:
-            loss_s = self.probe_cost_s - (n_accepted + 1) * self.curve.target(1)
             self.probe_debt_s = max(0.0, self.probe_debt_s + loss_s)
             # paid: every token kept (a longer draft may pay more), or the step emitted faster
             # than plain decoding at the prices the policy holds (its curve and the drafter's

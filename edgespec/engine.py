@@ -236,7 +236,7 @@ class SpeculativeDecoder:
         rng = stream_rng(sp.seed, 0)  # the rejection sampler's own stream
         text = TextStream(stop)
         t_start = self.clock()
-        stats.n_cached = self.begin(tokens, sp, speculative)
+        stats.n_cached = self.begin(tokens, sp, speculative, max_tokens)
         stats.t_prefill = self.clock() - t_start
         finish: str | None = None
         while finish is None:
@@ -256,10 +256,17 @@ class SpeculativeDecoder:
             elif out.tokens:
                 yield out.event("", None, None, n_drafted)
 
-    def begin(self, tokens: list[int], sp: SamplingParams, speculative: bool = True) -> int:
+    def begin(
+        self,
+        tokens: list[int],
+        sp: SamplingParams,
+        speculative: bool = True,
+        max_tokens: int | None = None,
+    ) -> int:
         """Reset per-request state and make the target's cache hold all but the last prompt
         token (and a draft model's, where the policy will want it in step); return how many
-        of them the target kept from the previous request (reuse_cache)."""
+        of them the target kept from the previous request (reuse_cache). max_tokens: the
+        most the request emits, which bounds what the policy's probes may cost."""
         keep = self.reusable(tokens) if self.reuse_cache else 0
         if keep:
             self.target.rollback(keep)
@@ -268,7 +275,7 @@ class SpeculativeDecoder:
         self.context = tokens  # grows as tokens are emitted: the cache holds its first n_past
         for i, drafter in enumerate(self.drafters.values()):
             drafter.reset(stream_rng(sp.seed, 1 + i))  # stream 0 is the verifier's
-        self.policy.begin(list(self.drafters.values()))
+        self.policy.begin(list(self.drafters.values()), max_tokens)
         if len(tokens) - 1 > keep:
             self.target.forward(tokens[keep:-1], last_only=True)
         if speculative:

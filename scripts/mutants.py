@@ -277,6 +277,20 @@ MUTANTS = (
         "    keys = np.zeros(OFFSET_RUN, dtype=np.uint64)",
         ("tests/test_sampling_fast.py",),
     ),
+    Mutant(  # a short request probed as a long one: its probes' losses unbounded
+        "probes-beyond-the-requests-budget",
+        "edgespec/controller.py",
+        "            if not self.affords(cost_s - self.curve.target(1)):",
+        "            if False:",
+        ("tests/test_controller.py",),
+    ),
+    Mutant(  # a request's failed probes not counted against its budget
+        "probe-losses-not-counted",
+        "edgespec/controller.py",
+        "        self.probes_lost_s += max(0.0, loss_s)",
+        "        self.probes_lost_s += 0.0",
+        ("tests/test_controller.py",),
+    ),
     Mutant(  # a step whose positions cross a run of noise offsets reads the run's start
         "noise-offsets-seam-from-the-start",
         "edgespec/sampling.py",

@@ -752,6 +752,36 @@ def test_probes_that_lose_wait_until_time_has_paid_for_them():
     assert policy.probe_debt_s == 0.0
 
 
+def test_a_requests_probes_lose_at_most_its_probe_budget():
+    """Owing per probe frees the first (COLD_JUDGED) and pays back as time passes, which a
+    short request has too little of: a request of max_tokens may lose at most PROBE_BUDGET
+    of its plain decoding time to probes, all of them counted. Here the first probe (4
+    tokens, 0.4 + 1.8 passes, 1 token emitted) loses 1.2 passes; once its debt is paid
+    (60 plain steps), the next (1 token, 0.3 lost were it wrong) fits the budget of a
+    request of 80 tokens (1.6 passes) but not one of 70 (1.4). Until one has lost, a probe
+    may cost more than the budget: a request of 20 tokens (0.4) probes once."""
+    curve = CostCurve([1.0, 1.2, 1.4, 1.6, 1.8])
+    m = model(0.1)
+
+    def probes(max_tokens: int) -> list[int]:
+        policy = AdaptivePolicy(curve, k_max=4, probe_every=1, max_probe_every=1)
+        policy.begin([m], max_tokens)
+        policy.estimate(m).acceptance = ByPosition(prior=0.3)  # plain beats it: only a probe
+        drafted = []
+        for _ in range(max_tokens):
+            _, k = policy.plan(list(range(10)), SP)
+            drafted.append(k)
+            if k:
+                policy.observe(m, k, 0, t_draft=0.1 * k, t_verify=curve.target(k + 1))
+            else:
+                policy.observe(None, 0, 0, 0.0, 1.0)
+        return [k for k in drafted if k]
+
+    assert probes(80) == [4, 1]
+    assert probes(70) == [4]
+    assert probes(20) == [4]
+
+
 def test_a_drafter_never_judged_is_probed_at_the_first_step():
     """Not after probe_every steps: the kit's 128-token requests were an eighth over before
     a fresh controller first tried its drafter."""

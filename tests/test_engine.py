@@ -257,7 +257,7 @@ class RandomSplitPolicy:
         self.rng = np.random.default_rng(seed)
         self.ks = []
 
-    def begin(self, drafters):
+    def begin(self, drafters, max_tokens=None):
         self.drafters = list(drafters)
 
     def plan(self, context, sp):
