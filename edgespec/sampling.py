@@ -1019,7 +1019,8 @@ class SpareNuclei:
     def __init__(self, values: np.ndarray, ids: np.ndarray, n_columns: int, sp: SamplingParams):
         temperature, columns = np.float32(sp.temperature), values.shape[1]
         z_max = row_peaks(values, sp)
-        w = np.exp(np.divide(values, temperature, dtype=np.float32) - z_max[:, None])
+        w = np.divide(values, temperature, dtype=np.float32)  # in place from here: 3 passes
+        np.exp(np.subtract(w, z_max[:, None], out=w), out=w)  # over [n, 4097], one buffer
         spare = w.min(axis=1).astype(np.float64) * (1.0 + SPARE_ROUNDING)
         total = w.sum(axis=1, dtype=np.float64)
         self.low = sp.top_p * total * (1.0 - TOTAL_ROUNDING)
