@@ -291,6 +291,27 @@ MUTANTS = (
         "        self.probes_lost_s += 0.0",
         ("tests/test_controller.py",),
     ),
+    Mutant(  # a row holding NaN raced as if the NaN were not there (fmax's blocks)
+        "block-maxima-pass-nan-over",
+        "edgespec/sampling.py",
+        "        blocks[nan] = np.nan\n",
+        "        pass\n",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # min-p's rows at once gather the tokens half a nat above the cut only
+        "min-p-rows-cut-too-high",
+        "edgespec/sampling.py",
+        "    cut = float32_ceiling((z_max + math.log(sp.min_p) - 1e-3) * float(sp.temperature))",
+        "    cut = float32_ceiling((z_max + math.log(sp.min_p) + 0.5) * float(sp.temperature))",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # a flat row left without columns (its peak) in min-p's rows at once
+        "min-p-rows-flat-row-without-its-peak",
+        "edgespec/sampling.py",
+        "    columns[flat] = block_max[flat].max(axis=1, keepdims=True)",
+        "    columns[flat] = columns[flat]",
+        ("tests/test_sampling_fast.py",),
+    ),
     Mutant(  # a step whose positions cross a run of noise offsets reads the run's start
         "noise-offsets-seam-from-the-start",
         "edgespec/sampling.py",
@@ -554,8 +575,8 @@ MUTANTS = (
     Mutant(  # a probe owes its loss before probes have judged the drafter
         "probe-debt-from-the-first-probe",
         "edgespec/controller.py",
-        "        if e.judged >= COLD_JUDGED:\n            loss_s",
-        "        if True:\n            loss_s",
+        "        if e.judged >= COLD_JUDGED:\n            self.probe_debt_s",
+        "        if True:\n            self.probe_debt_s",
         ("tests/test_controller.py",),
     ),
     Mutant(  # a judged drafter probed as wide as one never judged
