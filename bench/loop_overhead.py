@@ -23,7 +23,7 @@ the H200's INT4 ONNX curve), against plain decoding: on that GPU it cost 2-3% of
 step (measure.py's loop, docs/benchmarks.md).
 
     python bench/loop_overhead.py [--target model.gguf | --verify-ms 3.5] [--json out.json]
-        [--logits /tmp/edgespec-logits | --rows random] [--k 4] [--modes T0.8,T0.8-top-p0.9]
+        [--logits /tmp/edgespec-logits [--cold] | --rows random] [--k 4] [--modes T0.8,...]
 """
 
 from __future__ import annotations
@@ -103,16 +103,26 @@ class ConstantDrafter:
 
 class ReplayRuntime(FreeRuntime):
     """Rows replayed by position: the token forwarded at cache position c gets rows[c % n]
-    (a real model's recorded rows, or random ones), whatever the token is."""
+    (a real model's recorded rows, or random ones), whatever the token is. cold: a pass's
+    rows are handed over where they lie (float32 rows, read-only), not copied: the loop's
+    first read of them comes from memory, as a GPU's logits copied to the host do (the
+    recordings, 233 MB, outgrow the caches); else copied, as a CPU back-end's are, which
+    leaves them in cache."""
 
-    def __init__(self, rows: np.ndarray, n_ctx: int = 1 << 20) -> None:
+    def __init__(self, rows: np.ndarray, n_ctx: int = 1 << 20, cold: bool = False) -> None:
         self.rows = rows  # [n, V] float16 or float32
         self.n_vocab, self.n_ctx, self.n_past = rows.shape[1], n_ctx, 0
+        self.cold = cold and rows.dtype == np.float32
 
     def forward(self, tokens, *, last_only=False):
         at = np.arange(self.n_past, self.n_past + len(tokens)) % len(self.rows)
         self.n_past += len(tokens)
-        return self.rows[at[-1:] if last_only else at].astype(np.float32)  # a back-end copies
+        at = at[-1:] if last_only else at
+        if self.cold and at[-1] - at[0] == len(at) - 1:  # in a row: where they lie
+            rows = self.rows[at[0] : at[-1] + 1]
+            rows.flags.writeable = False
+            return rows
+        return self.rows[at].astype(np.float32)  # a back-end copies
 
     def vocab_info(self):  # no stop token the rows can draw
         return VocabInfo(self.n_vocab, "bpe", None, 0, frozenset({self.n_vocab - 1}), "-")
@@ -141,18 +151,30 @@ PROMPT = [1, 2, 3]
 
 
 def decoder_for(
-    rows: np.ndarray | None, k: int, sp: SamplingParams, n: int, on_device: bool = False
+    rows: np.ndarray | None,
+    k: int,
+    sp: SamplingParams,
+    n: int,
+    on_device: bool = False,
+    cold: bool = False,
 ) -> SpeculativeDecoder:
     """A k-token speculative decoder whose drafts are all accepted: constant 7s on the spiked
     rows (greedy, or rows with replayed ones), else the oracle over plain decoding's n tokens
-    (on_device: their largest columns handed over, DeviceRowsRuntime)."""
+    (on_device: their largest columns handed over, DeviceRowsRuntime; cold: the replayed
+    rows handed over uncopied, ReplayRuntime)."""
     if rows is None or sp.greedy:
-        rt = FreeRuntime() if rows is None else ConstantArgmaxRuntime(rows)
+        rt = FreeRuntime() if rows is None else ConstantArgmaxRuntime(rows, cold)
         return SpeculativeDecoder(rt, [ConstantDrafter()], FixedPolicy("const", k))
-    runtime = DeviceRowsRuntime if on_device else ReplayRuntime
-    plain = SpeculativeDecoder(runtime(rows), [], FixedPolicy(None, 0))
+    if on_device:
+        plain = SpeculativeDecoder(DeviceRowsRuntime(rows), [], FixedPolicy(None, 0))
+        text = PROMPT + plain.generate(PROMPT, max_tokens=n, sp=sp).tokens
+        return SpeculativeDecoder(
+            DeviceRowsRuntime(rows), [OracleDrafter(text)], FixedPolicy("oracle", k)
+        )
+    plain = SpeculativeDecoder(ReplayRuntime(rows), [], FixedPolicy(None, 0))
     text = PROMPT + plain.generate(PROMPT, max_tokens=n, sp=sp).tokens
-    return SpeculativeDecoder(runtime(rows), [OracleDrafter(text)], FixedPolicy("oracle", k))
+    target = ReplayRuntime(rows, cold=cold)
+    return SpeculativeDecoder(target, [OracleDrafter(text)], FixedPolicy("oracle", k))
 
 
 class DeviceRowsRuntime(ReplayRuntime):
@@ -214,10 +236,10 @@ class DeviceRowsRuntime(ReplayRuntime):
 class ConstantArgmaxRuntime(ReplayRuntime):
     """Replayed rows with token 7 lifted above each row's maximum: greedy accepts every 7."""
 
-    def __init__(self, rows: np.ndarray) -> None:
+    def __init__(self, rows: np.ndarray, cold: bool = False) -> None:
         rows = rows.astype(np.float32)
         rows[:, 7] = rows.max(axis=1) + 1.0
-        super().__init__(rows)
+        super().__init__(rows, cold=cold)
 
 
 def loop_cost_us(
@@ -227,10 +249,11 @@ def loop_cost_us(
     runs: int = 9,
     rows: np.ndarray | None = None,
     on_device: bool = False,
+    cold: bool = False,
 ) -> tuple[float, float | None]:
     """Median over runs of the mean cost per step of a run, and (on_device: decoder_for's)
     the share of steps whose rows were not all decided by their columns (None: off device)."""
-    dec = decoder_for(rows, k, sp, steps * (k + 1), on_device)
+    dec = decoder_for(rows, k, sp, steps * (k + 1), on_device, cold)
     dec.generate(PROMPT, max_tokens=5 * (k + 1), sp=sp)  # warm-up
     costs = []
     target = dec.target
@@ -331,6 +354,10 @@ def main() -> None:
     ap.add_argument("--k", default="1,4,8", help="draft lengths, comma-separated")
     ap.add_argument("--modes", help=f"comma-separated, of {', '.join(MODES)} (default all)")
     ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument(
+        "--cold", action="store_true",
+        help="hand the replayed rows over uncopied, unread by the host (a GPU's logits)",
+    )  # fmt: skip
     ap.add_argument("--no-controller", action="store_true", help="skip the controller's cost")
     ap.add_argument("--json", help="write the table here")
     args = ap.parse_args()
@@ -352,11 +379,13 @@ def main() -> None:
             verify = args.verify_ms * 1e3
         for mode, sp in modes.items():
             on_device = mode in ON_DEVICE and replayed is not None
-            loop, reread = loop_cost_us(k, sp, runs=args.runs, rows=replayed, on_device=on_device)
+            loop, reread = loop_cost_us(
+                k, sp, runs=args.runs, rows=replayed, on_device=on_device, cold=args.cold
+            )
             share = loop / verify if verify else None
             rows.append(
-                {"k": k, "mode": mode, "rows": source, "loop_us": loop, "verify_us": verify,
-                 "share": share, "steps_reread": reread}
+                {"k": k, "mode": mode, "rows": source, "cold": args.cold, "loop_us": loop,
+                 "verify_us": verify, "share": share, "steps_reread": reread}
             )  # fmt: skip
             shown = f"{verify:>10.0f} {share:>7.2%}" if verify else f"{'-':>10} {'-':>7}"
             reread_shown = "" if reread is None else f" {reread:.1%}"

@@ -58,6 +58,28 @@ def test_replay_runtime_answers_by_position():
     assert rt.forward([9, 9]).tolist() == [rows[5].tolist(), rows[0].tolist()]  # wraps
 
 
+def test_cold_rows_are_handed_over_where_they_lie_and_decode_alike():
+    """--cold: a pass's rows in a row are a read-only view of the recordings (what a GPU's
+    copied logits are to the host), a wrapped pass's a copy; the loop emits the same tokens
+    either way, every sampled mode."""
+    rows = (np.random.default_rng(0).standard_normal((16, 9_000)) * 3).astype(np.float32)
+    rt = loop_overhead.ReplayRuntime(rows, cold=True)
+    rt.rollback(2)
+    view = rt.forward([9, 9, 9])
+    assert np.shares_memory(view, rows) and not view.flags.writeable
+    assert view.tolist() == rows[2:5].tolist()
+    rt.rollback(15)
+    assert not np.shares_memory(rt.forward([9, 9]), rows)  # 15, 0: wrapped
+    for mode, sp in loop_overhead.MODES.items():
+        if mode in loop_overhead.ON_DEVICE:
+            continue
+        outs = []
+        for cold in (False, True):
+            dec = loop_overhead.decoder_for(rows, 4, sp, 30, cold=cold)
+            outs.append(dec.generate(loop_overhead.PROMPT, max_tokens=30, sp=sp).tokens)
+        assert outs[0] == outs[1], mode
+
+
 def test_record_logits_takes_prompts_from_the_suites_in_turn():
     record_logits = bench_module("record_logits")
     cases = record_logits.suite_prompts(6)
