@@ -312,13 +312,6 @@ MUTANTS = (
         "    columns[flat] = columns[flat]",
         ("tests/test_sampling_fast.py",),
     ),
-    Mutant(  # the loop bench's cold rows copied into the cache after all
-        "loop-bench-cold-rows-copied",
-        "bench/loop_overhead.py",
-        "        if self.cold and at[-1] - at[0] == len(at) - 1:  # in a row: where they lie",
-        "        if False:",
-        ("tests/test_loop_overhead.py",),
-    ),
     Mutant(  # a step whose positions cross a run of noise offsets reads the run's start
         "noise-offsets-seam-from-the-start",
         "edgespec/sampling.py",
