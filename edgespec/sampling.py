@@ -75,15 +75,19 @@ def check_scaled(z_max: float, sp: SamplingParams) -> None:
     """logits / temperature must stay finite: a tiny temperature turns them into inf and the
     probabilities into NaN (which always drew the last token)."""
     if math.isnan(z_max):
-        raise SamplingParamsError(
-            "the model's logits hold NaN, so no token can be drawn; the model file or its "
-            "back-end is broken: check it with `edgespec doctor`"
-        )
+        raise nan_logits()
     if not math.isfinite(z_max):
         raise SamplingParamsError(
             f"temperature {sp.temperature!r} overflows float32 on these logits (logit / "
             f"temperature = {z_max}); use 0 for greedy decoding or a larger temperature"
         )
+
+
+def nan_logits() -> SamplingParamsError:
+    return SamplingParamsError(
+        "the model's logits hold NaN, so no token can be drawn; the model file or its "
+        "back-end is broken: check it with `edgespec doctor`"
+    )
 
 
 def span_text(low: float, high: float, *, open_low: bool = False, open_high: bool = False) -> str:
@@ -568,23 +572,24 @@ def block_count(n: int) -> int:
     return (last_band << NOISE_STRIDE_BITS) + min(NOISE_STRIDE, n - (last_band << NOISE_BAND_BITS))
 
 
+def down_maxima(rows: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Each column's largest entry down a grid [..., r, c] (a view of rows [..., V]), by
+    np.fmax's reduction: on 5 rows of 151,936 logits the host had not read yet (a GPU's,
+    copied over), the rows' max and fmax's reduction took 134 us where np.maximum's strided
+    reduction took 236 (in cache: 66 and 58; the Zen 5 EPYC). fmax passes NaN over, so the
+    rows' own max (first: a contiguous read brings them into cache) refuses a row holding
+    one (nan_logits)."""
+    if np.isnan(rows.max(axis=-1)).any():
+        raise nan_logits()
+    return np.fmax.reduce(grid, axis=-2)
+
+
 def block_maxima(row: np.ndarray) -> np.ndarray:
     """[..., block_count(V)] each noise block's largest entry of dense rows [..., V]: per
-    band, a max down its rows (strided: numpy runs it across the columns at once), by
-    np.fmax: on 5 rows of 151,936 logits the host had not read yet (a GPU's, copied over),
-    the rows' max and fmax's reduction took 134 us where np.maximum's reduction took 236
-    (in cache: 66 and 58; the Zen 5 EPYC). fmax passes NaN over: a row holding one is NaN
-    in every block (its own max finds it), so that its peak is refused as token_dist
-    refuses a NaN row's."""
-    nan = np.isnan(row.max(axis=-1))  # first: a contiguous read brings the row in cache
-    blocks = strided_maxima(row)
-    if nan.any():
-        blocks[nan] = np.nan
-    return blocks
-
-
-def strided_maxima(row: np.ndarray) -> np.ndarray:
-    """block_maxima of rows without NaN."""
+    band, a max down its rows (strided: numpy runs it across the columns at once,
+    down_maxima; a row holding NaN is refused)."""
+    if np.isnan(row.max(axis=-1)).any():
+        raise nan_logits()
     out = []
     lead = row.shape[:-1]
     for start in range(0, row.shape[-1], NOISE_BAND):
@@ -595,7 +600,7 @@ def strided_maxima(row: np.ndarray) -> np.ndarray:
             out.append(rest)
             continue
         grid = band[..., : rows * NOISE_STRIDE].reshape(*lead, rows, NOISE_STRIDE)
-        top = np.fmax.reduce(grid, axis=-2)
+        top = np.fmax.reduce(grid, axis=-2)  # down_maxima's, its NaN check done above
         width = rest.shape[-1]
         np.maximum(top[..., :width], rest, out=top[..., :width])
         out.append(top)
@@ -1471,7 +1476,7 @@ def top_k_rows(
     n = n_cols * COLUMN_ROWS
     grid = rows[:, :n].reshape(n_rows, COLUMN_ROWS, n_cols)
     tail = rows[:, n:] / temperature
-    col_max = np.concatenate([grid.max(axis=1) / temperature, tail], axis=1)
+    col_max = np.concatenate([down_maxima(rows, grid) / temperature, tail], axis=1)
     at = col_max.shape[1] - k
     t = np.partition(col_max, at, axis=1)[:, at]
     row_of, cols = true_at(col_max[:, :n_cols] >= t[:, None])
@@ -1548,7 +1553,7 @@ def upper_set(row: np.ndarray, m: int, scale: np.float32) -> tuple[np.ndarray, n
     n = n_cols * COLUMN_ROWS
     grid = row[:n].reshape(COLUMN_ROWS, n_cols)  # token r * n_cols + c sits at [r, c]
     tail = row[n:] / scale  # fewer than COLUMN_ROWS tokens, each a column of its own
-    col_max = np.concatenate([grid.max(axis=0) / scale, tail])
+    col_max = np.concatenate([down_maxima(row, grid) / scale, tail])
     t = np.partition(col_max, len(col_max) - m)[len(col_max) - m]
     cols = np.flatnonzero(col_max[:n_cols] >= t)
     block = grid[:, cols] / scale  # [COLUMN_ROWS, len(cols)]

@@ -446,10 +446,19 @@ def test_every_rows_gumbel_max_at_once_is_each_rows_own(vocab):
     assert row_dists(rows[:, :16_000], sp).gumbel_maxes(3, 0) is None  # races whole
 
 
-@pytest.mark.parametrize("sp", [SamplingParams(0.8), SamplingParams(0.8, min_p=0.05)])
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(0.8),
+        SamplingParams(0.8, min_p=0.05),
+        SamplingParams(0.8, top_k=40),
+        SamplingParams(0.8, top_k=40, top_p=0.9),
+    ],
+)
 def test_a_row_holding_nan_is_refused_alone_and_among_a_steps_rows(sp):
-    """Block maxima pass NaN over (np.fmax): a row holding one is still refused, by
-    token_dist and by a step's rows at once, with the error that names it."""
+    """Column and block maxima pass NaN over (np.fmax): a row holding one is refused, by
+    token_dist and by a step's rows at once, with the error that names it (top-k drew from
+    the rest of such a row)."""
     rows = np.random.default_rng(2).standard_normal((3, 151_936)).astype(np.float32)
     rows[1, 70_000] = np.nan
     want = "the model's logits hold NaN, so no token can be drawn; the model file or its "
