@@ -73,7 +73,8 @@ def check_float32_temperature(temperature: float) -> None:
 
 def check_scaled(z_max: float, sp: SamplingParams) -> None:
     """logits / temperature must stay finite: a tiny temperature turns them into inf and the
-    probabilities into NaN (which always drew the last token)."""
+    probabilities into NaN (which always drew the last token); NaN logits are refused as
+    such (nan_logits)."""
     if math.isnan(z_max):
         raise nan_logits()
     if not math.isfinite(z_max):
@@ -576,20 +577,24 @@ def down_maxima(rows: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """Each column's largest entry down a grid [..., r, c] (a view of rows [..., V]), by
     np.fmax's reduction: on 5 rows of 151,936 logits the host had not read yet (a GPU's,
     copied over), the rows' max and fmax's reduction took 134 us where np.maximum's strided
-    reduction took 236 (in cache: 66 and 58; the Zen 5 EPYC). fmax passes NaN over, so the
-    rows' own max (first: a contiguous read brings them into cache) refuses a row holding
-    one (nan_logits)."""
+    reduction took 236 (in cache: 66 and 58; the Zen 5 EPYC). A row holding NaN is refused
+    (refuse_nan)."""
+    refuse_nan(rows)
+    return np.fmax.reduce(grid, axis=-2)
+
+
+def refuse_nan(rows: np.ndarray) -> None:
+    """The rows' own max, first (a contiguous read brings them into cache): a row holding
+    NaN is refused (nan_logits), which np.fmax's reductions would pass over."""
     if np.isnan(rows.max(axis=-1)).any():
         raise nan_logits()
-    return np.fmax.reduce(grid, axis=-2)
 
 
 def block_maxima(row: np.ndarray) -> np.ndarray:
     """[..., block_count(V)] each noise block's largest entry of dense rows [..., V]: per
-    band, a max down its rows (strided: numpy runs it across the columns at once,
-    down_maxima; a row holding NaN is refused)."""
-    if np.isnan(row.max(axis=-1)).any():
-        raise nan_logits()
+    band, a max down its rows (strided: numpy runs it across the columns at once, by
+    np.fmax as down_maxima; a row holding NaN is refused)."""
+    refuse_nan(row)
     out = []
     lead = row.shape[:-1]
     for start in range(0, row.shape[-1], NOISE_BAND):
@@ -600,7 +605,7 @@ def block_maxima(row: np.ndarray) -> np.ndarray:
             out.append(rest)
             continue
         grid = band[..., : rows * NOISE_STRIDE].reshape(*lead, rows, NOISE_STRIDE)
-        top = np.fmax.reduce(grid, axis=-2)  # down_maxima's, its NaN check done above
+        top = np.fmax.reduce(grid, axis=-2)
         width = rest.shape[-1]
         np.maximum(top[..., :width], rest, out=top[..., :width])
         out.append(top)

@@ -294,15 +294,15 @@ MUTANTS = (
     Mutant(  # a row holding NaN raced as if the NaN were not there (fmax's blocks)
         "block-maxima-pass-nan-over",
         "edgespec/sampling.py",
-        "        raise nan_logits()\n    out = []",
-        "        pass\n    out = []",
+        "    refuse_nan(row)\n    out = []",
+        "    out = []",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-k's column maxima pass a NaN row over (np.fmax): it draws from the rest
         "column-maxima-pass-nan-over",
         "edgespec/sampling.py",
-        "        raise nan_logits()\n    return np.fmax",
-        "        pass\n    return np.fmax",
+        "    refuse_nan(rows)\n    return np.fmax",
+        "    return np.fmax",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # min-p's rows at once gather the tokens half a nat above the cut only
