@@ -165,15 +165,10 @@ def decoder_for(
     if rows is None or sp.greedy:
         rt = FreeRuntime() if rows is None else ConstantArgmaxRuntime(rows, cold)
         return SpeculativeDecoder(rt, [ConstantDrafter()], FixedPolicy("const", k))
-    if on_device:
-        plain = SpeculativeDecoder(DeviceRowsRuntime(rows), [], FixedPolicy(None, 0))
-        text = PROMPT + plain.generate(PROMPT, max_tokens=n, sp=sp).tokens
-        return SpeculativeDecoder(
-            DeviceRowsRuntime(rows), [OracleDrafter(text)], FixedPolicy("oracle", k)
-        )
-    plain = SpeculativeDecoder(ReplayRuntime(rows), [], FixedPolicy(None, 0))
+    runtime = DeviceRowsRuntime if on_device else ReplayRuntime
+    plain = SpeculativeDecoder(runtime(rows), [], FixedPolicy(None, 0))
     text = PROMPT + plain.generate(PROMPT, max_tokens=n, sp=sp).tokens
-    target = ReplayRuntime(rows, cold=cold)
+    target = DeviceRowsRuntime(rows) if on_device else ReplayRuntime(rows, cold=cold)
     return SpeculativeDecoder(target, [OracleDrafter(text)], FixedPolicy("oracle", k))
 
 
