@@ -1341,7 +1341,7 @@ def gumbel_max_rows(logits: np.ndarray, sp: SamplingParams, seed: int, position:
     once, not once a row (a k = 4 step made ~60 calls a row). A row whose race needs more
     (a flat row's holders first, a reach that must rise) runs its own race."""
     rows = np.asarray(logits, dtype=np.float32)
-    n, width = rows.shape
+    n = len(rows)
     temperature = np.float32(sp.temperature)
     block_max = block_maxima(rows)  # [n, B]
     with np.errstate(over="ignore"):  # an overflow is refused just below
@@ -1363,12 +1363,8 @@ def gumbel_max_rows(logits: np.ndarray, sp: SamplingParams, seed: int, position:
     # e_min / reach_s in z (widened for rounding): the rest are not weighed
     z = z64[row_of]
     floor = (z + np.log(e_min[row_of, block] / reach_s[row_of]) - z_rounding(z)) * temperature
-    slots = all_ids(min(NOISE_BLOCK, -(-width // NOISE_STRIDE)))  # those the vocabulary has
-    cand = block_tokens(block[:, None], slots)  # [P, slots]
-    reaches = rows[row_of[:, None], np.minimum(cand, width - 1)] >= floor[:, None]
-    pair, slot = true_at(reaches & (cand < width))
-    row_of, cand = row_of[pair], cand[pair, slot]
-    w = scaled_weights(rows[row_of, cand], temperature, z64[row_of])
+    row_of, cand, logits = tokens_reaching(rows, row_of, block, floor)
+    w = scaled_weights(logits, temperature, z64[row_of])
     races = divide_races(noise_at(cand, token_offsets[row_of], block_offsets[row_of]), w)
     raced, won = row_winners(row_of, cand, races, n)
     sure = widened(races[won]) <= reach_s[raced]  # none can race below the winner
@@ -1401,16 +1397,12 @@ def min_p_columns(rows: np.ndarray, sp: SamplingParams) -> tuple[np.ndarray, np.
     block_maxima). Every token left out lies under the cut, so each row's columns end with
     -inf (spare_min_p_supports' spare). A row of RACE_FRONT_MIN tokens or more at the cut
     is left with its peak alone (undecided: its whole row decides)."""
-    n, width = rows.shape
+    n = len(rows)
     block_max = block_maxima(rows)
     z_max = row_peaks(block_max, sp).astype(np.float64)
     cut = float32_ceiling((z_max + math.log(sp.min_p) - 1e-3) * float(sp.temperature))
     row_of, block = true_at(block_max >= cut[:, None])
-    slots = all_ids(min(NOISE_BLOCK, -(-width // NOISE_STRIDE)))  # those the vocabulary has
-    cand = block_tokens(block[:, None], slots)  # [P, slots]
-    v = rows[row_of[:, None], np.minimum(cand, width - 1)]
-    pair, slot = true_at((v >= cut[row_of][:, None]) & (cand < width))
-    at, ids, values = row_of[pair], cand[pair, slot], v[pair, slot]
+    at, ids, values = tokens_reaching(rows, row_of, block, cut[row_of])
     counts = np.bincount(at, minlength=n)
     counts[counts >= RACE_FRONT_MIN] = 0
     keep = counts[at] > 0
@@ -1422,6 +1414,20 @@ def min_p_columns(rows: np.ndarray, sp: SamplingParams) -> tuple[np.ndarray, np.
     flat = counts == 0  # the peak alone, at the cut: undecided
     columns[flat] = block_max[flat].max(axis=1, keepdims=True)
     return columns, column_ids
+
+
+def tokens_reaching(
+    rows: np.ndarray, row_of: np.ndarray, block: np.ndarray, floor: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tokens of noise blocks (row_of, block: a row of rows [n, V] and one of its blocks,
+    as true_at gives them) whose logit reaches that block's floor: their rows, ids and
+    logits, block by block."""
+    width = rows.shape[1]
+    slots = all_ids(min(NOISE_BLOCK, -(-width // NOISE_STRIDE)))  # those the vocabulary has
+    cand = block_tokens(block[:, None], slots)  # [P, slots]
+    logits = rows[row_of[:, None], np.minimum(cand, width - 1)]
+    pair, slot = true_at((logits >= floor[:, None]) & (cand < width))
+    return row_of[pair], cand[pair, slot], logits[pair, slot]
 
 
 def row_winners(
