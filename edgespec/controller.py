@@ -324,6 +324,15 @@ TRIAL_TOKENS = 16
 # has paid that back; one that pays owes nothing.
 PROBE_BUDGET = 0.02
 
+# How far below plain decoding's rate the drafter the last step drafted with may price before
+# plan leaves it: its acceptance estimate's noise (a moving average over ~20 steps) priced a
+# drafter right 80% of the time below plain after a few rejections, and once left, a draft
+# model falls behind, and probes, dearer with each token it must catch up on, rarely bring it
+# back (the 0.5B draft on the H200 7B curve, 1,024 tokens: 0.95 of fixed k = 2). At most this
+# share is lost where the drafter truly loses. Over the kit's grids (bench/replay_grid.py, 8
+# realizations, 188 cells) 33 cells gained up to 3.3%, 15 lost up to 0.9%
+STAY_MARGIN = 0.02
+
 # Right tokens that judge a shadow: after 1, a single chance match (one word of a short
 # phrase) turned drafting on and open-ended text lost 0.5% more; 2 keeps 98-100% of 1's gain
 # on edit and code (bench/replay.py --believed, f7269df:docs/benchmarks.md).
@@ -442,6 +451,7 @@ class AdaptivePolicy:
         self.probe_debt_s, self.probe_cost_s = 0.0, 0.0
         self.max_tokens: int | None = None  # the request's (begin)
         self.probes_lost_s = 0.0
+        self.drafted_by: Drafter | None = None  # the last step's drafter (None: plain)
 
     def begin(self, drafters: Sequence[Drafter], max_tokens: int | None = None) -> None:
         self.max_tokens = max_tokens
@@ -458,6 +468,7 @@ class AdaptivePolicy:
         # token over the H200 7B open suite, bench/replay.py); priced as plain (switch_s)
         self.width, self.in_row = 0, 1
         self.regret, self.regret_width = 0.0, 0  # rent_or_buy's
+        self.drafted_by = None
 
     def lessons(self) -> dict[int, Learned]:
         """What this request has taught of each drafter, by id(drafter)."""
@@ -499,12 +510,26 @@ class AdaptivePolicy:
             steady = best_choice(self.curve, caught_up, self.k_max, leaves_s)
             catch_up_s = next((o.catch_up_s for o in options if o.drafter is steady.drafter), 0.0)
             choice = self.rent_or_buy(choice, steady, switch_s, catch_up_s)
+        if choice.k == 0:
+            choice = self.staying(options, choice, switch_s)
         self.chosen_rate = choice.tokens_per_second
         self.probing = None
         if choice.k == 0:
             choice = self.probe(switch_s)
         self.cast_shadows(len(context), choice.drafter)
         return choice.drafter, choice.k
+
+    def staying(
+        self, options: Sequence[Option], plain: Choice, switch_s: Sequence[float]
+    ) -> Choice:
+        """The last step's drafter at its best k, where that is within STAY_MARGIN of plain
+        decoding's rate; else plain."""
+        option = next((o for o in options if o.drafter is self.drafted_by), None)
+        if option is None:
+            return plain
+        stay = best_choice(self.curve, [option], self.k_max, math.inf, switch_s)  # plain: 0/s
+        floor = (1 - STAY_MARGIN) * plain.tokens_per_second
+        return stay if stay.drafter is not None and stay.tokens_per_second >= floor else plain
 
     def switch_s(self) -> list[float]:
         """What a target pass of 1..k_max + 1 tokens costs now beyond the curve, where the
@@ -788,6 +813,7 @@ class AdaptivePolicy:
             if e.learns_cost:  # a draft model slows down with the target: same device
                 e.token_s *= scale
                 e.first_s = None if e.first_s is None else e.first_s * scale
+        self.drafted_by = drafter if k else None
         if drafter is None or k == 0:
             return
         e = self.estimate(drafter)
@@ -796,6 +822,10 @@ class AdaptivePolicy:
             self.learn_draft_cost(e, k, t_draft, t_first)
         e.acceptance.observe(e.offer.key, k, n_accepted, unsure_end)
         e.judged += k
+        # a trial ends with its tokens, however they were judged: ended only by a probe, it
+        # stayed open all request where plan drafted on after the first probes paid, and
+        # each plain step plan chose later was a probe at once
+        e.trial = e.trial and e.judged < TRIAL_TOKENS
         if self.probing is not drafter:
             return
         step_s = e.draft_s(k) + self.curve.target(k + 1)
@@ -804,7 +834,7 @@ class AdaptivePolicy:
         loss_s = self.probe_cost_s - emitted_s
         self.probes_lost_s += max(0.0, loss_s)
         paid = n_accepted == k or faster
-        e.trial = e.trial and faster and e.judged < TRIAL_TOKENS  # a slow probe ends it
+        e.trial = e.trial and faster  # a slow probe ends it
         # owe what it lost (PROBE_BUDGET) and back off when probes keep failing, once a few
         # have judged it: owing from the first probe, a draft model right 90% of the time
         # whose first 2-token probe failed was left too far behind to probe again (the H200

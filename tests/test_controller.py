@@ -7,6 +7,7 @@ from edgespec.acceptance import ByMatchLength, ByPosition
 from edgespec.controller import (
     COLD_JUDGED,
     PROBE_BUDGET,
+    STAY_MARGIN,
     TRIAL_TOKENS,
     AdaptivePolicy,
     Choice,
@@ -924,3 +925,57 @@ def test_a_drafter_never_judged_is_tried_from_the_prompt_while_its_probes_pay():
     m.behind = 40
     known.begin([m])
     assert known.to_sync(list(range(50))) == []
+
+
+def test_a_trial_ends_with_its_tokens_judged_in_plans_own_steps():
+    """A drafter never judged that plan drafts outright (it wins at its prior) ends its trial
+    once TRIAL_TOKENS of its tokens are judged, as probes would end it. Left open, each plain
+    step plan chose later was a probe at once, its interval ignored."""
+    curve = CostCurve([1.0, 1.5, 2.0, 2.5])
+    policy = AdaptivePolicy(curve, k_max=3)
+    policy.curve.smoothing = 0.0
+    m = model(0.05)
+    policy.begin([m])
+    e = policy.estimate(m)
+    assert e.trial
+    ctx = list(range(10))
+    while e.judged < TRIAL_TOKENS:
+        drafter, k = policy.plan(ctx, SP)
+        assert drafter is m and k > 0 and policy.probing is None  # plan's choice, no probe
+        policy.observe(m, k, k, t_draft=0.05 * k, t_verify=curve.target(k + 1))
+        ctx += [0] * (k + 1)
+    assert e.trial is False
+    while (choice := policy.plan(ctx, SP)) != (None, 0):  # wrong from here on
+        assert policy.probing is None
+        policy.observe(m, choice[1], 0, t_draft=0.05, t_verify=curve.target(choice[1] + 1))
+        ctx += [0]
+    plans = []
+    for _ in range(e.interval):
+        policy.observe(None, 0, 0, t_draft=0.0, t_verify=1.0)
+        ctx += [0]
+        plans.append(policy.plan(ctx, SP))
+    assert plans[:-1] == [(None, 0)] * (e.interval - 1)  # plain until its interval passed
+    assert plans[-1][0] is m and policy.probing is m  # then a probe
+
+
+def test_the_last_steps_drafter_stays_while_within_the_stay_margin_of_plain():
+    """Drafting 1 token for 0.05 + 1.25 passes emits (1 + a) / 1.3 tokens a pass: at a = 0.29
+    0.992 of plain decoding's. plan keeps the drafter the last step drafted with there, within
+    STAY_MARGIN, but does not start drafting with it from plain, nor keep it at a = 0.25
+    (0.962), nor carry the last drafter into a new request."""
+    assert (1 + 0.29) / 1.3 >= 1 - STAY_MARGIN > (1 + 0.25) / 1.3
+    cases = ((0.29, True, False, (1,)), (0.29, False, False, ()), (0.25, True, False, ()),
+             (0.29, True, True, ()))  # fmt: skip
+    for a, drafted_last, new_request, want in cases:
+        policy = AdaptivePolicy(CostCurve([1.0, 1.25]), k_max=1)
+        policy.curve.smoothing = 0.0
+        m = model(0.05)
+        policy.begin([m])
+        if drafted_last:
+            policy.observe(m, 1, 1, t_draft=0.05, t_verify=1.25)
+        if new_request:
+            policy.begin([m], max_tokens=64)
+        e = policy.estimate(m)
+        e.trial, e.idle = False, 0
+        e.acceptance.sure[:], e.acceptance.unsure[:] = [a], [a]
+        assert policy.plan(list(range(10)), SP) == ((m, *want) if want else (None, 0)), a
