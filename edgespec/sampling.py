@@ -1709,7 +1709,10 @@ def top_p_head(
     head's sum and that plus their count times it; where the cut is the same at both ends it
     is the whole row's, bit for bit. Where it is not, the row's own total (its exp and sum)
     decides among the same tokens. None where the nucleus may reach past them, ties with one
-    left out, or the head is large: the whole row decides (dense_top_p)."""
+    left out, or the head is large: the whole row decides (dense_top_p). Where the peak alone
+    reaches top-p of the most the total can be (69% of the demo target's rows at top-p
+    0.3-0.99 and temperature 0.3-2), the nucleus is the peak, unsorted: a k = 4 step's
+    host work at temperature 0.8 and top-p 0.9 485 -> 455 us (bench/loop_overhead.py)."""
     slack = z_rounding(float(z_max))
     if slack > 1.0:  # logits near float32's end: z's rounding dwarfs the head's bound
         return None
@@ -1720,6 +1723,9 @@ def top_p_head(
     left_out = math.exp(slack - TOP_P_HEAD_NATS)  # the most a token left out can weigh
     head = float(w.sum(dtype=np.float64))
     high = top_p * (head + (len(row) - len(ids)) * left_out) * (1.0 + TOTAL_ROUNDING)
+    if high <= 1.0:  # the peak (weight exp(0)) alone reaches top-p of any total the row has:
+        peak = int(np.argmax(w))  # nucleus's answer, its first token (ties: the lowest id)
+        return ids[peak : peak + 1], w[peak : peak + 1]
     kept = nucleus(w, top_p * head * (1.0 - TOTAL_ROUNDING), high, left_out)
     if kept is None and len(ids) < len(row):  # the tail's mass may move the cut
         limit = top_p * float(dense_exp(row, temperature, float(z_max)).sum(dtype=np.float64))

@@ -312,6 +312,20 @@ MUTANTS = (
         "rent_or_buy's",
         ("tests/test_controller.py",),
     ),
+    Mutant(  # top-p's peak taken alone where it falls short of the cut
+        "top-p-peak-alone-short-of-the-cut",
+        "edgespec/sampling.py",
+        "    if high <= 1.0:  # the peak",
+        "    if high <= 1.1:  # the peak",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # top-p's peak alone: the highest of the tied ids
+        "top-p-peak-alone-highest-tied-id",
+        "edgespec/sampling.py",
+        "        peak = int(np.argmax(w))",
+        "        peak = len(w) - 1 - int(np.argmax(w[::-1]))",
+        ("tests/test_sampling_fast.py",),
+    ),
     Mutant(  # a row holding NaN raced as if the NaN were not there (fmax's blocks)
         "block-maxima-pass-nan-over",
         "edgespec/sampling.py",

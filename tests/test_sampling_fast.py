@@ -183,6 +183,23 @@ def test_a_top_p_cut_the_tail_can_move_takes_the_rows_own_total():
         assert np.flatnonzero(reference.logits_to_probs(row, sp)).tolist() == kept
 
 
+def test_a_peak_that_alone_reaches_top_p_is_the_nucleus_the_lowest_of_the_tied_ids():
+    """Two tokens tie at the peak (weight 1 each) over a third at e^-1, the rest 30 nats down:
+    the total is about 2.37. At top-p 0.4 the peak's weight alone reaches top-p of the most the
+    total can be, so the nucleus is the peak, taken without sorting the head: the lowest of
+    the tied ids, as the sorted cut keeps. At 0.45 it falls short and the cut keeps both."""
+    t = np.float32(1.0)
+    row = np.full(151_936, -30.0, np.float32)
+    row[[40, 10]] = 0.0
+    row[25] = -1.0
+    for top_p, kept in ((0.4, [10]), (0.45, [10, 40])):
+        sp = SamplingParams(1.0, top_p=top_p)
+        assert top_p_head(row, t, np.float32(0.0), top_p)[0].tolist() == kept
+        assert token_dist(row, sp).ids.tolist() == kept, top_p
+        assert np.flatnonzero(reference.logits_to_probs(row, sp)).tolist() == kept
+        assert token_dist(row, sp).probs.tolist() == [1.0 / len(kept)] * len(kept)
+
+
 def test_a_nucleus_reaching_past_the_tokens_near_the_peak_is_left_to_the_whole_row():
     """One token at the peak and the rest 21 nats below it, with 1.2e-4 of the mass between
     them: top-p 0.99995 needs ~85,000 of them, which the head (one token) does not hold;
