@@ -419,7 +419,9 @@ class AdaptivePolicy:
     its probes pay (TRIAL_TOKENS). A drafter whose offers preview their tokens (prompt lookup) is
     never probed: each preview is judged by the tokens the target goes on to emit (Shadow),
     which costs nothing, while a probe costs a wider verify pass (on a 2-core CPU, 2 draft
-    tokens cost 1.5 target tokens).
+    tokens cost 1.5 target tokens). The drafter the last step drafted with stays while it
+    prices within STAY_MARGIN of plain decoding (staying): its estimate's noise alone does not
+    send it back to probes.
     """
 
     def __init__(
