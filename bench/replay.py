@@ -522,16 +522,19 @@ def learned_draft_price(policy: Policy) -> float | None:
     return next((e.token_s for e in policy.estimates if e.learns_cost), None)
 
 
-def replay_suite(cases: Sequence[dict], ratios: Sequence[float], *args, **kwargs) -> list[dict]:
+def replay_suite(
+    cases: Sequence[dict], ratios: Sequence[float], *args, fresh: bool = False, **kwargs
+) -> list[dict]:
     """replay_case over cases in turn, what the controller learned of each drafter (price,
     acceptance) carried from one case to the next within a suite, as the loop carries it
     from one request to the next (AdaptivePolicy.begin) and as `edgespec bench` runs a
     suite: starting every case at the calibration's price let the draft model into requests
-    the real loop kept it out of (docs/benchmarks.md, fifth session of 2026-11-25)."""
+    the real loop kept it out of (docs/benchmarks.md, fifth session of 2026-11-25). fresh:
+    every case from the priors instead, as a process's first request (`edgespec run`)."""
     rows: list[dict] = []
     learned: dict[str, Learned] = {}
     for case in cases:
-        if not rows or rows[-1]["suite"] != case["suite"]:
+        if fresh or not rows or rows[-1]["suite"] != case["suite"]:
             learned = {}
         rows.append(replay_case(case, ratios, *args, **kwargs, learned=learned))
     return rows
@@ -743,6 +746,12 @@ def parser() -> argparse.ArgumentParser:
         help="the draft model's output layer keeps the token ids below N (and the stop token), "
         "as `edgespec export --draft-vocab N` makes it (the demo bundle's: 98304)",
     )
+    rep.add_argument(
+        "--fresh",
+        action="store_true",
+        help="every case from the drafters' priors, as a process's first request starts (each "
+        "`edgespec run`); default: what the controller learned carried from case to case",
+    )
     rep.add_argument("--json")
     return ap
 
@@ -779,7 +788,8 @@ def replay(args: argparse.Namespace) -> dict:
         for policy in policies:
             ratio = policy_draft_ratio(policy, draft_ratio, priced_by_kit)
             rows = replay_suite(recording["cases"], ratios, spec, policy, ratio,
-                                confidence_for(policy), one_graph=one_graph)  # fmt: skip
+                                confidence_for(policy), one_graph=one_graph,
+                                fresh=args.fresh)  # fmt: skip
             summary = summarise(rows)
             print_table(f"{name}, {policy}", summary)
             entry = report["curves"].setdefault(name, {"ratios": ratios})

@@ -125,22 +125,36 @@ class ByMatchLength:
     draft; a longer match predicts a longer copy). A key's first draft in a request starts
     from every earlier request's outcomes under that key, its prior counting as
     `prior_weight` tokens: code copies its long matches 90%+ of the time, where the priors
-    say 0.7-0.8 (bench/replay.py)."""
+    say 0.7-0.8 (bench/replay.py).
+
+    A key's first outcomes move its rate as ByPosition's do: by 1/(cold_weight + n + 1) over
+    the outcomes under it so far, down to the moving average's smoothing. At the smoothing
+    from the first, a process's first request (each `edgespec run`) lost 4-8% on code and
+    2-5% on edit against one that started from earlier requests' outcomes (bench/replay.py
+    --fresh); learned as fast as this, the gap halves, and later requests (their keys
+    judged many times before) are unchanged."""
 
     def __init__(
         self,
         priors: Sequence[float] = (0.2, 0.4, 0.55, 0.7, 0.8),
         smoothing: float = 0.1,
         prior_weight: float = 5.0,
+        cold_weight: float = COLD_WEIGHT,
     ) -> None:
         self.priors = tuple(priors)  # by key 1, 2, ...; the last for longer ones
         self.smoothing = smoothing  # per drafted token
         self.prior_weight = prior_weight
+        self.cold_weight = cold_weight
         self.tallies: dict[int, Tally] = {}  # by key, over every request so far
         self.values: dict[int, float] = {}  # by key, this request
 
     def next_request(self) -> None:
         self.values.clear()
+
+    def gain(self, key: int) -> float:
+        """How far the next outcome under key moves its rate (ByPosition.gain's rule)."""
+        tally = self.tallies.get(key)
+        return max(self.smoothing, 1.0 / (self.cold_weight + (tally.seen if tally else 0) + 1))
 
     def rate(self, key: int) -> float:
         if key in self.values:
@@ -160,8 +174,7 @@ class ByMatchLength:
 
     def observe(self, key: int, k: int, n_accepted: int, unsure_end: bool = False) -> None:
         a = self.rate(key)
-        tally = self.tallies.setdefault(key, Tally())
         for kept in [True] * n_accepted + ([False] if n_accepted < k else []):
-            a += self.smoothing * (kept - a)
-            tally.add(kept)
+            a += self.gain(key) * (kept - a)
+            self.tallies.setdefault(key, Tally()).add(kept)
         self.values[key] = a

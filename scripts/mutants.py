@@ -312,6 +312,13 @@ MUTANTS = (
         "rent_or_buy's",
         ("tests/test_controller.py",),
     ),
+    Mutant(  # prompt lookup's first outcomes under a key learned at the smoothing alone
+        "match-length-without-cold-start",
+        "edgespec/acceptance.py",
+        "return max(self.smoothing, 1.0 / (self.cold_weight + (tally.seen",
+        "return max(self.smoothing, 0.0 / (self.cold_weight + (tally.seen",
+        ("tests/test_controller.py",),
+    ),
     Mutant(  # top-p's peak taken alone where it falls short of the cut
         "top-p-peak-alone-short-of-the-cut",
         "edgespec/sampling.py",

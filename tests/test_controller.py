@@ -188,6 +188,26 @@ def test_each_request_starts_from_every_earlier_requests_outcomes_the_prior_weig
     assert lookup.rate(3) == 0.4  # ... the last prior for longer matches
 
 
+def test_a_match_lengths_first_outcomes_move_its_rate_as_a_draft_models_do():
+    """ByMatchLength learns a key's first outcomes at 1/(2 + n + 1) (ByPosition's cold start),
+    down to its smoothing: in a process's first request a prompt lookup right every time on
+    code left its 0.8 prior slowly at 0.1 a token. A later request starts from the tally,
+    its prior worth 5 outcomes, and moves at 1/(2 + outcomes so far + 1)."""
+    est = ByMatchLength(priors=(0.2, 0.4), smoothing=0.1, prior_weight=5)
+    est.observe(2, 2, 2)  # kept, kept: 0.4 -> 0.4 + 0.6/3 -> 0.6 + 0.4/4
+    assert est.rate(2) == pytest.approx(0.7)
+    est.next_request()
+    assert est.rate(2) == pytest.approx((2 + 0.4 * 5) / 7)
+    est.observe(2, 1, 0)  # rejected, its 3rd outcome: 1/(2 + 2 + 1)
+    assert est.rate(2) == pytest.approx(4 / 7 * (1 - 1 / 5))
+    for _ in range(20):
+        est.observe(1, 1, 1)
+    est.next_request()
+    before = est.rate(1)
+    est.observe(1, 1, 0)  # 21 outcomes before it: the smoothing
+    assert est.rate(1) == pytest.approx(before * 0.9)
+
+
 def test_beyond_its_calibration_a_curve_grows_along_its_chord():
     """This CPU's ONNX Runtime calibration, widest pass below the one before it: extended
     from its last two widths, a 50-token pass cost less than nothing and a draft model 50
@@ -303,15 +323,17 @@ def test_a_shadow_is_judged_by_the_tokens_emitted_since_it_was_cast():
 
 
 def test_a_preview_is_learned_from_the_tokens_the_target_emits_after_it():
+    """A 2-token pass at 1.75 one-token passes: a 2-token match loses at its prior (0.4) and
+    after two right tokens (0.7), so each step is plain and casts the next preview."""
     ngram = NgramDrafter(max_ngram=2)
-    policy = AdaptivePolicy(LLAMA_CPU, k_max=4)
+    policy = AdaptivePolicy(CostCurve([1.0, 1.75, 2.5, 3.2, 4.2]), k_max=4)
     policy.begin([ngram])
     e = policy.estimate(ngram)
     ctx = [1, 2, 3, 4, 5, 6, 9, 1, 2]  # "1 2" was followed by 3 4 5 6 ...
     assert policy.plan(ctx, SP) == (None, 0)  # a 2-token match's prior (0.4) loses here
     assert e.shadow == Shadow(at=9, tokens=(3, 4, 5, 6), key=2)
     ctx += [3, 4]  # plain steps emit 3 and 4: both right, learned at once
-    policy.plan(ctx, SP)
+    assert policy.plan(ctx, SP) == (None, 0)
     right_so_far = ByMatchLength()
     right_so_far.observe(2, 2, 2)
     assert e.acceptance.values == right_so_far.values

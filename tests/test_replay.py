@@ -200,6 +200,10 @@ def test_a_suite_carries_what_the_controller_learned_from_one_prompt_to_the_next
     assert started_from[0] is None and started_from[2] is None
     assert started_from[1] == (rows[0]["draft_price"], learned["model"].acceptance.sure_tally.seen)
     assert rows[0] == first
+    started_from.clear()  # --fresh: every case from the drafters' own, as a new process's
+    fresh = replay.replay_suite([good, good], XEON_ONNX, SPEC, "auto", draft_ratio=0.34,
+                                fresh=True)  # fmt: skip
+    assert started_from == [None, None] and fresh == [first, first]
     # prompt lookup alone, or a fixed policy: no price to carry
     assert real(good, XEON_ONNX, SPEC, "auto")["draft_price"] is None
     assert real(good, XEON_ONNX, SPEC, "model=1", draft_ratio=0.34)["draft_price"] is None
