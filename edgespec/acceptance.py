@@ -129,10 +129,10 @@ class ByMatchLength:
 
     A key's first outcomes move its rate as ByPosition's do: by 1/(cold_weight + n + 1) over
     the outcomes under it so far, down to the moving average's smoothing. At the smoothing
-    from the first, a process's first request (each `edgespec run`) lost 4-8% on code and
-    2-5% on edit against one that started from earlier requests' outcomes (bench/replay.py
-    --fresh); learned as fast as this, the gap halves, and later requests (their keys
-    judged many times before) are unchanged."""
+    from the first, a process's first request (each `edgespec run`) ran 2-16% slower on code
+    and up to 9% on edit than one that started from earlier requests' outcomes
+    (bench/replay.py --fresh, two recordings on seven curves); learned as fast as this, 1-9%
+    and up to 4%, and later requests (their keys judged many times before) are unchanged."""
 
     def __init__(
         self,
