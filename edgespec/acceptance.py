@@ -34,6 +34,18 @@ class Tally:
 # prior rose far enough to draft (bench/replay_grid.py: 106 steps, the kit's H100 run too).
 COLD_WEIGHT = 2.0
 
+# What a draft model's (or head's) prior is worth, in tokens, at a later request's start
+# (ByPosition.next_request). At 100 a request after one that found its drafter always right
+# started it at 0.81: a drafter the first request found paying (the H200's fp16 ONNX pair,
+# 1.23x at acceptance 1.0) was never used again (1.00x), and one kept 20% of the time kept
+# pricing near its prior and lost 3% of each later request to probes (bench/replay_grid.py
+# --requests). Outcomes pooled over positions overstate the first (deep positions, kept
+# more often, are judged in a draft's good runs): at 5 the 0.5B draft model, kept ~40% of
+# the time on chat, began each chat request priced above plain decoding, and the suite ran
+# 3.5% slower than at 100 on the H200 7B curve (bench/replay.py, the s10 recording); at 20
+# 0.5%, and the grid's later requests gain nearly what they gain at 5 or 10
+PRIOR_TOKENS = 20.0
+
 
 class ByPosition:
     """Per draft position, whatever the key: a draft model's acceptance, split by whether the
@@ -56,7 +68,7 @@ class ByPosition:
         self,
         prior: float = 0.6,
         smoothing: float = 0.05,
-        prior_weight: float = 100.0,
+        prior_weight: float = PRIOR_TOKENS,
         cold_weight: float = COLD_WEIGHT,
     ) -> None:
         # per step and position: 0.3 let two rejections in a row (1 in 11 at 0.7 acceptance)

@@ -319,6 +319,13 @@ MUTANTS = (
         "return max(self.smoothing, 0.0 / (self.cold_weight + (tally.seen",
         ("tests/test_controller.py",),
     ),
+    Mutant(  # a later request's start held near the draft model's prior, as before
+        "later-requests-near-the-prior",
+        "edgespec/acceptance.py",
+        "PRIOR_TOKENS = 20.0",
+        "PRIOR_TOKENS = 100.0",
+        ("tests/test_replay.py",),
+    ),
     Mutant(  # top-p's peak taken alone where it falls short of the cut
         "top-p-peak-alone-short-of-the-cut",
         "edgespec/sampling.py",

@@ -487,8 +487,8 @@ def test_price_and_acceptance_outlive_a_request():
     assert policy.estimate(oracle).acceptance.alphas(0, 1) == [pytest.approx(0.4)]
     policy.begin([oracle])
     assert policy.estimate(oracle).token_s == learned
-    # the next request starts from the outcomes so far (1 rejected), the prior as 100 tokens
-    assert policy.estimate(oracle).acceptance.alphas(0, 2) == [pytest.approx(60 / 101)] * 2
+    # the next request starts from the outcomes so far (1 rejected), the prior as 20 tokens
+    assert policy.estimate(oracle).acceptance.alphas(0, 2) == [pytest.approx(12 / 21)] * 2
 
 
 def test_one_observed_cost_pulls_an_estimate_at_most_twofold():
@@ -714,7 +714,7 @@ def test_a_first_request_learns_fast_from_its_prior_and_a_later_one_at_the_movin
         a.observe(0, 1, 1)
     a.next_request()  # ten outcomes known: the request starts from them
     start = a.alphas(0, 1)[0]
-    assert start == pytest.approx((10 + 60) / 110)
+    assert start == pytest.approx((10 + 12) / 30)  # the prior: 0.6 of PRIOR_TOKENS (20)
     a.observe(0, 1, 0)  # the start is worth 12 outcomes (the prior's 2 and 10): 1/13, not 0.05
     assert a.alphas(0, 1) == [pytest.approx(start - start / 13)]
     for _ in range(30):

@@ -393,6 +393,32 @@ def test_the_grid_replay_averages_realizations_of_the_wrong_positions():
     assert grid.run_mean(kit, 0.6, 128, "auto", False, seeds=1) == one
 
 
+def test_in_the_grid_replay_later_requests_start_from_what_the_first_learned(capsys):
+    """--requests: generations in a row on one policy, as a server serves them. The H200's
+    fp16 ONNX pair at its real draft price pays only when always right (fixed k = 8: 1.29x):
+    a first request finds that out (1.23x), and the two after it draft from their start
+    (1.27x), where with the prior counting as 100 tokens they started the draft model at
+    0.81 and never drafted (1.00x). On the H200 7B curve a draft model kept 20% of the time
+    loses: what the first request's probes learned keeps later probes' loss near 1% (0.987x;
+    0.963x at 100)."""
+    grid = load_bench_script("replay_grid.py", "bench_replay_grid")
+    h200 = REPO / "docs/results/gpu-h200-2026-11-26"
+    onnx = grid.replay.kit_run(str(h200 / "demo-fp16-onnx-graphs-on.json"))
+    auto = grid.run_one(onnx, 1.0, 128, "auto", True, requests=3)
+    assert (auto["speedup"], auto["later"]) == (1.234, 1.2662)
+    assert grid.run_one(onnx, 1.0, 128, "8", True, requests=3)["later"] == 1.2926
+    assert "later" not in grid.run_one(onnx, 1.0, 128, "auto", True)
+    b7 = grid.replay.kit_run(str(h200 / "7b-llama-graphs-on.json"))
+    assert grid.run_one(b7, 0.2, 128, "auto", True, requests=3)["later"] == 0.9873
+    grid.main(["--kit", str(h200 / "demo-fp16-onnx-graphs-on.json"), "--acceptance", "1.0",
+               "--requests", "2"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "| auto steps | later: best fixed k | auto | auto / best |" in out
+    assert "| 128 | real | 1.0 | k=8 1.293x | 1.234x | 0.955 | 26 | k=8 1.293x |" in out
+    with pytest.raises(SystemExit, match="^--requests 0: give 1 or more$"):
+        grid.main(["--kit", str(h200 / "7b-llama-graphs-on.json"), "--requests", "0"])
+
+
 def test_in_the_grid_replay_auto_moves_to_the_width_that_repays_its_switch():
     """At acceptance 0.9 over 1024 tokens on the H100 llama.cpp kit, k = 7 pays 2.46x, k = 4
     2.28x; each step charged its whole switch, `auto` stayed at k = 4 (279 steps); rent-or-buy
