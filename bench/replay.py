@@ -355,6 +355,9 @@ class OraclePolicy:
     def observe(self, *args) -> None:
         pass
 
+    def end(self) -> None:
+        pass
+
 
 class Timed:
     """The policy under test (or the oracle), with the clock started once the prompt is in:
@@ -382,6 +385,9 @@ class Timed:
         # and the controller's ties then break differently from run to run of a change
         self.policy.observe(drafter, k, n_accepted, t_draft, self.target.last_pass, unsure_end,
                             t_first)  # fmt: skip
+
+    def end(self) -> None:
+        self.policy.end()
 
 
 def replay_case(

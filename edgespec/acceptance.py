@@ -22,6 +22,11 @@ class Tally:
         self.hits += hit
         self.seen += 1
 
+    def add_counts(self, hits: int, seen: int) -> None:
+        """Outcomes counted elsewhere (an earlier process's: Acceptance.recall)."""
+        self.hits += hits
+        self.seen += seen
+
     def rate(self, prior: float, weight: float) -> float:
         """The observed rate, the prior counting as `weight` outcomes of its own."""
         return (self.hits + prior * weight) / (self.seen + weight)
@@ -91,6 +96,19 @@ class ByPosition:
         # (a first request learns at 1 / (cold_weight + n) per outcome, down to smoothing)
         self.start_weight = self.cold_weight + self.sure_tally.seen + self.unsure_tally.seen
         self.judged = [0]  # outcomes per position this request
+
+    def outcomes(self) -> dict[str, tuple[int, int]]:
+        tallies = self.tallies_by_name()
+        return {name: (t.hits, t.seen) for name, t in tallies.items()}
+
+    def recall(self, outcomes: dict[str, tuple[int, int]]) -> None:
+        for name, tally in self.tallies_by_name().items():
+            if name in outcomes:
+                tally.add_counts(*outcomes[name])
+        self.next_request()
+
+    def tallies_by_name(self) -> dict[str, Tally]:
+        return {"sure": self.sure_tally, "unsure": self.unsure_tally, "goes_on": self.goes_on_tally}
 
     def gain(self, i: int) -> float:
         """How far the next outcome at position i moves its estimates: the moving average's
@@ -162,6 +180,15 @@ class ByMatchLength:
 
     def next_request(self) -> None:
         self.values.clear()
+
+    def outcomes(self) -> dict[str, tuple[int, int]]:
+        return {str(key): (t.hits, t.seen) for key, t in sorted(self.tallies.items())}
+
+    def recall(self, outcomes: dict[str, tuple[int, int]]) -> None:
+        for name, counts in outcomes.items():
+            if name.isascii() and name.isdigit() and int(name) >= 1:  # a match length
+                self.tallies.setdefault(int(name), Tally()).add_counts(*counts)
+        self.next_request()
 
     def gain(self, key: int) -> float:
         """How far the next outcome under key moves its rate (ByPosition.gain's rule)."""

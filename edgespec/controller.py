@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from edgespec.drafters.base import Acceptance, Drafter, Offer
+from edgespec.lessons import Lesson, LessonStore
 from edgespec.runtime import K_MAX
 from edgespec.sampling import SamplingParams
 
@@ -46,6 +47,10 @@ class Policy(Protocol):
         """What the step cost and how many of the k drafted tokens the target kept;
         unsure_end: the drafter was not sure of the last (Draft.unsure_end); t_first: the
         part of t_draft its first token took (Draft.t_first; 0: not measured)."""
+        ...
+
+    def end(self) -> None:
+        """The request is over (finished, stopped, cancelled or failed)."""
         ...
 
 
@@ -89,6 +94,9 @@ class FixedPolicy:
         unsure_end: bool = False,
         t_first: float = 0.0,
     ) -> None:
+        pass
+
+    def end(self) -> None:
         pass
 
 
@@ -396,6 +404,12 @@ class Estimate:
         return not self.learns_cost and self.token_s == 0.0
 
 
+def lesson_of(e: Estimate) -> Lesson:
+    """What an estimate keeps for a later process (its price only where it is learned)."""
+    prices = (e.token_s, e.first_s) if e.learns_cost else (None, None)
+    return Lesson(e.judged, e.acceptance.outcomes(), *prices)
+
+
 @dataclass
 class Learned:
     """What the policy keeps of a drafter from one request to the next."""
@@ -431,8 +445,13 @@ class AdaptivePolicy:
         k_max: int = K_MAX,
         probe_every: int = 16,
         max_probe_every: int = 128,
+        store: LessonStore | None = None,
     ) -> None:
         self.curve = curve
+        # what earlier processes learned of the drafters (read at the first request), and
+        # where this one's lessons are kept at each request's end; None: nothing kept
+        self.store = store
+        self.recalled: dict[str, Lesson] | None = None
         self.k_max = k_max
         self.probe_every = probe_every
         self.max_probe_every = max_probe_every
@@ -459,6 +478,8 @@ class AdaptivePolicy:
         self.max_tokens = max_tokens
         self.probes_lost_s = 0.0  # what this request's probes lost (probe)
         self.learned.update(self.lessons())
+        if self.recalled is None:
+            self.recalled = self.store.recall() if self.store else {}
         self.estimates = [self.new_estimate(d) for d in drafters]
         self.probing = None
         self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
@@ -477,8 +498,14 @@ class AdaptivePolicy:
         return {id(e.drafter): Learned(e.token_s, e.learns_cost, e.acceptance, e.judged,
                                        e.first_s) for e in self.estimates}  # fmt: skip
 
+    def end(self) -> None:
+        """Keep what the request taught, for this process's next and a later process's."""
+        self.learned.update(self.lessons())
+        if self.store is not None and self.estimates:
+            self.store.keep({e.drafter.name: lesson_of(e) for e in self.estimates})
+
     def new_estimate(self, drafter: Drafter) -> Estimate:
-        known = self.learned.get(id(drafter))
+        known = self.learned.get(id(drafter)) or self.remembered(drafter)
         new = known is None
         if known is None:
             known = Learned(drafter.token_s or 0.0, drafter.token_s != 0.0, drafter.acceptance())
@@ -492,6 +519,19 @@ class AdaptivePolicy:
             e.idle = e.interval
         e.trial = e.judged == 0 and not e.free  # a free drafter's probes cost it nothing
         return e
+
+    def remembered(self, drafter: Drafter) -> Learned | None:
+        """What earlier processes taught of a drafter of this name (None: nothing): its
+        acceptance, judged tokens and, for one whose price is learned, its price."""
+        lesson = (self.recalled or {}).get(drafter.name)
+        if lesson is None:
+            return None
+        acceptance = drafter.acceptance()
+        acceptance.recall(lesson.outcomes)
+        learns_cost = drafter.token_s != 0.0
+        token_s = lesson.token_s if learns_cost and lesson.token_s else drafter.token_s or 0.0
+        first_s = lesson.first_s if learns_cost else None
+        return Learned(token_s, learns_cost, acceptance, lesson.judged, first_s)
 
     def estimate(self, drafter: Drafter) -> Estimate:
         return next(e for e in self.estimates if e.drafter is drafter)

@@ -239,22 +239,25 @@ class SpeculativeDecoder:
         stats.n_cached = self.begin(tokens, sp, speculative, max_tokens)
         stats.t_prefill = self.clock() - t_start
         finish: str | None = None
-        while finish is None:
-            room = min(max_tokens - stats.n_generated, self.target.n_ctx - self.target.n_past)
-            n_drafted = stats.n_draft_tokens
-            if room <= 0:
-                finish = "length"
-                out = Emitted()
-            else:
-                verdict = self.step(tokens, sp, rng, stats, room, speculative)
-                out, finish = self.emit(verdict, tokens, text, stats, max_tokens)
-            n_drafted = stats.n_draft_tokens - n_drafted
-            if finish is not None:
-                tail = text.finish()
-                stats.t_total = self.clock() - t_start
-                yield out.event(tail, finish, stats, n_drafted)
-            elif out.tokens:
-                yield out.event("", None, None, n_drafted)
+        try:
+            while finish is None:
+                room = min(max_tokens - stats.n_generated, self.target.n_ctx - self.target.n_past)
+                n_drafted = stats.n_draft_tokens
+                if room <= 0:
+                    finish = "length"
+                    out = Emitted()
+                else:
+                    verdict = self.step(tokens, sp, rng, stats, room, speculative)
+                    out, finish = self.emit(verdict, tokens, text, stats, max_tokens)
+                n_drafted = stats.n_draft_tokens - n_drafted
+                if finish is not None:
+                    tail = text.finish()
+                    stats.t_total = self.clock() - t_start
+                    yield out.event(tail, finish, stats, n_drafted)
+                elif out.tokens:
+                    yield out.event("", None, None, n_drafted)
+        finally:  # a client gone or a failed step: what the steps taught holds all the same
+            self.policy.end()
 
     def begin(
         self,

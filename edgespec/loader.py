@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.backends import RuntimeOptions
-from edgespec.calibrate import cost_curve
+from edgespec.calibrate import cost_curve, tune_key
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
 from edgespec.drafters import Drafter, HeadDrafter, ModelDrafter, NgramDrafter
 from edgespec.drafters.model import STEP_SHAPES
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError
+from edgespec.lessons import LessonStore
 from edgespec.pair import ModelPair, open_pair
 from edgespec.runtime import K_MAX
 
@@ -142,11 +143,12 @@ def load_decoder(
     head: str | Path | None = None,
     reuse_cache: bool = False,
     capture_graphs: bool = False,
+    remember: bool = False,
 ) -> SpeculativeDecoder:
     """target: a GGUF file, an exported ONNX folder or a bundle folder; draft likewise, head
     an EAGLE-3 head's GGUF file for the target (a bundle brings its own of each).
     reuse_cache: keep the KV caches across requests (see SpeculativeDecoder).
-    capture_graphs: see build_decoder."""
+    capture_graphs, remember: see build_decoder."""
     runtime = replace(runtime, rollback=spec.longest_draft)  # a hybrid's state snapshots
     pair = open_pair(
         target, draft, runtime, open_draft=spec.uses_model, head=head,
@@ -165,24 +167,35 @@ def load_decoder(
             "this llama.cpp drafts with (GLM-4.5 and DeepSeek-V3 GGUFs keep theirs); choose "
             "another --drafter"
         )
-    return build_decoder(pair, spec, reuse_cache=reuse_cache, capture_graphs=capture_graphs)
+    return build_decoder(
+        pair, spec, reuse_cache=reuse_cache, capture_graphs=capture_graphs, remember=remember
+    )
 
 
 def build_decoder(
-    pair: ModelPair, spec: SpecOptions, *, reuse_cache: bool = False, capture_graphs: bool = False
+    pair: ModelPair,
+    spec: SpecOptions,
+    *,
+    reuse_cache: bool = False,
+    capture_graphs: bool = False,
+    remember: bool = False,
 ) -> SpeculativeDecoder:
     """The decoder for an opened pair: its cost curve (adaptive k), drafters and policy;
     reuse_cache keeps the target's and the draft model's KV caches across requests;
     capture_graphs runs every step shape the loop can use once now, where a runtime
     captures a CUDA graph per shape on first use (ONNX Runtime on CUDA), so that no request
     pays a capture (a server's choice: on an H200 the target's 17 widths and the draft's
-    two shapes took about 2 s, which a one-off request would mostly not use)."""
+    two shapes took about 2 s, which a one-off request would mostly not use).
+    remember: the adaptive controller starts from what earlier processes learned of these
+    models' drafters on this runtime and device, and keeps what this one learns
+    (edgespec/lessons.py): each `edgespec run` is a process's first request."""
     spec = speculation_that_can_pay(spec, pair)
     draft_ctx = pair.draft.n_ctx if pair.draft is not None and spec.uses_model else None
     spec = spec.within(min(pair.target.n_ctx, draft_ctx or pair.target.n_ctx))
     curve = cost_curve(pair, n_max=spec.k_max + 1) if spec.adaptive else None
     drafters = make_drafters(spec, pair, curve, keep_cache=reuse_cache)
-    policy = make_policy(spec, drafters, curve)
+    store = LessonStore(tune_key(pair)) if remember and curve is not None else None
+    policy = make_policy(spec, drafters, curve, store)
     if capture_graphs:
         capture_loop_graphs(pair, spec, drafters)
     return SpeculativeDecoder(pair.target, drafters, policy, reuse_cache=reuse_cache)
@@ -242,9 +255,15 @@ def make_drafters(
     return drafters
 
 
-def make_policy(spec: SpecOptions, drafters: list[Drafter], curve: CostCurve | None) -> Policy:
+def make_policy(
+    spec: SpecOptions,
+    drafters: list[Drafter],
+    curve: CostCurve | None,
+    store: LessonStore | None = None,
+) -> Policy:
+    """store: where the adaptive controller's lessons are kept between processes (None: not)."""
     if not drafters:
         return FixedPolicy(None, 0)
     if curve is None:
         return FixedPolicy(spec.drafter, spec.k or 0)
-    return AdaptivePolicy(curve, k_max=spec.k_max)
+    return AdaptivePolicy(curve, k_max=spec.k_max, store=store)

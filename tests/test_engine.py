@@ -271,6 +271,9 @@ class RandomSplitPolicy:
     def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False, t_first=0.0):
         pass
 
+    def end(self):
+        pass
+
 
 def far_pair(n_vocab=8):
     rt = FakeRuntime(n_vocab=n_vocab, n_ctx=256, seed=7, scale=1.5)

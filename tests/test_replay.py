@@ -12,6 +12,7 @@ import pytest
 from edgespec.acceptance import ByPosition
 from edgespec.chat import chat_tokens
 from edgespec.controller import Learned
+from edgespec.lessons import LessonStore
 from edgespec.loader import DRAFT_CONFIDENCE, SpecOptions
 from tests.bench_scripts import REPO, load_bench_script
 
@@ -460,3 +461,26 @@ def test_foresight_prices_the_one_graph_as_the_controller_does_and_the_draft_as_
     # pass, at half the target's price; each shape change and the capture after it 0.25
     assert predicted[-1] == pytest.approx(clock.now)
     assert predicted == pytest.approx([1.1 + 0.25 + 0.5 + 0.25, 2.1 + 0.5 + 0.25, 2.85 + 0.5])
+
+
+def test_a_process_per_request_with_its_lessons_stored_replays_as_one_process(
+    tmp_path, monkeypatch
+):
+    """Each case of a suite replayed as a new process that recalls only what lessons.json
+    keeps (each drafter's counts, judged tokens and learned price) runs as the carried
+    replay does, step for step: the store loses nothing the next request starts from.
+    From the priors (--fresh) the same cases run otherwise."""
+    replay = load_module()
+    recording = json.loads((REPO / "docs/results/s10-replay-record-onnx-xeon.json").read_text())
+    cases = [c for c in recording["cases"] if c["suite"] == "code"][:6]
+    kit = replay.kit_run(str(REPO / "docs/results/gpu-h200-2026-11-26/7b-llama-graphs-on.json"))
+    args = (cases, kit.ratios, SPEC, "auto", kit.draft_ratio, replay.confidence_for("auto"))
+    carried = replay.replay_suite(*args, one_graph=kit.one_graph)
+    fresh = replay.replay_suite(*args, one_graph=kit.one_graph, fresh=True)
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    store = replay.AdaptivePolicy  # each case's policy: a new process's, with the store
+    monkeypatch.setattr(replay, "make_policy", lambda spec, drafters, curve: store(
+        curve, k_max=spec.k_max, store=LessonStore("replay")))  # fmt: skip
+    stored = replay.replay_suite(*args, one_graph=kit.one_graph, fresh=True)
+    assert [r["cost"] for r in stored] == [r["cost"] for r in carried]
+    assert [r["cost"] for r in fresh] != [r["cost"] for r in carried]

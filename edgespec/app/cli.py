@@ -103,7 +103,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             "--lookup-history drafts from earlier completions, and run makes one; drop it, "
             "or use it with edgespec serve"
         )
-    decoder = load_decoder(args.target, args.draft, spec, runtime_options(args), head=args.head)
+    decoder = load_decoder(
+        args.target, args.draft, spec, runtime_options(args), head=args.head,
+        remember=not args.no_lessons,
+    )  # fmt: skip
     warn_context_cut(args, decoder.target.n_ctx)
     prompt: str | list[int] = text
     if args.chat or args.system:

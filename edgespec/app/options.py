@@ -87,6 +87,14 @@ def add_spec_args(p: argparse.ArgumentParser) -> None:
         "(default 0: off, since it carries one client's text into another's drafts; never "
         "into output)",
     )
+    p.add_argument(
+        "--no-lessons",
+        action="store_true",
+        help="--k auto: start the drafters from their priors and keep nothing of what they "
+        "show (default: start from what earlier runs of these models on this device and "
+        "runtime learned of each drafter's acceptance, kept in lessons.json beside the "
+        "tune store)",
+    )
 
 
 def add_draft_confidence_arg(p: argparse.ArgumentParser) -> None:

@@ -80,6 +80,16 @@ class Acceptance(Protocol):
         """Start a new request's estimates from what every request so far has shown."""
         ...
 
+    def outcomes(self) -> dict[str, tuple[int, int]]:
+        """What every request so far has shown, as (kept, judged) counts by name: what
+        recall takes back in another process (edgespec/lessons.py)."""
+        ...
+
+    def recall(self, outcomes: dict[str, tuple[int, int]]) -> None:
+        """Add counts an earlier process kept (outcomes()), names it does not keep passed
+        over, and start the next request from them (next_request)."""
+        ...
+
 
 class Drafter(Protocol):
     name: str  # a label for stats and for choosing it by name (FixedPolicy, --drafter)

@@ -150,6 +150,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         head=args.head,
         reuse_cache=not args.no_prompt_cache,
         capture_graphs=True,  # the first request pays no CUDA graph capture
+        remember=not args.no_lessons,
     )
     warn_context_cut(args, decoder.target.n_ctx)
     app = create_app(decoder, config)

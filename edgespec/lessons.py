@@ -1,0 +1,193 @@
+"""What the adaptive controller learned of its drafters' acceptance, kept between processes.
+
+A process's first request starts every drafter from its priors: that is every `edgespec
+run`, where prompt lookup learns code's long copies and a draft model is tried afresh each
+time (bench/replay.py --fresh: code 1-9% slower than a request after others). The store
+keeps, per pair of models, runtime and device (calibrate.tune_key, as the tune store), each
+drafter's outcomes (Acceptance.outcomes) and how many tokens verify passes judged, so that
+the next process starts where the last left off.
+
+Counts are capped (KEPT_OUTCOMES, scaled down alike), so older outcomes weigh less as new
+ones come and a store never stiffens; each request's own moving average still follows its
+text. A store that is unreadable, corrupt or too large is ignored with a warning (the
+drafters start from their priors) and written afresh; one that cannot be written is
+reported once and skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgespec.paths import edgespec_home
+
+log = logging.getLogger(__name__)
+
+LESSONS_VERSION = 1
+# outcomes kept per count: a count past it is scaled down with its kept ones (a moving
+# memory of the last few thousand tokens judged)
+KEPT_OUTCOMES = 2000
+# seconds between writes of a long-lived process (a server): its first request's lessons
+# are written at once (one `edgespec run`), later ones at most this often
+WRITE_EVERY_S = 30.0
+STORE_MAX_BYTES = 4 << 20  # hundreds of pairs; a larger file is not ours
+STORE_MAX_PAIRS = 256  # the most recently written kept
+
+
+@dataclass(frozen=True)
+class Lesson:
+    """What earlier processes taught of one drafter."""
+
+    judged: int  # drafted tokens verify passes judged (AdaptivePolicy's trial counts them)
+    outcomes: dict[str, tuple[int, int]]  # Acceptance.outcomes, capped
+    # a draft model's learned price (None: not learned): a draft's first token apart, which
+    # the calibration does not measure; started at its token's, a chat request on the H200
+    # 7B curve drafted where the first token's price (twice the others') made it lose
+    token_s: float | None = None
+    first_s: float | None = None
+
+
+def lessons_path() -> Path:
+    return edgespec_home() / "lessons.json"
+
+
+class LessonStore:
+    """The lessons of one pair of models on one runtime and device (`key`)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.written_at: float | None = None  # monotonic seconds of this process's last write
+        self.failed = False  # a write failed: reported once, not retried
+
+    def recall(self) -> dict[str, Lesson]:
+        """The stored lessons by drafter name ({} where none, or where they cannot be read)."""
+        entry = read_store().get(self.key)
+        if entry is None:
+            return {}
+        try:
+            return parse_entry(entry)
+        except ValueError as e:
+            log.warning(
+                "ignoring the lessons stored in %s for these models (%s); the drafters start "
+                "from their priors",
+                lessons_path(),
+                e,
+            )
+            return {}
+
+    def keep(self, lessons: dict[str, Lesson], *, force: bool = False) -> None:
+        """Store lessons (written whole, atomically) unless the last write was under
+        WRITE_EVERY_S ago (force: whatever the time)."""
+        now = time.monotonic()
+        due = self.written_at is None or now - self.written_at >= WRITE_EVERY_S
+        if self.failed or not (due or force):
+            return
+        self.written_at = now
+        store = read_store()
+        store[self.key] = {"version": LESSONS_VERSION, "time": time.time(),
+                           "drafters": {name: entry_of(lesson)
+                                        for name, lesson in lessons.items()}}  # fmt: skip
+        newest = sorted(store, key=lambda k: entry_time(store[k]), reverse=True)
+        store = {k: store[k] for k in newest[:STORE_MAX_PAIRS]}
+        path = lessons_path()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(store, indent=1))
+            tmp.replace(path)
+        except OSError as e:
+            self.failed = True
+            log.warning("cannot store what the drafters learned in %s (%s)", path, e)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+
+
+def entry_of(lesson: Lesson) -> dict:
+    outcomes = {name: list(capped(*counts)) for name, counts in lesson.outcomes.items()}
+    prices = {"token_s": lesson.token_s, "first_s": lesson.first_s}
+    return {"judged": lesson.judged, "outcomes": outcomes,
+            **{k: v for k, v in prices.items() if v is not None}}  # fmt: skip
+
+
+def capped(kept: int, judged: int) -> tuple[int, int]:
+    """(kept, judged) scaled down to at most KEPT_OUTCOMES judged, the rate kept."""
+    if judged <= KEPT_OUTCOMES:
+        return kept, judged
+    return round(kept * KEPT_OUTCOMES / judged), KEPT_OUTCOMES
+
+
+def entry_time(entry: object) -> float:
+    """When an entry was written (0 for one that does not say)."""
+    t = entry.get("time") if isinstance(entry, dict) else None
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else 0.0
+
+
+def parse_entry(entry: object) -> dict[str, Lesson]:
+    """A stored entry's lessons; ValueError naming what is wrong with it."""
+    if not isinstance(entry, dict) or entry.get("version") != LESSONS_VERSION:
+        raise ValueError(f"not a version {LESSONS_VERSION} entry")
+    drafters = entry.get("drafters")
+    if not isinstance(drafters, dict):
+        raise ValueError("drafters is not an object")
+    return {name: parse_lesson(name, lesson) for name, lesson in drafters.items()}
+
+
+def parse_lesson(name: str, lesson: object) -> Lesson:
+    if not isinstance(lesson, dict) or not is_count(lesson.get("judged")):
+        raise ValueError(f"{name}: judged is not a count")
+    outcomes = lesson.get("outcomes")
+    if not isinstance(outcomes, dict):
+        raise ValueError(f"{name}: outcomes is not an object")
+    parsed = {}
+    for key, counts in outcomes.items():
+        ok = isinstance(counts, list) and len(counts) == 2 and all(map(is_count, counts))
+        if not ok or not counts[0] <= counts[1] <= KEPT_OUTCOMES:
+            raise ValueError(
+                f"{name}: outcomes[{key!r}] is not [kept, judged] with kept <= judged <= "
+                f"{KEPT_OUTCOMES}"
+            )
+        parsed[key] = (counts[0], counts[1])
+    prices = [lesson.get(k) for k in ("token_s", "first_s")]
+    if not all(p is None or is_seconds(p) for p in prices):
+        raise ValueError(f"{name}: a price that is not seconds from 0 to 1e6")
+    return Lesson(lesson["judged"], parsed, *prices)
+
+
+def is_seconds(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1e6  # NaN fails
+
+
+def is_count(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def read_store() -> dict:
+    """Every pair's stored lessons by key; {} (with a warning, once) where the file is
+    unreadable, corrupt or too large: it is written afresh."""
+    path = lessons_path()
+    try:
+        if not path.exists():
+            return {}
+        if path.stat().st_size > STORE_MAX_BYTES:
+            raise ValueError(f"larger than {STORE_MAX_BYTES >> 20} MiB")
+        store = json.loads(path.read_bytes())
+        if not isinstance(store, dict):
+            raise ValueError("not a JSON object")
+        return store
+    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nesting past json's
+        if path not in _warned:
+            _warned.add(path)
+            log.warning(
+                "ignoring the lessons store %s (%s); the drafters start from their priors",
+                path,
+                e,
+            )
+        return {}
+
+
+_warned: set[Path] = set()
