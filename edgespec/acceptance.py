@@ -186,7 +186,8 @@ class ByMatchLength:
 
     def recall(self, outcomes: dict[str, tuple[int, int]]) -> None:
         for name, counts in outcomes.items():
-            if name.isascii() and name.isdigit() and int(name) >= 1:  # a match length
+            # a match length (a short one: int() refuses a name of thousands of digits)
+            if name.isascii() and name.isdigit() and len(name) <= 4 and int(name) >= 1:
                 self.tallies.setdefault(int(name), Tally()).add_counts(*counts)
         self.next_request()
 

@@ -405,9 +405,11 @@ class Estimate:
 
 
 def lesson_of(e: Estimate) -> Lesson:
-    """What an estimate keeps for a later process (its price only where it is learned)."""
-    prices = (e.token_s, e.first_s) if e.learns_cost else (None, None)
-    return Lesson(e.judged, e.acceptance.outcomes(), *prices)
+    """What an estimate keeps for a later process: its acceptance's counts, judged tokens,
+    and a first token's price over the others' where both are learned."""
+    learned = e.learns_cost and e.first_s is not None and e.token_s > 0.0
+    ratio = e.first_s / e.token_s if learned and e.first_s is not None else None
+    return Lesson(e.judged, e.acceptance.outcomes(), ratio)
 
 
 @dataclass
@@ -522,16 +524,16 @@ class AdaptivePolicy:
 
     def remembered(self, drafter: Drafter) -> Learned | None:
         """What earlier processes taught of a drafter of this name (None: nothing): its
-        acceptance, judged tokens and, for one whose price is learned, its price."""
+        acceptance, judged tokens and its first token's price relative to its others'; its
+        price starts where a new drafter's does (the calibration's)."""
         lesson = (self.recalled or {}).get(drafter.name)
         if lesson is None:
             return None
         acceptance = drafter.acceptance()
         acceptance.recall(lesson.outcomes)
-        learns_cost = drafter.token_s != 0.0
-        token_s = lesson.token_s if learns_cost and lesson.token_s else drafter.token_s or 0.0
-        first_s = lesson.first_s if learns_cost else None
-        return Learned(token_s, learns_cost, acceptance, lesson.judged, first_s)
+        token_s = drafter.token_s or 0.0
+        first_s = token_s * lesson.first_ratio if lesson.first_ratio and token_s else None
+        return Learned(token_s, drafter.token_s != 0.0, acceptance, lesson.judged, first_s)
 
     def estimate(self, drafter: Drafter) -> Estimate:
         return next(e for e in self.estimates if e.drafter is drafter)

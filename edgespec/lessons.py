@@ -37,6 +37,8 @@ KEPT_OUTCOMES = 2000
 WRITE_EVERY_S = 30.0
 STORE_MAX_BYTES = 4 << 20  # hundreds of pairs; a larger file is not ours
 STORE_MAX_PAIRS = 256  # the most recently written kept
+MAX_RATIO = 100.0  # a first token's price over the others', either way
+MAX_COUNTS = 64  # outcome counts a drafter keeps (a draft model 3, prompt lookup one a length)
 
 
 @dataclass(frozen=True)
@@ -45,11 +47,12 @@ class Lesson:
 
     judged: int  # drafted tokens verify passes judged (AdaptivePolicy's trial counts them)
     outcomes: dict[str, tuple[int, int]]  # Acceptance.outcomes, capped
-    # a draft model's learned price (None: not learned): a draft's first token apart, which
-    # the calibration does not measure; started at its token's, a chat request on the H200
-    # 7B curve drafted where the first token's price (twice the others') made it lose
-    token_s: float | None = None
-    first_s: float | None = None
+    # a draft's first token's price over its later tokens' (None: not learned), which the
+    # calibration does not measure: priced as the others, the 0.5B draft model drafted on
+    # chat on the H200 7B curve where its first token (twice the others) made it lose. A
+    # ratio, not seconds: a price learned on a busy or throttled device, kept, would price
+    # the draft model out of every later run, where it is never observed again
+    first_ratio: float | None = None
 
 
 def lessons_path() -> Path:
@@ -109,9 +112,10 @@ class LessonStore:
 
 def entry_of(lesson: Lesson) -> dict:
     outcomes = {name: list(capped(*counts)) for name, counts in lesson.outcomes.items()}
-    prices = {"token_s": lesson.token_s, "first_s": lesson.first_s}
-    return {"judged": lesson.judged, "outcomes": outcomes,
-            **{k: v for k, v in prices.items() if v is not None}}  # fmt: skip
+    entry: dict[str, object] = {"judged": lesson.judged, "outcomes": outcomes}
+    if lesson.first_ratio is not None:
+        entry["first_ratio"] = lesson.first_ratio
+    return entry
 
 
 def capped(kept: int, judged: int) -> tuple[int, int]:
@@ -143,6 +147,8 @@ def parse_lesson(name: str, lesson: object) -> Lesson:
     outcomes = lesson.get("outcomes")
     if not isinstance(outcomes, dict):
         raise ValueError(f"{name}: outcomes is not an object")
+    if len(outcomes) > MAX_COUNTS:
+        raise ValueError(f"{name}: more than {MAX_COUNTS} outcome counts")
     parsed = {}
     for key, counts in outcomes.items():
         ok = isinstance(counts, list) and len(counts) == 2 and all(map(is_count, counts))
@@ -152,14 +158,16 @@ def parse_lesson(name: str, lesson: object) -> Lesson:
                 f"{KEPT_OUTCOMES}"
             )
         parsed[key] = (counts[0], counts[1])
-    prices = [lesson.get(k) for k in ("token_s", "first_s")]
-    if not all(p is None or is_seconds(p) for p in prices):
-        raise ValueError(f"{name}: a price that is not seconds from 0 to 1e6")
-    return Lesson(lesson["judged"], parsed, *prices)
+    ratio = lesson.get("first_ratio")
+    if ratio is not None and not is_ratio(ratio):
+        raise ValueError(f"{name}: first_ratio is not a number from {1 / MAX_RATIO} to {MAX_RATIO}")
+    return Lesson(lesson["judged"], parsed, ratio)
 
 
-def is_seconds(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1e6  # NaN fails
+def is_ratio(x: object) -> bool:
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    return 1 / MAX_RATIO <= x <= MAX_RATIO  # NaN fails
 
 
 def is_count(x: object) -> bool:

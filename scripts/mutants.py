@@ -333,11 +333,19 @@ MUTANTS = (
         "            self.recalled = {}",
         ("tests/test_lessons.py",),
     ),
-    Mutant(  # a draft model's learned price left out of its lesson
-        "lessons-without-prices",
+    Mutant(  # a draft's first token's price left out of its lesson
+        "lessons-without-first-token-price",
         "edgespec/controller.py",
-        "    prices = (e.token_s, e.first_s) if e.learns_cost else (None, None)",
-        "    prices = (None, None)",
+        "    ratio = e.first_s / e.token_s if learned and e.first_s is not None else None",
+        "    ratio = None",
+        ("tests/test_lessons.py",),
+    ),
+    Mutant(  # a first token's recalled price not applied
+        "recalled-first-token-price-unused",
+        "edgespec/controller.py",
+        "        first_s = token_s * lesson.first_ratio if lesson.first_ratio and token_s else "
+        "None",
+        "        first_s = None",
         ("tests/test_lessons.py",),
     ),
     Mutant(  # a request's end not reported to the policy: nothing kept

@@ -48,7 +48,8 @@ def test_prompt_lookups_outcomes_are_recalled_by_match_length_others_passed_over
     first.observe(5, 4, 4)
     assert first.outcomes() == {"1": (0, 1), "5": (4, 4)}
     other = ByMatchLength()
-    other.recall({**first.outcomes(), "0": (9, 9), "x": (1, 1), "²": (1, 1), "-3": (1, 1)})
+    other.recall({**first.outcomes(), "0": (9, 9), "x": (1, 1), "²": (1, 1), "-3": (1, 1),
+                  "9" * 5000: (1, 1)})  # fmt: skip
     assert other.tallies.keys() == {1, 5}
     assert [other.rate(key) for key in (1, 5, 2)] == [
         pytest.approx(0.2 * 5 / 6),
@@ -76,9 +77,9 @@ def test_a_later_process_starts_a_drafter_where_the_last_left_it(home):
     learned = first.estimates[0]
     assert entry["drafters"]["scripted"] == {
         "judged": 18, "outcomes": {"sure": [15, 17], "unsure": [0, 0], "goes_on": [18, 18]},
-        "token_s": learned.token_s, "first_s": learned.first_s,
+        "first_ratio": learned.first_s / learned.token_s,
     }  # fmt: skip
-    assert learned.first_s > learned.token_s  # learned: 0.012 s and 0.008 s
+    assert learned.first_s > learned.token_s  # learned: 0.011 s and 0.009 s
     first.begin([drafted])  # this process's next request, for reference
     later = AdaptivePolicy(CostCurve(CURVE), store=LessonStore("pair A"))
     drafter = ScriptedDrafter(rt, None)
@@ -87,7 +88,8 @@ def test_a_later_process_starts_a_drafter_where_the_last_left_it(home):
     assert e.acceptance.alphas(0, 3) == first.estimates[0].acceptance.alphas(0, 3)
     assert e.acceptance.alphas(0, 1) == [pytest.approx((15 + 0.6 * 20) / (17 + 20))]
     assert (e.judged, e.trial) == (18, False)  # judged already: tried no more
-    assert (e.token_s, e.first_s) == (learned.token_s, learned.first_s)
+    # the price starts at the calibration's, a first token's relative to it as learned
+    assert (e.token_s, e.first_s) == (0.01, 0.01 * learned.first_s / learned.token_s)
     elsewhere = AdaptivePolicy(CostCurve(CURVE), store=LessonStore("pair B"))
     elsewhere.begin([drafter])
     e = elsewhere.estimate(drafter)
@@ -102,7 +104,7 @@ def test_what_a_process_keeps_adds_to_what_it_recalled_capped(home):
     policy = AdaptivePolicy(CostCurve(CURVE), store=LessonStore("pair"))
     one_request(policy, ScriptedDrafter(rt, None), [0] * 10)  # 10 outcomes, none kept
     entry = json.loads(lessons_path().read_text())["pair"]["drafters"]["scripted"]
-    assert entry["judged"] == 5020 and entry["token_s"] == policy.estimates[0].token_s
+    assert entry["judged"] == 5020
     # 1900 of 2010 judged, scaled to KEPT_OUTCOMES with the rate kept
     assert entry["outcomes"]["sure"] == [round(1900 * KEPT_OUTCOMES / 2010), KEPT_OUTCOMES]
 
@@ -156,13 +158,17 @@ def test_a_corrupt_store_is_ignored_once_and_written_afresh(home, caplog, conten
          "model: outcomes['sure'] is not [kept, judged] with kept <= judged <= 2000"),
         ({"version": 1, "drafters": {"model": {"judged": 3, "outcomes": {"sure": [1]}}}},
          "model: outcomes['sure'] is not [kept, judged] with kept <= judged <= 2000"),
-        ({"version": 1, "drafters": {"model": {"judged": 3, "outcomes": {}, "token_s": -1}}},
-         "model: a price that is not seconds from 0 to 1e6"),
-        ({"version": 1, "drafters": {"model": {"judged": 3, "outcomes": {}, "first_s": NAN}}},
-         "model: a price that is not seconds from 0 to 1e6"),
+        ({"version": 1, "drafters": {"model": {"judged": 3, "outcomes": {}, "first_ratio": 0}}},
+         "model: first_ratio is not a number from 0.01 to 100.0"),
+        ({"version": 1, "drafters": {"model": {"judged": 3, "outcomes": {},
+                                               "first_ratio": NAN}}},
+         "model: first_ratio is not a number from 0.01 to 100.0"),
+        ({"version": 1, "drafters": {"ngram": {"judged": 3,
+                                               "outcomes": {str(n): [0, 1] for n in range(65)}}}},
+         "ngram: more than 64 outcome counts"),
     ],
     ids=["version", "drafters", "negative", "bool", "kept > judged", "float", "short",
-         "negative price", "NaN price"],
+         "zero ratio", "NaN ratio", "counts"],
 )  # fmt: skip
 def test_an_impossible_entry_is_ignored_with_what_is_wrong_the_others_kept(
     home, caplog, entry, why
@@ -234,9 +240,9 @@ def test_edgespec_run_starts_its_drafters_from_what_earlier_runs_kept(tmp_path, 
     later = tiny_run(tmp_path, tiny)
     assert "model" not in later["stats"]["steps_by_drafter"]
     kept = json.loads((home / "lessons.json").read_text())[key]["drafters"]
-    # never drafted: nothing added, its price the calibration's (as a fresh run's)
+    # never drafted: nothing added, no first token's price learned
     assert {key: kept["model"][key] for key in wrong} == wrong
-    assert kept["model"]["token_s"] > 0 and "first_s" not in kept["model"]
+    assert "first_ratio" not in kept["model"]
     assert kept["ngram"]["judged"] == later["stats"]["n_draft_tokens"]
     before = (home / "lessons.json").read_bytes()
     fresh = tiny_run(tmp_path, tiny, "--no-lessons")
