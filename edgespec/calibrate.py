@@ -11,11 +11,8 @@ asks for them; a last-token-only benchmark understates it.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import logging
-import os
 import statistics
 import time
 from pathlib import Path
@@ -29,7 +26,7 @@ from edgespec.controller import CostCurve
 from edgespec.errors import BundleError, EdgespecError
 from edgespec.machine import device_description
 from edgespec.pair import ModelPair, open_pair
-from edgespec.paths import edgespec_home
+from edgespec.paths import edgespec_home, read_store, write_store
 from edgespec.progress import progress
 from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime
 
@@ -317,14 +314,7 @@ def read_tune_store() -> dict:
     not an object) or too large is ignored with a warning: curves are measured again."""
     path = tune_store_path()
     try:
-        if not path.exists():
-            return {}
-        if path.stat().st_size > TUNE_STORE_MAX_BYTES:
-            raise ValueError(f"larger than {TUNE_STORE_MAX_BYTES >> 20} MiB")
-        store = json.loads(path.read_bytes())
-        if not isinstance(store, dict):
-            raise ValueError("not a JSON object")
-        return store
+        return read_store(path, TUNE_STORE_MAX_BYTES)
     except (OSError, ValueError) as e:
         if path not in _warned_stores:  # once: reading, then rewriting it, says the same
             _warned_stores.add(path)
@@ -343,13 +333,8 @@ def store_tuned(key: str, curve: CostCurve) -> Path:
     path = tune_store_path()
     store = read_tune_store()
     store[key] = {**curve_entry(curve), "time": time.time()}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(store, indent=1))
-        tmp.replace(path)
+        write_store(path, store)
     except OSError as e:
         log.warning("cannot store the cost curve in %s (%s); it will be measured again", path, e)
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
     return path

@@ -2,10 +2,11 @@
 
 A process's first request starts every drafter from its priors: that is every `edgespec
 run`, where prompt lookup learns code's long copies and a draft model is tried afresh each
-time (bench/replay.py --fresh: code 1-9% slower than a request after others). The store
+time (bench/replay.py --fresh: code 1-7% slower than a request after others). The store
 keeps, per pair of models, runtime and device (calibrate.tune_key, as the tune store), each
-drafter's outcomes (Acceptance.outcomes) and how many tokens verify passes judged, so that
-the next process starts where the last left off.
+drafter's outcomes (Acceptance.outcomes), how many tokens verify passes judged and a draft's
+first token's price relative to its others', so that the next process starts where the last
+left off.
 
 Counts are capped (KEPT_OUTCOMES, scaled down alike), so older outcomes weigh less as new
 ones come and a store never stiffens; each request's own moving average still follows its
@@ -16,15 +17,12 @@ reported once and skipped.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.paths import edgespec_home
+from edgespec.paths import edgespec_home, read_store, write_store
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +67,7 @@ class LessonStore:
 
     def recall(self) -> dict[str, Lesson]:
         """The stored lessons by drafter name ({} where none, or where they cannot be read)."""
-        entry = read_store().get(self.key)
+        entry = read_lessons().get(self.key)
         if entry is None:
             return {}
         try:
@@ -91,30 +89,24 @@ class LessonStore:
         if self.failed or not (due or force):
             return
         self.written_at = now
-        store = read_store()
+        store = read_lessons()
         store[self.key] = {"version": LESSONS_VERSION, "time": time.time(),
                            "drafters": {name: entry_of(lesson)
                                         for name, lesson in lessons.items()}}  # fmt: skip
         newest = sorted(store, key=lambda k: entry_time(store[k]), reverse=True)
         store = {k: store[k] for k in newest[:STORE_MAX_PAIRS]}
-        path = lessons_path()
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(store, indent=1))
-            tmp.replace(path)
+            write_store(lessons_path(), store)
         except OSError as e:
             self.failed = True
-            log.warning("cannot store what the drafters learned in %s (%s)", path, e)
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
+            log.warning("cannot store what the drafters learned in %s (%s)", lessons_path(), e)
 
 
 def entry_of(lesson: Lesson) -> dict:
     outcomes = {name: list(capped(*counts)) for name, counts in lesson.outcomes.items()}
     entry: dict[str, object] = {"judged": lesson.judged, "outcomes": outcomes}
-    if lesson.first_ratio is not None:
-        entry["first_ratio"] = lesson.first_ratio
+    if lesson.first_ratio is not None:  # within what parse_lesson takes back
+        entry["first_ratio"] = min(max(lesson.first_ratio, 1 / MAX_RATIO), MAX_RATIO)
     return entry
 
 
@@ -174,20 +166,13 @@ def is_count(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
-def read_store() -> dict:
+def read_lessons() -> dict:
     """Every pair's stored lessons by key; {} (with a warning, once) where the file is
     unreadable, corrupt or too large: it is written afresh."""
     path = lessons_path()
     try:
-        if not path.exists():
-            return {}
-        if path.stat().st_size > STORE_MAX_BYTES:
-            raise ValueError(f"larger than {STORE_MAX_BYTES >> 20} MiB")
-        store = json.loads(path.read_bytes())
-        if not isinstance(store, dict):
-            raise ValueError("not a JSON object")
-        return store
-    except (OSError, ValueError, RecursionError) as e:  # RecursionError: nesting past json's
+        return read_store(path, STORE_MAX_BYTES)
+    except (OSError, ValueError) as e:
         if path not in _warned:
             _warned.add(path)
             log.warning(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from pathlib import Path
 
@@ -23,3 +25,35 @@ def edgespec_home() -> Path:
             "(or move the file away)"
         )
     return home
+
+
+def read_store(path: Path, max_bytes: int) -> dict:
+    """A store kept in the home (the tune store, the lessons): its JSON object, {} where the
+    file does not exist; ValueError saying why it cannot be one (over max_bytes, not UTF-8,
+    not JSON, nested deeper than json reads, not an object), OSError where it cannot be read."""
+    if not path.exists():
+        return {}
+    if path.stat().st_size > max_bytes:
+        raise ValueError(f"larger than {max_bytes >> 20} MiB")
+    try:
+        store = json.loads(path.read_bytes())
+    except RecursionError:
+        raise ValueError("nested deeper than JSON is read") from None
+    if not isinstance(store, dict):
+        raise ValueError("not a JSON object")
+    return store
+
+
+def write_store(path: Path, store: dict) -> None:
+    """Write a store whole, atomically: a temporary file beside it (this process's), then
+    renamed over it, so a reader sees the old store or the new one. OSError where it cannot
+    be written (read-only, disk full), the temporary file removed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(store, indent=1))
+        tmp.replace(path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise

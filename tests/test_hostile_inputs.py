@@ -145,6 +145,7 @@ def test_edgespec_home_that_is_a_file_is_refused(tmp_path, models):
         (b"\0" * 4096, "Expecting value: line 1 column 1 (char 0)"),
         (b'{"models": [1, 2', "Expecting ',' delimiter: line 1 column 17 (char 16)"),
         (b"[1, 2, 3]", "not a JSON object"),
+        (b"[" * 100_000, "nested deeper than JSON is read"),  # raised RecursionError
     ],
 )
 def test_a_corrupt_tune_store_is_ignored_and_measured_again(tmp_path, models, content, why):

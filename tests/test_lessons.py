@@ -125,8 +125,7 @@ def test_a_long_lived_process_writes_its_lessons_at_most_every_thirty_seconds(ho
         (b"\0" * 64, "Expecting value: line 1 column 1 (char 0)"),
         (b"[1, 2]", "not a JSON object"),
         (b"\xff{}", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
-        (b"[" * 100_000, "maximum recursion depth exceeded while decoding a JSON array from a "
-                         "unicode string"),
+        (b"[" * 100_000, "nested deeper than JSON is read"),
     ],
     ids=["zeros", "array", "not utf-8", "nested"],
 )  # fmt: skip
