@@ -47,13 +47,14 @@ def read_store(path: Path, max_bytes: int) -> dict:
 def write_store(path: Path, store: dict) -> None:
     """Write a store whole, atomically: a temporary file beside it (this process's), then
     renamed over it, so a reader sees the old store or the new one. OSError where it cannot
-    be written (read-only, disk full), the temporary file removed."""
+    be written (read-only, disk full); the temporary file is removed whatever stops the
+    write (an interrupt included)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(store, indent=1))
         tmp.replace(path)
-    except OSError:
+    except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise

@@ -383,6 +383,13 @@ MUTANTS = (
         "                tally.add_counts(*outcomes[name])",
         ("tests/test_lessons.py",),
     ),
+    Mutant(  # a store's temporary file left behind by an interrupted write
+        "store-temporary-left-on-interrupt",
+        "edgespec/paths.py",
+        "    except BaseException:",
+        "    except OSError:",
+        ("tests/test_lessons.py",),
+    ),
     Mutant(  # top-p's peak taken alone where it falls short of the cut
         "top-p-peak-alone-short-of-the-cut",
         "edgespec/sampling.py",

@@ -276,3 +276,17 @@ def test_the_loop_keeps_what_a_request_taught_whether_it_ends_or_is_closed_early
     next(stream), next(stream)
     stream.close()
     assert LessonStore("pair").recall().keys() == {"oracle", "ngram"}
+
+
+def test_a_write_interrupted_leaves_the_store_as_it_was_and_no_temporary_file(home, monkeypatch):
+    LessonStore("pair").keep({"ngram": Lesson(1, {})})
+    before = lessons_path().read_bytes()
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lessons.Path, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        LessonStore("pair").keep({"ngram": Lesson(2, {})})
+    assert lessons_path().read_bytes() == before
+    assert [p.name for p in home.iterdir()] == ["lessons.json"]
