@@ -17,6 +17,7 @@ reported once and skipped.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import time
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ class LessonStore:
         self.key = key
         self.written_at: float | None = None  # monotonic seconds of this process's last write
         self.failed = False  # a write failed: reported once, not retried
+        # lessons kept since the last write (a server's last 30 s), written at exit (flush)
+        self.pending: dict[str, Lesson] | None = None
 
     def recall(self) -> dict[str, Lesson]:
         """The stored lessons by drafter name ({} where none, or where they cannot be read)."""
@@ -83,12 +86,20 @@ class LessonStore:
 
     def keep(self, lessons: dict[str, Lesson], *, force: bool = False) -> None:
         """Store lessons (written whole, atomically) unless the last write was under
-        WRITE_EVERY_S ago (force: whatever the time)."""
+        WRITE_EVERY_S ago (force: whatever the time); those are written by the next write,
+        or as the process exits (flush)."""
         now = time.monotonic()
         due = self.written_at is None or now - self.written_at >= WRITE_EVERY_S
-        if self.failed or not (due or force):
+        if self.failed:
             return
-        self.written_at = now
+        if not (due or force):
+            if self.pending is None:
+                atexit.register(self.flush)
+            self.pending = lessons
+            return
+        if self.pending is not None:
+            atexit.unregister(self.flush)
+        self.written_at, self.pending = now, None
         store = read_lessons()
         store[self.key] = {"version": LESSONS_VERSION, "time": time.time(),
                            "drafters": {name: entry_of(lesson)
@@ -100,6 +111,11 @@ class LessonStore:
         except OSError as e:
             self.failed = True
             log.warning("cannot store what the drafters learned in %s (%s)", lessons_path(), e)
+
+    def flush(self) -> None:
+        """Write the lessons kept since the last write, if any (at exit: a server stopped)."""
+        if self.pending is not None:
+            self.keep(self.pending, force=True)
 
 
 def entry_of(lesson: Lesson) -> dict:

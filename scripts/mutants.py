@@ -383,6 +383,13 @@ MUTANTS = (
         "                tally.add_counts(*outcomes[name])",
         ("tests/test_lessons.py",),
     ),
+    Mutant(  # lessons held back by the 30 s lost when the process exits
+        "held-back-lessons-lost-at-exit",
+        "edgespec/lessons.py",
+        "                atexit.register(self.flush)",
+        "                pass",
+        ("tests/test_lessons.py",),
+    ),
     Mutant(  # a store's temporary file left behind by an interrupted write
         "store-temporary-left-on-interrupt",
         "edgespec/paths.py",

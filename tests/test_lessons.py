@@ -290,3 +290,25 @@ def test_a_write_interrupted_leaves_the_store_as_it_was_and_no_temporary_file(ho
         LessonStore("pair").keep({"ngram": Lesson(2, {})})
     assert lessons_path().read_bytes() == before
     assert [p.name for p in home.iterdir()] == ["lessons.json"]
+
+
+def test_lessons_held_back_by_the_thirty_seconds_are_written_as_the_process_exits(
+    home, monkeypatch
+):
+    """A server stopped within 30 s of its last write loses nothing: what was held back is
+    written at exit (atexit), and a write that comes first takes the exit's place."""
+    registered: list = []
+    monkeypatch.setattr(lessons.atexit, "register", registered.append)
+    monkeypatch.setattr(lessons.atexit, "unregister", registered.remove)
+    clock = iter([100.0, 110.0, 115.0, 116.0])
+    monkeypatch.setattr(lessons.time, "monotonic", lambda: next(clock))
+    store = LessonStore("pair")
+    store.keep({"ngram": Lesson(1, {})})
+    store.keep({"ngram": Lesson(2, {})})  # 10 s after: held back
+    store.keep({"ngram": Lesson(3, {})})
+    assert registered == [store.flush]  # once
+    assert LessonStore("pair").recall() == {"ngram": Lesson(1, {})}
+    registered[0]()  # the process exits
+    assert LessonStore("pair").recall() == {"ngram": Lesson(3, {})}
+    assert registered == []
+    store.flush()  # nothing held back: nothing written
