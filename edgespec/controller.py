@@ -407,9 +407,14 @@ class Estimate:
 def lesson_of(e: Estimate) -> Lesson:
     """What an estimate keeps for a later process: its acceptance's counts, judged tokens,
     and a first token's price over the others' where both are learned."""
-    learned = e.learns_cost and e.first_s is not None and e.token_s > 0.0
-    ratio = e.first_s / e.token_s if learned and e.first_s is not None else None
+    first_s = e.first_s if e.learns_cost and e.token_s > 0.0 else None
+    ratio = None if first_s is None else first_s / e.token_s
     return Lesson(e.judged, e.acceptance.outcomes(), ratio)
+
+
+def priors(drafter: Drafter) -> Learned:
+    """What the policy knows of a drafter nothing has judged: its own price and priors."""
+    return Learned(drafter.token_s or 0.0, drafter.token_s != 0.0, drafter.acceptance())
 
 
 @dataclass
@@ -453,7 +458,7 @@ class AdaptivePolicy:
         # what earlier processes learned of the drafters (read at the first request), and
         # where this one's lessons are kept at each request's end; None: nothing kept
         self.store = store
-        self.recalled: dict[str, Lesson] | None = None
+        self.recalled = store.recall() if store else {}
         self.k_max = k_max
         self.probe_every = probe_every
         self.max_probe_every = max_probe_every
@@ -480,8 +485,6 @@ class AdaptivePolicy:
         self.max_tokens = max_tokens
         self.probes_lost_s = 0.0  # what this request's probes lost (probe)
         self.learned.update(self.lessons())
-        if self.recalled is None:
-            self.recalled = self.store.recall() if self.store else {}
         self.estimates = [self.new_estimate(d) for d in drafters]
         self.probing = None
         self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
@@ -501,8 +504,8 @@ class AdaptivePolicy:
                                        e.first_s) for e in self.estimates}  # fmt: skip
 
     def end(self) -> None:
-        """Keep what the request taught, for this process's next and a later process's."""
-        self.learned.update(self.lessons())
+        """Keep what the request taught for a later process (this one's next request takes
+        it from the estimates: begin)."""
         if self.store is not None and self.estimates:
             self.store.keep({e.drafter.name: lesson_of(e) for e in self.estimates})
 
@@ -510,7 +513,7 @@ class AdaptivePolicy:
         known = self.learned.get(id(drafter)) or self.remembered(drafter)
         new = known is None
         if known is None:
-            known = Learned(drafter.token_s or 0.0, drafter.token_s != 0.0, drafter.acceptance())
+            known = priors(drafter)
         else:
             known.acceptance.next_request()
         e = Estimate(drafter, known.token_s, known.learns_cost, known.acceptance)
@@ -526,14 +529,15 @@ class AdaptivePolicy:
         """What earlier processes taught of a drafter of this name (None: nothing): its
         acceptance, judged tokens and its first token's price relative to its others'; its
         price starts where a new drafter's does (the calibration's)."""
-        lesson = (self.recalled or {}).get(drafter.name)
+        lesson = self.recalled.get(drafter.name)
         if lesson is None:
             return None
-        acceptance = drafter.acceptance()
-        acceptance.recall(lesson.outcomes)
-        token_s = drafter.token_s or 0.0
-        first_s = token_s * lesson.first_ratio if lesson.first_ratio and token_s else None
-        return Learned(token_s, drafter.token_s != 0.0, acceptance, lesson.judged, first_s)
+        known = priors(drafter)
+        known.acceptance.recall(lesson.outcomes)
+        known.judged = lesson.judged
+        if lesson.first_ratio and known.token_s:
+            known.first_s = known.token_s * lesson.first_ratio
+        return known
 
     def estimate(self, drafter: Drafter) -> Estimate:
         return next(e for e in self.estimates if e.drafter is drafter)

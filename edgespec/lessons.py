@@ -106,11 +106,12 @@ class LessonStore:
                                         for name, lesson in lessons.items()}}  # fmt: skip
         newest = sorted(store, key=lambda k: entry_time(store[k]), reverse=True)
         store = {k: store[k] for k in newest[:STORE_MAX_PAIRS]}
+        path = lessons_path()
         try:
-            write_store(lessons_path(), store)
+            write_store(path, store)
         except OSError as e:
             self.failed = True
-            log.warning("cannot store what the drafters learned in %s (%s)", lessons_path(), e)
+            log.warning("cannot store what the drafters learned in %s (%s)", path, e)
 
     def flush(self) -> None:
         """Write the lessons kept since the last write, if any (at exit: a server stopped)."""

@@ -329,23 +329,22 @@ MUTANTS = (
     Mutant(  # what earlier processes learned never read back
         "lessons-not-recalled",
         "edgespec/controller.py",
-        "            self.recalled = self.store.recall() if self.store else {}",
-        "            self.recalled = {}",
+        "        self.recalled = store.recall() if store else {}",
+        "        self.recalled = {}",
         ("tests/test_lessons.py",),
     ),
     Mutant(  # a draft's first token's price left out of its lesson
         "lessons-without-first-token-price",
         "edgespec/controller.py",
-        "    ratio = e.first_s / e.token_s if learned and e.first_s is not None else None",
+        "    ratio = None if first_s is None else first_s / e.token_s",
         "    ratio = None",
         ("tests/test_lessons.py",),
     ),
     Mutant(  # a first token's recalled price not applied
         "recalled-first-token-price-unused",
         "edgespec/controller.py",
-        "        first_s = token_s * lesson.first_ratio if lesson.first_ratio and token_s else "
-        "None",
-        "        first_s = None",
+        "            known.first_s = known.token_s * lesson.first_ratio",
+        "            pass",
         ("tests/test_lessons.py",),
     ),
     Mutant(  # a request's end not reported to the policy: nothing kept
