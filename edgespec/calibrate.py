@@ -103,13 +103,16 @@ def measure_curve(
     return [t1] + [t1 * statistics.median(ratios[n]) for n in samples]
 
 
-def cost_curve(pair: ModelPair, *, n_max: int = 9, remeasure: bool = False) -> CostCurve:
+def cost_curve(
+    pair: ModelPair, *, n_max: int = 9, remeasure: bool = False, key: str | None = None
+) -> CostCurve:
     """The curve for n = 1..n_max (at least) for this pair on this runtime and device: stored,
     else the bundle's where it holds here, else measured now and stored (always if remeasure).
-    """
+    key: the pair's tune_key where the caller has it (it reads the model files' ends and may
+    ask nvidia-smi for the GPU's name)."""
     if n_max < 1:
         raise EdgespecError(f"--n-max must be >= 1 (the widest pass to time), got {n_max}")
-    key = tune_key(pair)
+    key = key or tune_key(pair)
     if not remeasure:
         stored = load_tuned(key, with_draft=pair.draft is not None)
         for source, curve in (("tune store", stored), ("bundle", bundle_curve(pair))):

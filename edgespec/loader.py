@@ -192,9 +192,10 @@ def build_decoder(
     spec = speculation_that_can_pay(spec, pair)
     draft_ctx = pair.draft.n_ctx if pair.draft is not None and spec.uses_model else None
     spec = spec.within(min(pair.target.n_ctx, draft_ctx or pair.target.n_ctx))
-    curve = cost_curve(pair, n_max=spec.k_max + 1) if spec.adaptive else None
+    key = tune_key(pair) if spec.adaptive else None  # the tune store's, and the lessons'
+    curve = cost_curve(pair, n_max=spec.k_max + 1, key=key) if spec.adaptive else None
     drafters = make_drafters(spec, pair, curve, keep_cache=reuse_cache)
-    store = LessonStore(tune_key(pair)) if remember and curve is not None else None
+    store = LessonStore(key) if remember and key is not None else None
     policy = make_policy(spec, drafters, curve, store)
     if capture_graphs:
         capture_loop_graphs(pair, spec, drafters)
