@@ -1,22 +1,19 @@
 #!/usr/bin/env bash
 # The suite benchmarks docs/benchmarks.md reports: interleaved runs with confidence intervals
 # on edit, chat, open and code, for llama.cpp and ONNX Runtime against their own plain
-# decoding, and the peers (llama-cpp-python's prompt lookup, llama-server's modes,
-# onnxruntime-genai) each against its own plain decoding. Run it on a quiet machine (nothing
+# decoding, and the peers (llama-cpp-python's prompt lookup, onnxruntime-genai) each against
+# its own plain decoding. Run it on a quiet machine (nothing
 # else running, load average < 0.2).
 #
-#   STAGES="llama onnx peers server" REPEAT=2 bench/suites.sh
-#   SUITES="edit open-sample" STAGES="llama server" bench/suites.sh   # a shorter pass
+#   STAGES="llama onnx peers" REPEAT=2 bench/suites.sh
+#   SUITES="edit open-sample" STAGES="llama onnx" bench/suites.sh   # a shorter pass
 #
 # SUITES (default "edit chat open code") picks the suites; open-sample is bench/data's
-# open-sample.jsonl: the first two prompts of each of open's eleven kinds (22). The server
-# stage takes PEER_SUITES (default "edit open"), PEER_MODES (plain,ngram-mod,draft) and
-# PEER_LIMIT (first N prompts of each suite).
+# open-sample.jsonl: the first two prompts of each of open's eleven kinds (22).
 # Minutes on a 2-core AVX2 CPU (plain ~8 tok/s on llama.cpp, ~10 on ONNX Runtime; prefill
 # ~50 tok/s), REPEAT=1; REPEAT=2 doubles each stage:
 #   llama  ~105 (edit 29, chat 14, open 40, code 22)   onnx   ~80 (+ ~10: the export, once)
-#   peers  ~110 (edit 40, open 70; 4 runs a prompt)    server ~115 (edit 39, open 77; 4 modes)
-#                                                        + ~15 to build llama-server, once
+#   peers  ~110 (edit 40, open 70; 4 runs a prompt)
 #   genai  ~80 on the EPYC (plain ~24 tok/s on ONNX Runtime): edit 22, open 35, code 20
 #          (not in the default STAGES: it needs edgespec[peers])
 # Results: $OUT/i15-*.json (tables on stdout).
@@ -27,7 +24,6 @@ REPEAT=${REPEAT:-1}
 THREADS=${THREADS:-$(nproc)}
 BUNDLE=${BUNDLE:-${EDGESPEC_HOME:-$HOME/.cache/edgespec}/demo-onnx}  # the one `edgespec demo` makes
 ES=".venv/bin/edgespec"
-PY=".venv/bin/python"
 TARGET=$($ES models path demo-target)
 DRAFT=$($ES models path demo-draft)
 mkdir -p "$OUT"
@@ -53,7 +49,7 @@ suites() {  # $1: name, rest: --target ...
   done
 }
 
-for stage in ${STAGES:-llama onnx peers server}; do
+for stage in ${STAGES:-llama onnx peers}; do
   echo "== $stage ($(date -u +%H:%M), load $(cut -d' ' -f1 /proc/loadavg))"
   case $stage in
     llama)
@@ -72,15 +68,6 @@ for stage in ${STAGES:-llama onnx peers server}; do
           --methods plain,llama-cpp-python-pld --peer-k "${PEER_K:-2,10}" \
           --json "$OUT/i15-peer-lcp-$suite.json"
       done ;;
-    server)  # llama.cpp's own modes through llama-server, at the vendored commit
-      SERVER=$(NICE=${NICE:-0} bash bench/peers/llama_server.sh | tail -1)
-      for suite in ${PEER_SUITES:-edit open}; do
-        # shellcheck disable=SC2046  # suite_args is words by design
-        $PY bench/peers/llama_server.py --server "$SERVER" --target "$TARGET" --draft "$DRAFT" \
-          --modes "${PEER_MODES:-plain,ngram-mod,draft}" $(suite_args "$suite") \
-          ${PEER_LIMIT:+--limit $PEER_LIMIT} --repeat "$REPEAT" --threads "$THREADS" \
-          --by-category --json "$OUT/i15-peer-server-$suite.json"
-      done ;;
-    *) echo "unknown stage $stage (llama onnx genai peers server)" >&2; exit 2 ;;
+    *) echo "unknown stage $stage (llama onnx genai peers)" >&2; exit 2 ;;
   esac
 done

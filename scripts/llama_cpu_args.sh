@@ -1,4 +1,4 @@
-# Sourced by scripts/setup.sh, bench/peers/llama_server.sh and bench/gpu/run.sh: sets
+# Sourced by scripts/setup.sh and bench/gpu/run.sh: sets
 # cmake_args, llama.cpp's CPU features as this CPU has them (GGML_NATIVE off, so a cached build
 # is keyed by them), AMX never: its kernels died with SIGILL (`tilezero` in a worker thread) in
 # the sandboxes tried, and the GPU kit's native builds on the H100's and H200's AMX Xeons died
