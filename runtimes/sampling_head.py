@@ -24,7 +24,6 @@ from edgespec.sampling import (
     SpareNuclei,
     TokenDist,
     TopKRows,
-    along_rows,
     candidate_dist,
     heaviest_columns,
     spare_gumbel_maxes,
@@ -154,9 +153,9 @@ def top_k_of_candidates(
     tied = ~(smallest[:, 1] > smallest[:, 0]) | np.isnan(z).any(axis=1)
     ids = found.ids  # the spare is never among the top k where it is alone at the bottom
     top = np.lexsort((ids, -z), axis=-1)[:, : sp.top_k]  # z descending, then ids ascending
-    ids, z = ids[along_rows(ids, top)], z[along_rows(z, top)]
+    ids, z = np.take_along_axis(ids, top, 1), np.take_along_axis(z, top, 1)
     by_id = np.argsort(ids, axis=1)
-    ids, z = ids[along_rows(ids, by_id)], z[along_rows(z, by_id)]
+    ids, z = np.take_along_axis(ids, by_id, 1), np.take_along_axis(z, by_id, 1)
     for i in np.flatnonzero(tied).tolist():
         ids[i], z[i] = top_k(np.asarray(read_row(i), dtype=np.float32), sp.top_k, temperature)
     return TopKRows(ids, z, sp)

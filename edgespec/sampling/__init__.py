@@ -45,7 +45,6 @@ from edgespec.sampling.rows import (
 )
 from edgespec.sampling.spare import (
     SpareNuclei,
-    along_rows,
     candidate_dist,
     spare_gumbel_maxes,
     spare_min_p_dist,
@@ -84,7 +83,6 @@ __all__ = [
     "top_k_dist",
     "top_p_head",
     "SpareNuclei",
-    "along_rows",
     "candidate_dist",
     "spare_gumbel_maxes",
     "spare_min_p_dist",

@@ -316,19 +316,8 @@ def heaviest(weights: np.ndarray, m: int) -> np.ndarray:
 
 
 def heaviest_first(weights: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Indices at (ascending) sorted by weights[at] descending, ties by index. A long one is
-    sorted as one uint64 key each, the weight's float32 bits complemented over the index
-    (numpy's vectorized sort; the stable argsort of 152k float32 costs twice as much)."""
-    w = np.asarray(weights[at], dtype=np.float32)
-    if len(at) < 4096:
-        return at[np.argsort(-w, kind="stable")]
-    return at[descending_order(w)]
-
-
-# columns from which heaviest_columns sorts packed keys (descending_order): 5 rows of 4,097
-# in 0.46 ms where the stable argsort took 1.18 (the EPYC); at 1,025 the argsort is as fast,
-# below it faster
-PACKED_SORT_FROM = 2048
+    """Indices at (ascending) sorted by weights[at] descending, ties by index."""
+    return at[np.argsort(-np.asarray(weights[at], dtype=np.float32), kind="stable")]
 
 
 def heaviest_columns(values: np.ndarray, width: int) -> np.ndarray:
@@ -342,26 +331,7 @@ def heaviest_columns(values: np.ndarray, width: int) -> np.ndarray:
     else:
         at = np.sort(np.argpartition(values, m - width, axis=1)[:, m - width :], axis=1)
         values = np.take_along_axis(values, at, 1)  # in index order: ties stay by index
-    if width >= PACKED_SORT_FROM and values.dtype == np.float32:
-        order = descending_order(values)
-    else:
-        order = np.argsort(-values, axis=1, kind="stable")
-    return np.take_along_axis(at, order, 1)
-
-
-def descending_order(values: np.ndarray) -> np.ndarray:
-    """Indices along the last axis of float32 values (no NaN) by value, largest first, ties
-    by index: a stable argsort of -values, done as one sort of unique uint64 keys, the
-    value's bits mapped to their order as unsigned ints, complemented, above the index
-    (numpy's vectorized sort: the stable argsort of 152k float32 costs twice as much, of
-    5 x 4,097 2.6 times as much on the EPYC). -0.0 ties with 0.0."""
-    bits = (values + np.float32(0.0)).view(np.uint32)  # -0.0 as +0.0: equal, so tied
-    negative = bits >= np.uint32(1 << 31)
-    ascending = np.where(negative, ~bits, bits | np.uint32(1 << 31))  # float order, unsigned
-    keys = (~ascending).astype(np.uint64) << np.uint64(32)
-    keys |= np.arange(values.shape[-1], dtype=np.uint64)
-    keys.sort(axis=-1)
-    return (keys & np.uint64(0xFFFFFFFF)).astype(np.intp)
+    return np.take_along_axis(at, np.argsort(-values, axis=1, kind="stable"), 1)
 
 
 def nucleus(weights: np.ndarray, low: float, high: float, left_out: float) -> np.ndarray | None:
@@ -409,10 +379,7 @@ def top_p_head(
     head's sum and that plus their count times it; where the cut is the same at both ends it
     is the whole row's, bit for bit. Where it is not, the row's own total (its exp and sum)
     decides among the same tokens. None where the nucleus may reach past them, ties with one
-    left out, or the head is large: the whole row decides (dense_top_p). Where the peak alone
-    reaches top-p of the most the total can be (69% of the demo target's rows at top-p
-    0.3-0.99 and temperature 0.3-2), the nucleus is the peak, unsorted: a k = 4 step's
-    host work at temperature 0.8 and top-p 0.9 485 -> 455 us (bench/loop_overhead.py)."""
+    left out, or the head is large: the whole row decides (dense_top_p)."""
     slack = z_rounding(float(z_max))
     if slack > 1.0:  # logits near float32's end: z's rounding dwarfs the head's bound
         return None
@@ -423,9 +390,6 @@ def top_p_head(
     left_out = math.exp(slack - TOP_P_HEAD_NATS)  # the most a token left out can weigh
     head = float(w.sum(dtype=np.float64))
     high = top_p * (head + (len(row) - len(ids)) * left_out) * (1.0 + TOTAL_ROUNDING)
-    if high <= 1.0:  # the peak (weight exp(0)) alone reaches top-p of any total the row has:
-        peak = int(np.argmax(w))  # nucleus's answer, its first token (ties: the lowest id)
-        return ids[peak : peak + 1], w[peak : peak + 1]
     kept = nucleus(w, top_p * head * (1.0 - TOTAL_ROUNDING), high, left_out)
     if kept is None and len(ids) < len(row):  # the tail's mass may move the cut
         limit = top_p * float(dense_exp(row, temperature, float(z_max)).sum(dtype=np.float64))

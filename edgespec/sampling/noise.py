@@ -57,35 +57,19 @@ def is_all_ids(ids: np.ndarray) -> bool:
     )
 
 
-def uint64s(*values: int) -> tuple[np.ndarray, ...]:
-    """0-d uint64 arrays: a ufunc takes one as an operand ~0.5 us sooner than a numpy scalar
-    (a sampled step hashes in ~10 calls of ~10 ufuncs)."""
-    return tuple(np.array(v, dtype=np.uint64) for v in values)
-
-
-SHIFTS = uint64s(30, 27, 31)
-
-MIXERS = uint64s(MIX1, MIX2)
-
-U64_GOLDEN, U64_11 = uint64s(GOLDEN, 11)
-
-
 def mixed(x: np.ndarray) -> np.ndarray:
     """splitmix64's finalizer on uint64 counters, in place (wrapping mod 2**64)."""
-    t = np.right_shift(x, SHIFTS[0])
-    np.bitwise_xor(x, t, out=x)
-    np.multiply(x, MIXERS[0], out=x)
-    np.right_shift(x, SHIFTS[1], out=t)
-    np.bitwise_xor(x, t, out=x)
-    np.multiply(x, MIXERS[1], out=x)
-    np.right_shift(x, SHIFTS[2], out=t)
-    np.bitwise_xor(x, t, out=x)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(MIX1)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(MIX2)
+    x ^= x >> np.uint64(31)
     return x
 
 
 def uniforms(bits: np.ndarray) -> np.ndarray:
     """[m] float64 uniforms in (0, 1) from the top 53 bits of splitmix64 outputs."""
-    u = np.right_shift(bits, U64_11).astype(np.float64)
+    u = (bits >> np.uint64(11)).astype(np.float64)
     u += 0.5
     u *= 2.0**-53
     return u
@@ -108,8 +92,6 @@ NOISE_STRIDE = 1 << NOISE_STRIDE_BITS  # blocks a band
 NOISE_BAND_BITS = NOISE_BLOCK_BITS + NOISE_STRIDE_BITS
 
 NOISE_BAND = 1 << NOISE_BAND_BITS  # ids a band
-
-U64_SLOT = uint64s(NOISE_BLOCK - 1)[0]  # a block's slot: an id's bits below it
 
 
 def block_of(ids: np.ndarray) -> np.ndarray:
@@ -183,7 +165,7 @@ def position_offsets(key: int) -> tuple[int, int]:
 def block_minima(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mixed block counters -> each block's smallest Exp(1) noise (block_min_e), and which
     of its slots holds it (the bottom NOISE_BLOCK_BITS)."""
-    return block_min_e(bits), np.bitwise_and(bits, U64_SLOT).astype(np.int64)
+    return block_min_e(bits), np.bitwise_and(bits, np.uint64(NOISE_BLOCK - 1)).astype(np.int64)
 
 
 def block_min_e(bits: np.ndarray) -> np.ndarray:
@@ -216,7 +198,7 @@ def block_noise_at(
 def block_bits(blocks: np.ndarray, block_offset: np.uint64 | np.ndarray) -> np.ndarray:
     """The mixed splitmix64 outputs block_noise_at draws its blocks' noise from
     (block_minima), broadcast as it does."""
-    return mixed(np.multiply(blocks.astype(np.uint64), U64_GOLDEN) + block_offset)
+    return mixed(np.multiply(blocks.astype(np.uint64), np.uint64(GOLDEN)) + block_offset)
 
 
 def every_block_bits(n_blocks: int, block_offsets: np.ndarray) -> np.ndarray:
@@ -229,40 +211,15 @@ def every_block_bits(n_blocks: int, block_offsets: np.ndarray) -> np.ndarray:
 def block_counters(n_blocks: int) -> np.ndarray:
     """[n_blocks] uint64 block * GOLDEN (mod 2**64), made once a vocabulary: what a position's
     block offset is added to (block_bits)."""
-    counters = np.multiply(all_ids(n_blocks).astype(np.uint64), U64_GOLDEN)
+    counters = np.multiply(all_ids(n_blocks).astype(np.uint64), np.uint64(GOLDEN))
     counters.flags.writeable = False
     return counters
 
 
 def row_noise_offsets(seed: int, position: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """[n] uint64 each: noise_offsets' token and block parts at positions position + i, read
-    from runs of OFFSET_RUN positions mixed at once (offset_run; read-only)."""
-    first = position - position % OFFSET_RUN
-    runs = [offset_run(seed, at) for at in range(first, position + n, OFFSET_RUN)]
-    skip = position - first
-    if len(runs) == 1:
-        return runs[0][0][skip : skip + n], runs[0][1][skip : skip + n]
-    tokens, blocks = (np.concatenate(part)[skip : skip + n] for part in zip(*runs))
-    return tokens, blocks
-
-
-# positions whose noise offsets are mixed at once: a step asks for its k + 1 in a row, and
-# mixing 5 of them as Python ints cost ~10 us (the Zen 5 EPYC), about a run's
-OFFSET_RUN = 64
-
-
-@lru_cache(maxsize=16)
-def offset_run(seed: int, first: int) -> tuple[np.ndarray, np.ndarray]:
-    """position_offsets of positions first .. first + OFFSET_RUN - 1 at seed, in uint64
-    arithmetic (wrapping mod 2**64, as the Python ints are masked): [OFFSET_RUN] each."""
-    keys = np.multiply(all_ids(OFFSET_RUN).astype(np.uint64), U64_GOLDEN)
-    keys += np.uint64((seed_key(seed) + (first + 1) * GOLDEN) & MASK64)
-    mixed(keys)
-    blocks = mixed(np.bitwise_xor(keys, np.uint64(BLOCK_SALT)))
-    keys += U64_GOLDEN
-    blocks += U64_GOLDEN
-    keys.flags.writeable = blocks.flags.writeable = False
-    return keys, blocks
+    """[n] uint64 each: noise_offsets' token and block parts at positions position + i."""
+    offsets = [noise_offsets(seed, at) for at in range(position, position + n)]
+    return np.array(offsets, dtype=np.uint64).reshape(n, 2).T
 
 
 def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:
@@ -290,10 +247,10 @@ def noise_at(
     x = np.empty(2 * m, np.uint64)  # counters (id + 1) * GOLDEN + key, then (block + 1) ...
     x[:m] = ids
     x[m:] = block_of(ids)
-    np.multiply(x, U64_GOLDEN, out=x)
+    np.multiply(x, np.uint64(GOLDEN), out=x)
     x[:m] += token_offset
     x[m:] += block_offset
-    holder = np.bitwise_and(mixed(x)[m:], U64_SLOT)
+    holder = np.bitwise_and(mixed(x)[m:], np.uint64(NOISE_BLOCK - 1))
     u = uniforms(x)
     np.log(u, out=u)  # log u_j of the tokens' own uniforms, then log U of their blocks'
     log_own, noise = u[:m], u[m:]

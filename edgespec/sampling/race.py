@@ -31,13 +31,6 @@ if TYPE_CHECKING:
 FRONT_REACH = 4.0  # a dense race's first reach, in races of its likeliest token (dense_race_front)
 
 
-def in_sorted(x: np.ndarray, ascending: np.ndarray) -> np.ndarray:
-    """Whether each of x is in `ascending` (np.isin's fixed cost was a fifth of a race)."""
-    at = np.searchsorted(ascending, x)
-    at[at == len(ascending)] = 0
-    return ascending[at] == x if len(ascending) else np.zeros(len(x), dtype=bool)
-
-
 # blocks whose smallest noise could win, past which their holders race first (race_front):
 # on real rows a few blocks pass; on a flat row (random weights, a high temperature) a large
 # share of them do, and hashing every token of them cost more than the whole vocabulary
@@ -92,11 +85,8 @@ def tokens_of_blocks(blocks: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
 
 def divide_races(noise: np.ndarray, probs: np.ndarray) -> np.ndarray:
     """E / p in float64, inf where p is 0 (or so small that E / p overflows): [m] each."""
-    out = np.full(len(noise), np.inf)
-    if probs.dtype != np.float64:  # float32 p >= 1e-45: no overflow, and no errstate's 1.3 us
-        return np.divide(noise, probs, out=out, where=probs > 0)
     with np.errstate(over="ignore"):  # a scaled row's weight of 1e-310
-        return np.divide(noise, probs, out=out, where=probs > 0)
+        return np.divide(noise, probs, out=np.full(len(noise), np.inf), where=probs > 0)
 
 
 RACE_FRONT = 256  # the likeliest tokens a large race runs first
@@ -258,7 +248,7 @@ def dense_race_front(
         w = dist.weights(more)
         more = more[(bound <= reach_s * w) & (bound > hashed_to * w)]
         if len(held):
-            more = more[~in_sorted(more, held)]
+            more = more[~np.isin(more, held)]
         j = np.concatenate([j, more])
         races = np.concatenate([races, race_of(dist, more, seed, position)])
         r = reach(races, places)
@@ -294,13 +284,13 @@ def sparse_race_front(
     held = np.empty(0, np.int64)
     if len(blocks) > HOLDERS_FIRST:
         held = np.sort(holder_entries(blocks, holder[blocks], ids, n))
-        held = held[~in_sorted(held, front)]
+        held = held[~np.isin(held, front)]
         held_races = divide_races(e_min[block_of(ids[held])], dist.weights(held))
         j, races = np.concatenate([j, held]), np.concatenate([races, held_races])
         blocks = blocks[e_min[blocks] <= reach(races, places) * p_b]
     more = tokens_of_blocks(blocks, ids, n)
     more = more[e_min[block_of(ids[more])] <= reach(races, places) * dist.weights(more)]
-    more = more[~in_sorted(more, front) & ~in_sorted(more, held)]
+    more = more[~np.isin(more, front) & ~np.isin(more, held)]
     j = np.concatenate([j, more])
     races = np.concatenate([races, race_of(dist, more, seed, position)])
     order = np.argsort(j)

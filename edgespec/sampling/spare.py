@@ -32,28 +32,6 @@ from edgespec.sampling.params import SamplingParams, check_scaled
 from edgespec.sampling.race import FRONT_REACH, divide_races, supports_race, z_rounding
 
 
-def true_at(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.nonzero of a 2-D mask (rows, columns of its True entries, row by row), found as
-    flat indices: numpy's 2-D nonzero took 35 us on 5 x 4,097 where this takes 4 (the
-    EPYC)."""
-    rows, columns = np.divmod(np.flatnonzero(mask), max(mask.shape[1], 1))
-    return rows, columns
-
-
-def float32_ceiling(x: np.ndarray) -> np.ndarray:
-    """The least float32 at or above each float64 of x: a float32 v >= x exactly where
-    v >= float32_ceiling(x), a compare that needs no float64 copy of v."""
-    y = x.astype(np.float32)
-    return np.where(y < x, np.nextafter(y, np.float32(np.inf)), y)
-
-
-def along_rows(a: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The index of entries at[i, j] of each row i of a 2-D array, for a[...] to read or
-    write: np.take_along_axis's on axis 1 without its per-call setup (5.0 -> 2.1 us a read
-    of [5, 41], the EPYC)."""
-    return np.arange(len(a))[:, None], at
-
-
 def row_ranges(row_of: np.ndarray, n: int) -> list[tuple[int, int]]:
     """[n] (start, end) of each row's entries in row_of (ascending row numbers; a row with
     none gets an empty range)."""
@@ -135,7 +113,7 @@ def spare_min_p_supports(
     temperature, n = np.float32(sp.temperature), values.shape[0]
     z_max = row_peaks(values, sp)
     low = (z_max.astype(np.float64) + math.log(sp.min_p) - 1e-3) * float(temperature)
-    row_of, j = true_at(values >= float32_ceiling(low)[:, None])  # values >= low, in float32
+    row_of, j = np.nonzero(values >= low[:, None])
     e = np.exp(np.divide(values[row_of, j], temperature, dtype=np.float32) - z_max[row_of])
     near = np.abs(e - np.float32(sp.min_p)) <= MIN_P_BAND * sp.min_p
     decided = (values.min(axis=1) < low) & (np.bincount(row_of[near], minlength=n) == 0)
@@ -182,7 +160,7 @@ def spare_gumbel_maxes(
         # in logits, widened for z's rounding
         floor = z_max[rows] + np.log(lowest[rows] / reach[rows]) - z_rounding(z_max[rows])
         low = floor.astype(np.float32) * temperature
-        at, j = true_at((values if len(rows) == n else values[rows]) >= low[:, None])
+        at, j = np.nonzero((values if len(rows) == n else values[rows]) >= low[:, None])
         row_of = rows[at]
         cand = ids[row_of, j].astype(np.int64)
         w = scaled_weights(values[row_of, j], temperature, z_max[row_of])
@@ -253,7 +231,7 @@ class SpareNuclei:
         self.check_usable(spare)
 
     def above_floors(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """Each row's columns at or above its floor (rows, columns, as true_at gives them): the
+        """Each row's columns at or above its floor (rows, columns, as np.nonzero gives them): the
         largest of NUCLEUS_FLOORS whose columns weigh top-p of the most the row can, widened
         for a float64 sum's rounding (so the mass before the first column under it, summed
         heaviest first, reaches the nucleus's edge too); None where a row has none (all its
@@ -262,7 +240,7 @@ class SpareNuclei:
         floors, rows = np.zeros(n, dtype=np.float32), np.arange(n)
         for floor in NUCLEUS_FLOORS:  # the next floor only for the rows the last one failed
             part = w if len(rows) == n else w[rows]
-            at, j = true_at(part >= np.float32(floor))
+            at, j = np.nonzero(part >= np.float32(floor))
             heavy = np.bincount(at, weights=part[at, j], minlength=len(rows))
             holds = heavy >= self.high[rows] * (1.0 + TOTAL_ROUNDING)
             if len(rows) == n and holds.all():  # the common case: found at the first floor
@@ -270,7 +248,7 @@ class SpareNuclei:
             floors[rows[holds]] = floor
             rows = rows[~holds]
             if not len(rows):
-                return true_at(w >= floors[:, None])
+                return np.nonzero(w >= floors[:, None])
         return None
 
     def order_heaviest(
@@ -338,7 +316,7 @@ class SpareNuclei:
         probabilities end to end."""
         n, width = self.w.shape
         decided = self.usable & (self.least == self.most)
-        row_of, j = true_at((np.arange(width) < self.most[:, None]) & decided[:, None])
+        row_of, j = np.nonzero((np.arange(width) < self.most[:, None]) & decided[:, None])
         ids, w = self.ids[row_of, j].astype(np.int64), self.w[row_of, j]
         order = np.lexsort((ids, row_of))
         row_of, ids, w = row_of[order], ids[order], w[order]
