@@ -28,8 +28,8 @@ import measure  # noqa: E402  (bench/gpu/measure.py: head_cost)
 
 from edgespec.backends import RuntimeOptions  # noqa: E402
 from edgespec.calibrate import measure_curve  # noqa: E402
-from edgespec.machine import device_description  # noqa: E402
 from edgespec.pair import open_pair  # noqa: E402
+from edgespec.plumbing.machine import device_description  # noqa: E402
 
 PROMPT = (
     "<|im_start|>user\nWrite a Python function that returns the n-th Fibonacci number, "

@@ -40,7 +40,7 @@ import numpy as np
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import Draft
 from edgespec.engine import SpeculativeDecoder
-from edgespec.hugepages import reexec_with_tunable
+from edgespec.plumbing.hugepages import reexec_with_tunable
 from edgespec.runtime import Runtime, VocabInfo
 from edgespec.runtimes.sampling_head import Columns, spare_columns, spare_rows
 from edgespec.sampling import SamplingParams, row_dists

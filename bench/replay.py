@@ -44,9 +44,9 @@ from edgespec.drafters.base import Drafter
 from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter
 from edgespec.engine import SpeculativeDecoder, Stats
-from edgespec.hugepages import reexec_with_tunable
 from edgespec.loader import DRAFT_CONFIDENCE, SpecOptions, make_policy
 from edgespec.pair import open_pair
+from edgespec.plumbing.hugepages import reexec_with_tunable
 from edgespec.runtime import Runtime, VocabInfo
 from edgespec.sampling import SamplingParams
 

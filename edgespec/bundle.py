@@ -18,8 +18,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgespec.errors import BundleError
-from edgespec.integrity import stamp_key, stamp_matches, write_stamp
-from edgespec.schema import Field, check_fields
+from edgespec.plumbing.integrity import stamp_key, stamp_matches, write_stamp
+from edgespec.plumbing.schema import Field, check_fields
 
 SCHEMA_VERSION = 1
 MANIFEST = "bundle.json"
@@ -30,7 +30,7 @@ FOLDER_FORMATS = ("onnx", "tensorrt")  # a model folder; tensorrt: the standard-
 # device metadata: policy.tensorrt.engines, checked by runtimes/tensorrt.py at load)
 
 
-# field types as read (edgespec/schema.py): a wrong type is named with its file, not met later
+# field types as read (plumbing/schema.py): a wrong type is named with its file, not met later
 BUNDLE_FIELDS = {
     "models": Field("list"),
     "tokenizer": Field("object", required=False, nullable=True),

@@ -24,10 +24,10 @@ from edgespec.backends import RuntimeOptions
 from edgespec.bundle import Bundle, folder_files
 from edgespec.controller import CostCurve
 from edgespec.errors import BundleError, EdgespecError
-from edgespec.machine import device_description
 from edgespec.pair import ModelPair, open_pair
-from edgespec.paths import edgespec_home, read_store, write_store
-from edgespec.progress import progress
+from edgespec.plumbing.machine import device_description
+from edgespec.plumbing.paths import edgespec_home, read_store, write_store
+from edgespec.plumbing.progress import progress
 from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime
 
 log = logging.getLogger(__name__)

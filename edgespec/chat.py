@@ -3,7 +3,7 @@
 chat_tokens is the one place a chat request becomes a prompt (run, bench, demo, server,
 scripts). The template comes from the model file, so it is untrusted code: the immutable
 sandbox lets it format strings and nothing else, within a budget of time, memory and output
-(edgespec/sandbox.py). The messages are untrusted text: special-token text written in a
+(edgespec/plumbing/sandbox.py). The messages are untrusted text: special-token text written in a
 message (`<|im_end|>`) stays text, so it cannot close a turn or open a system message.
 """
 
@@ -123,7 +123,7 @@ def render_chat(
         )
     from jinja2 import TemplateError
 
-    from edgespec.sandbox import Budget, TemplateLimitError, render_bounded, size_of
+    from edgespec.plumbing.sandbox import Budget, TemplateLimitError, render_bounded, size_of
 
     def raise_exception(message: str) -> None:
         raise EdgespecError(f"the chat template refused the messages: {message}")

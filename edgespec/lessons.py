@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.paths import edgespec_home, read_store, write_store
+from edgespec.plumbing.paths import edgespec_home, read_store, write_store
 
 log = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from edgespec.export.checkpoint import (
     read_json,
 )
 from edgespec.export.hf_to_gguf import StreamedTensor
-from edgespec.progress import progress
+from edgespec.plumbing.progress import progress
 from edgespec.runtimes.shared import HeadMismatchError
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from edgespec.export.checkpoint import (
     read_hf_checkpoint,
     special_id,
 )
-from edgespec.progress import progress
+from edgespec.plumbing.progress import progress
 
 log = logging.getLogger(__name__)
 BLOCK_BYTES = 64 << 20  # float32 rows read, cast and written at a time

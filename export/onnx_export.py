@@ -47,7 +47,7 @@ import numpy as np
 
 from edgespec.errors import ModelFileError
 from edgespec.export.checkpoint import Checkpoint, LazyTensors, Rows, read_checkpoint, special_id
-from edgespec.progress import progress
+from edgespec.plumbing.progress import progress
 from edgespec.quant.reference import ErrorSum, TensorError, error_summary
 from edgespec.runtimes.shared import check_logit_ranges
 

@@ -49,7 +49,7 @@ def export_bundle(opts: ExportOptions) -> Path:
         work_dir = new_staging(out)
         try:
             build_in(work_dir, build, opts)
-        finally:  # also on Ctrl-C and SIGTERM (edgespec/interrupts.py); SIGKILL: swept later
+        finally:  # also on Ctrl-C and SIGTERM (plumbing/interrupts.py); SIGKILL: swept later
             shutil.rmtree(work_dir, ignore_errors=True)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):

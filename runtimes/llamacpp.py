@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-import edgespec.interrupts as interrupts
+import edgespec.plumbing.interrupts as interrupts
 from edgespec.errors import ModelFileError
 from edgespec.runtime import K_MAX, Runtime, TopRows, VocabInfo, top_of
 from edgespec.runtimes.gguf_meta import check_gguf_metadata

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.plumbing.schema import Field, check_fields
 from edgespec.runtime import Runtime, VocabInfo
 from edgespec.runtimes.shared import check_logit_ranges, padding_text, token_text_hash
-from edgespec.schema import Field, check_fields
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def read_model_json(model_dir: Path) -> dict:
     return info
 
 
-# model.json as read: types and bounds before any size in it is used (edgespec/schema.py)
+# model.json as read: types and bounds before any size in it is used (edgespec/plumbing/schema.py)
 MODEL_JSON_FIELDS = {
     "n_vocab": Field("int", min=1, max=1 << 24),
     "n_layer": Field("int", min=1, max=4096),

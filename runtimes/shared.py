@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from edgespec.errors import ModelFileError
-from edgespec.hugepages import lazy_zeros
+from edgespec.plumbing.hugepages import lazy_zeros
 from edgespec.runtime import Runtime
 
 

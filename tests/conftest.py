@@ -12,7 +12,7 @@ def pytest_configure(config) -> None:
     `edgespec run` and benchmark would trust it."""
     import tempfile
 
-    from edgespec.paths import edgespec_home
+    from edgespec.plumbing.paths import edgespec_home
 
     models = edgespec_home() / "models"
     home = Path(tempfile.mkdtemp(prefix="edgespec-test-home-"))

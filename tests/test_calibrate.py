@@ -10,8 +10,8 @@ import pytest
 
 from edgespec import calibrate
 from edgespec.calibrate import cost_curve, tune_key
-from edgespec.machine import device_description
-from edgespec.paths import edgespec_home
+from edgespec.plumbing.machine import device_description
+from edgespec.plumbing.paths import edgespec_home
 
 pytest.importorskip("llama_cpp")
 

@@ -246,7 +246,7 @@ def test_a_full_disk_during_quantization_says_no_space_left(tiny_pair, tmp_path)
 @pytest.fixture
 def handlers():
     """interrupts.install() for one test; Python's handlers put back after it."""
-    from edgespec import interrupts
+    from edgespec.plumbing import interrupts
 
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     interrupts.install()

@@ -2,7 +2,7 @@
 code, and each of these once hung edgespec or took gigabytes. Each must end in one clear
 error, in bounded memory (the CLI runs under RLIMIT_AS) and without hanging.
 
-The budget (edgespec/sandbox.py): values and output up to 1 MiB + 8 x the messages'
+The budget (edgespec/plumbing/sandbox.py): values and output up to 1 MiB + 8 x the messages'
 characters, 1,000,000 + 1,000 x messages template lines, 64 nested macro calls, ranges of
 100,000 items, numbers of 1,024 bits.
 """

@@ -1,4 +1,4 @@
-"""Huge pages for the weights (edgespec/hugepages.py): when the `edgespec` command starts again
+"""Huge pages for the weights (plumbing/hugepages.py): when the `edgespec` command starts again
 with glibc's malloc tunable, what `doctor` says, and KV caches that stay small-paged."""
 
 import os
@@ -8,8 +8,16 @@ import sys
 import numpy as np
 import pytest
 
-from edgespec import hugepages
-from edgespec.hugepages import ENV_OFF, TUNABLE, lazy_zeros, named, thp_mode, why_not, with_tunable
+from edgespec.plumbing import hugepages
+from edgespec.plumbing.hugepages import (
+    ENV_OFF,
+    TUNABLE,
+    lazy_zeros,
+    named,
+    thp_mode,
+    why_not,
+    with_tunable,
+)
 
 GOOD = ((2, 36), "madvise")  # glibc, kernel mode where the tunable applies
 

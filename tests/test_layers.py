@@ -1,8 +1,9 @@
 """The package's layers: the core imports nothing from the application layer and reaches the
 back-ends only through the one opener (edgespec.backends); the back-ends import nothing from
-the exporter or the application layer; no module takes part in an import cycle; and nothing in
-the core or a back-end probes a runtime for a capability the Runtime protocol declares. Read
-from the source with ast (function-level imports too), so a lazy import cannot hide an edge."""
+the exporter or the application layer; the plumbing imports nothing of edgespec but its
+errors; no module takes part in an import cycle; and nothing in the core or a back-end probes
+a runtime for a capability the Runtime protocol declares. Read from the source with ast
+(function-level imports too), so a lazy import cannot hide an edge."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ BACKENDS = "edgespec.runtimes"
 EXPORT = "edgespec.export"
 OPENER = "edgespec.backends"  # the one core module that may import a back-end
 SERVER = "edgespec.server"  # the HTTP server: application code with a public import name
+PLUMBING = "edgespec.plumbing"  # the bottom layer: stores, signals, sandbox, huge pages
 
 
 def module_files() -> dict[str, Path]:
@@ -154,6 +156,18 @@ def test_back_ends_import_nothing_from_the_exporter_or_the_application_layer():
         if in_package(m, BACKENDS)
     }
     assert {m: deps for m, deps in reaching.items() if deps} == {}
+
+
+def test_the_plumbing_imports_nothing_of_edgespec_but_its_errors():
+    """What the core, the back-ends and the command stand on knows none of them."""
+    graph = import_graph()
+    reaching = {
+        m: sorted(d for d in deps if not in_package(d, PLUMBING) and d != "edgespec.errors")
+        for m, deps in graph.items()
+        if in_package(m, PLUMBING)
+    }
+    assert {m: deps for m, deps in reaching.items() if deps} == {}
+    assert {"edgespec.plumbing.paths", "edgespec.plumbing.schema"} <= set(graph)
 
 
 def runtime_members() -> set[str]:

@@ -1,6 +1,6 @@
-"""The machine's identity, read in one place (edgespec.machine)."""
+"""The machine's identity, read in one place (edgespec.plumbing.machine)."""
 
-from edgespec import machine
+from edgespec.plumbing import machine
 
 
 def test_the_cpu_model_and_flags_of_an_x86_and_an_arm_cpuinfo(tmp_path):

@@ -22,6 +22,7 @@ def test_wheel_installs_only_the_edgespec_package(tmp_path):
         "runtimes/llamacpp.py",
         "runtimes/shared.py",
         "runtime.py",
+        "plumbing/paths.py",
         "export/__init__.py",
         "quant/__init__.py",
         "bench_data/edit.jsonl",

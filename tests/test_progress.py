@@ -6,7 +6,7 @@ import io
 import sys
 
 from edgespec.calibrate import measure_curve
-from edgespec.progress import progress
+from edgespec.plumbing.progress import progress
 
 
 class Terminal(io.StringIO):

@@ -45,7 +45,7 @@ from edgespec.drafters import Draft, ModelDrafter
 from edgespec.drafters.base import Offer
 from edgespec.drafters.model import STEP_SHAPES, common_prefix_len
 from edgespec.engine import Result, SpeculativeDecoder
-from edgespec.machine import gpu_name
+from edgespec.plumbing.machine import gpu_name
 from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime, forward_top
 from edgespec.sampling import SamplingParams
 

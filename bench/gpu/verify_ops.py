@@ -34,7 +34,7 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from edgespec.app.bench_runs import machine_info, machine_line  # noqa: E402
-from edgespec.hugepages import reexec_with_tunable  # noqa: E402
+from edgespec.plumbing.hugepages import reexec_with_tunable  # noqa: E402
 
 PREFIX = 400  # tokens in the cache when passes are timed (a prompt and some output)
 # the vocabulary reductions (top outputs: export/onnx_export.py first_max): each in the table

@@ -44,7 +44,7 @@ from edgespec.backends import RuntimeOptions, declares_mtp_layers
 from edgespec.engine import Result, Stats
 from edgespec.errors import EdgespecError
 from edgespec.pair import ModelPair, open_pair
-from edgespec.progress import progress
+from edgespec.plumbing.progress import progress
 from edgespec.runtime import K_MAX
 from edgespec.sampling import SamplingParams
 

@@ -28,9 +28,9 @@ from edgespec.controller import AdaptivePolicy, FixedPolicy, Policy
 from edgespec.engine import Result, SpeculativeDecoder
 from edgespec.errors import EdgespecError
 from edgespec.loader import SpecOptions, build_decoder
-from edgespec.machine import cpu_model_and_flags
 from edgespec.pair import ModelPair
-from edgespec.progress import progress
+from edgespec.plumbing.machine import cpu_model_and_flags
+from edgespec.plumbing.progress import progress
 from edgespec.runtime import K_MAX, Runtime
 from edgespec.runtimes.threads import usable_cpus
 from edgespec.sampling import SamplingParams

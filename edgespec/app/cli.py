@@ -11,8 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import edgespec.interrupts as interrupts
-from edgespec import hugepages
+import edgespec.plumbing.interrupts as interrupts
 from edgespec.app.options import (
     DRAFT_HELP,
     HEAD_HELP,
@@ -26,11 +25,12 @@ from edgespec.app.options import (
     warn_context_cut,
 )
 from edgespec.errors import EdgespecError
+from edgespec.plumbing import hugepages
 
 log = logging.getLogger("edgespec")
 
 
-# commands that load a model: the process starts again with huge pages (edgespec/hugepages.py);
+# commands that load a model: the process starts again with huge pages (plumbing/hugepages.py);
 # export too, for its --tune (its peak memory measured alike: 630 and 627 MB, the demo pair)
 LOADS_MODELS = frozenset({"run", "tune", "bench", "demo", "serve", "doctor", "export"})
 PROMPT_FILE_MAX_BYTES = 16 << 20  # millions of tokens: more than any context holds

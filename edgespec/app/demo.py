@@ -18,7 +18,7 @@ from edgespec.calibrate import cost_curve
 from edgespec.controller import CostCurve, expected_tokens
 from edgespec.errors import EdgespecError
 from edgespec.pair import ModelPair, open_pair
-from edgespec.paths import edgespec_home
+from edgespec.plumbing.paths import edgespec_home
 from edgespec.runtime import K_MAX
 
 BACKENDS = ("auto", "llama", "onnx")

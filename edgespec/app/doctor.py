@@ -7,9 +7,9 @@ import importlib
 import os
 import platform
 
-from edgespec import hugepages
-from edgespec.machine import device_description
-from edgespec.paths import edgespec_home
+from edgespec.plumbing import hugepages
+from edgespec.plumbing.machine import device_description
+from edgespec.plumbing.paths import edgespec_home
 
 
 def module_version(name: str) -> str | None:
@@ -53,7 +53,7 @@ def llama_build_command(version: str | None, cuda: bool) -> str:
     """How this llama-cpp-python is rebuilt, for the GPU at hand where `cuda`, and on x86 for
     this CPU's vector extensions without AMX (GGML_NATIVE would add AMX kernels on a Xeon that
     has it: issue 45). deploy/jetson/install.sh does it on a Jetson."""
-    from edgespec.machine import cpu_model_and_flags
+    from edgespec.plumbing.machine import cpu_model_and_flags
     from edgespec.runtimes.llama_load_probe import llama_cpu_cmake_args
 
     gpu = "-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=native" if cuda else ""

@@ -22,8 +22,8 @@ from typing import Any
 
 from edgespec.bundle import sha256_file
 from edgespec.errors import EdgespecError
-from edgespec.integrity import stamp_key, stamp_matches, write_stamp
-from edgespec.paths import edgespec_home
+from edgespec.plumbing.integrity import stamp_key, stamp_matches, write_stamp
+from edgespec.plumbing.paths import edgespec_home
 
 log = logging.getLogger(__name__)
 
