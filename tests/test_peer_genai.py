@@ -44,7 +44,7 @@ def session(path: Path):
     of a session's own once the process runs the shared pool)."""
     import onnxruntime as ort
 
-    from edgespec.runtimes.onnxrt import configure_threads, default_pool
+    from edgespec.runtimes.onnx_threads import configure_threads, default_pool
 
     opts = ort.SessionOptions()
     configure_threads(opts, default_pool(), 1)

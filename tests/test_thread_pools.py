@@ -1,4 +1,4 @@
-"""What a session's threads do between passes: ONNX Runtime's pools (runtimes/onnxrt.py) and
+"""What a session's threads do between passes: ONNX Runtime's pools (runtimes/onnx_threads.py) and
 llama.cpp's OpenMP wait (runtimes/llamacpp.py). ONNX Runtime keeps one thread-pool mode per
 process, so the tests that open sessions each run in a fresh one."""
 
@@ -34,8 +34,8 @@ def test_onnx_sessions_get_the_default_pool(tmp_path, bounded, expected):
     folder = export_onnx(make_tiny_hf(tmp_path / "hf", arch="qwen2", seed=3), tmp_path / "onnx")
     code = (
         "import sys\n"
-        "from edgespec.runtimes import onnxrt\n"
-        f"onnxrt.spin_can_be_bounded = lambda: {bounded}\n"
+        "from edgespec.runtimes import onnx_threads, onnxrt\n"
+        f"onnx_threads.spin_can_be_bounded = lambda: {bounded}\n"
         "def entry(o, key):\n"
         "    try:\n"
         "        return o.get_session_config_entry(f'session.{key}')\n"
@@ -58,7 +58,7 @@ def test_bounded_spinning_lets_idle_workers_sleep():
     code = (
         "import statistics, time, numpy as np, onnxruntime as ort\n"
         "from onnx import helper, numpy_helper, TensorProto as T\n"
-        "from edgespec.runtimes.onnxrt import ThreadPool, configure_threads, default_pool\n"
+        "from edgespec.runtimes.onnx_threads import ThreadPool, configure_threads, default_pool\n"
         "w = numpy_helper.from_array(np.ones((1024, 4096), np.float32), 'w')\n"
         "x, y = (helper.make_tensor_value_info(n, T.FLOAT, [8, c]) for n, c in (('x', 1024),\n"
         "    ('y', 4096)))\n"
@@ -83,7 +83,7 @@ def test_bounded_spinning_lets_idle_workers_sleep():
 
 
 def test_thread_pools_refuse_what_they_cannot_do():
-    from edgespec.runtimes.onnxrt import ThreadPool
+    from edgespec.runtimes.onnx_threads import ThreadPool
 
     with pytest.raises(ValueError, match="the shared pool spins by ONNX Runtime's count"):
         ThreadPool(shared=True, spin_us=50)
@@ -99,13 +99,13 @@ def test_bounded_spinning_needs_onnxruntime_1_26(monkeypatch, version, shared):
     """Older ONNX Runtime takes the key and spins by its own count: two such pools took each
     other's cores, so there the shared pool stays."""
     ort = pytest.importorskip("onnxruntime")
-    from edgespec.runtimes import onnxrt
+    from edgespec.runtimes import onnx_threads
 
     monkeypatch.setattr(ort, "__version__", version)
-    monkeypatch.setattr(onnxrt, "_shared_pool_threads", None)
-    own = onnxrt.ThreadPool(spin_us=50)
-    assert onnxrt.default_pool() == (onnxrt.SHARED_POOL if shared else own)
-    status = onnxrt.thread_pool_status()
+    monkeypatch.setattr(onnx_threads, "_shared_pool_threads", None)
+    own = onnx_threads.ThreadPool(spin_us=50)
+    assert onnx_threads.default_pool() == (onnx_threads.SHARED_POOL if shared else own)
+    status = onnx_threads.thread_pool_status()
     assert status.startswith("one shared pool" if shared else "a pool per model"), status
 
 

@@ -41,7 +41,7 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
     if ort:
         import onnxruntime
 
-        from edgespec.runtimes.onnxrt import thread_pool_status
+        from edgespec.runtimes.onnx_threads import thread_pool_status
 
         rows.append(("onnxruntime providers", ", ".join(onnxruntime.get_available_providers())))
         rows.append(("onnxruntime threads", thread_pool_status()))
