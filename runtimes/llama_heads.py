@@ -1,4 +1,5 @@
-"""Trained draft heads on llama.cpp: an EAGLE-3 head beside a LlamaCppRuntime target.
+"""Trained draft heads on llama.cpp: an EAGLE-3 head or an MTP layer beside a LlamaCppRuntime
+target, and the target's side of them (HeadFeatures: the features its passes keep).
 
 What llama-cpp-python 0.3.36's Python bindings lack is bound here with ctypes, on the very
 library handle llama_cpp loaded (llama_cpp.llama_cpp._lib). The vendored llama.cpp declares
@@ -45,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ModelFileError
-from edgespec.runtimes.shared import check_head_arch, check_head_fit
+from edgespec.runtimes.llama_library import check_gguf_file, last_llama_error
+from edgespec.runtimes.shared import KeptFeatures, check_head_arch, check_head_fit, kept_rows
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +285,7 @@ class EagleHead(HeadContext):
         last_error: Callable[[], str | None] = lambda: None,
     ) -> None:
         """target: the LlamaCppRuntime (which checked path is a GGUF file); last_error: the
-        first error llama.cpp logged (llamacpp.last_llama_error)."""
+        first error llama.cpp logged (llama_library.last_llama_error)."""
         self.path = Path(path)
         lib = target.llama
         params = lib.llama_model_default_params()
@@ -383,3 +385,82 @@ class MtpHead(HeadContext):
     def close(self) -> None:
         super().close()
         self.model = None  # the target's, freed by it
+
+
+class HeadFeatures:
+    """Mixed into LlamaCppRuntime (whose __init__ sets these): the heads a target opens and
+    the features its passes keep for them."""
+
+    llama: Any  # the llama_cpp module
+    model: Any
+    ctx: Any
+    path: Path
+    n_ctx: int
+    n_embd: int
+    n_past: int
+    n_threads: int
+    min_width: int
+    mtp_layers: int
+    extracted: list[int]
+    kept_for: object
+    kept: KeptFeatures | None
+
+    def open_head(self, path: str):
+        """An EAGLE-3 head (EagleHead); this context keeps its layers' inputs."""
+        check_gguf_file(Path(path))
+        arch = model_metadata(self.llama, self.model, "general.architecture")
+        check_target_keeps_layer_inputs(arch, self.path.name, Path(path).name)
+        head = EagleHead(path, self, n_threads=self.n_threads, last_error=last_llama_error)
+        self.check_features_for(tuple(head.layers), Path(path).name)
+        for lid in head.layers:
+            ext(self.llama).set_embeddings_layer_inp(self.ctx, lid, True)  # type: ignore[attr-defined]
+        self.extracted = head.layers
+        self.kept = KeptFeatures(self.n_ctx + self.min_width, len(head.layers) * self.n_embd)
+        return head
+
+    def runnable_mtp_layers(self) -> int:
+        """The MTP layers this llama.cpp can draft with on this target (MTP_ARCHS)."""
+        if model_metadata(self.llama, self.model, "general.architecture") not in MTP_ARCHS:
+            return 0
+        return max(0, int(self.llama.llama_model_n_layer_nextn(self.model)))
+
+    def open_mtp(self):
+        """The target's first MTP layer (MtpHead); this context keeps
+        its final hidden state for every row of every pass."""
+        if not self.mtp_layers:
+            arch = model_metadata(self.llama, self.model, "general.architecture")
+            raise ModelFileError(
+                f"{self.path.name} carries no MTP layers this llama.cpp drafts with (a {arch!r} "
+                "model; MTP drafting runs on GLM-4.5, DeepSeek-V3 and the other "
+                "llama_heads.MTP_ARCHS with their nextn layers in the GGUF); drop --drafter mtp"
+            )
+        self.check_features_for("mtp", "its MTP layer")
+        head = MtpHead(self, n_threads=self.n_threads)
+        ext(self.llama).set_embeddings_nextn(self.ctx, True, False)  # type: ignore[attr-defined]
+        self.kept = KeptFeatures(self.n_ctx + self.min_width, self.n_embd)
+        return head
+
+    def check_features_for(self, features: object, head: str) -> None:
+        """Refuse a head that reads other features than an open one: each pass keeps one
+        kind (the same extract layers, or the final state for MTP)."""
+        if self.kept is not None and features != self.kept_for:
+            raise ModelFileError(
+                f"{head}: {self.path.name} already feeds a draft head that reads other hidden "
+                "states; open one kind of head on a target"
+            )
+        self.kept_for = features
+
+    def keep_states(self, n: int) -> None:
+        """The open head's features of the pass just run, at positions n_past..+n: the
+        extracted layers' inputs, or the final hidden state."""
+        assert self.kept is not None
+        lib, width = ext(self.llama), self.n_embd
+        if self.kept_for == "mtp":
+            ptr = lib.get_embeddings_nextn(self.ctx)  # type: ignore[attr-defined]
+            self.kept.write(self.n_past, rows(ptr, n, width))
+        for i, lid in enumerate(self.extracted):
+            ptr = lib.get_embeddings_layer_inp(self.ctx, lid)  # type: ignore[attr-defined]
+            self.kept.write(self.n_past, rows(ptr, n, width), column=i * width)
+
+    def features(self, start: int, end: int) -> np.ndarray:
+        return kept_rows(self.kept, start, end, self.n_past)

@@ -10,8 +10,7 @@ import collections
 import ctypes
 import logging
 import os
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,17 @@ import edgespec.plumbing.interrupts as interrupts
 from edgespec.errors import ModelFileError
 from edgespec.runtime import K_MAX, Runtime, TopRows, VocabInfo, top_of
 from edgespec.runtimes.gguf_meta import check_gguf_metadata
-from edgespec.runtimes.llama_heads import model_metadata
+from edgespec.runtimes.llama_heads import HeadFeatures
+from edgespec.runtimes.llama_library import (
+    check_gguf_file,
+    clear_llama_log,
+    import_llama_cpp,
+    init_backend,
+    last_llama_error,
+    load_progress,
+    one_graph_build,
+)
+from edgespec.runtimes.llama_vocab import LlamaVocabulary
 from edgespec.runtimes.sampling_head import (
     CANDIDATES,
     Columns,
@@ -33,89 +42,11 @@ from edgespec.runtimes.shared import (
     KeptFeatures,
     check_room,
     forward_in_chunks,
-    kept_rows,
-    token_text_hash,
 )
 from edgespec.runtimes.threads import LoadAwareThreads, default_threads
 from edgespec.sampling import BufferRows, PassRows, SamplingParams, row_dists
 
 log = logging.getLogger(__name__)
-
-GGUF_MAGIC = b"GGUF"
-VOCAB_TYPES = {0: "none", 1: "spm", 2: "bpe", 3: "wpm", 4: "ugm", 5: "rwkv", 6: "plamo2"}
-_recent_llama_log: collections.deque[str] = collections.deque(maxlen=20)
-_log_callback = None  # the ctypes callback; kept alive for as long as llama.cpp may call it
-_backend_ready = False
-# llama.cpp's CPU threads meet at an OpenMP barrier after every op; libgomp spins there up to
-# GOMP_SPINCOUNT iterations (300000 by default) before sleeping. Beside other work a spinning
-# thread holds a core its descheduled partner could move to. A number here is given to
-# libgomp as GOMP_SPINCOUNT when the user set neither it nor OMP_WAIT_POLICY; None keeps
-# libgomp's default. bench/load.py at commit f7269df measured the choice, quiet and loaded.
-GOMP_SPINCOUNT_DEFAULT: int | None = None
-
-
-def set_openmp_wait() -> None:
-    """Before llama.cpp (and with it libgomp, which reads these once) is loaded."""
-    if GOMP_SPINCOUNT_DEFAULT is None or "llama_cpp" in sys.modules:
-        return
-    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPINCOUNT_DEFAULT)
-
-
-def import_llama_cpp():
-    set_openmp_wait()
-    try:
-        import llama_cpp
-    except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ModelFileError(
-            "the llama.cpp back-end needs llama-cpp-python: pip install 'edgespec[llama]'"
-        ) from e
-    return llama_cpp
-
-
-def one_graph_build(system_info: bytes, environ: Mapping[str, str]) -> bool:
-    """Whether this llama.cpp build replays layers it offloads as one CUDA graph per context:
-    ggml-cuda built with graphs ("USE_GRAPHS = 1" among its features) and not turned off by
-    GGML_CUDA_DISABLE_GRAPHS."""
-    return b"USE_GRAPHS = 1" in system_info and "GGML_CUDA_DISABLE_GRAPHS" not in environ
-
-
-def init_backend() -> None:
-    """Once per process: route llama.cpp's log to Python logging and start its backend."""
-    global _backend_ready, _log_callback
-    if _backend_ready:
-        return
-    llama_cpp = import_llama_cpp()
-
-    @llama_cpp.llama_log_callback
-    def _on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-        try:
-            line = text.decode("utf-8", "replace").rstrip()
-            if line:
-                _recent_llama_log.append(line)
-                log.debug("llama.cpp: %s", line)
-        except KeyboardInterrupt:  # ctypes would drop it: raised when the call returns
-            interrupts.record()
-
-    _log_callback = _on_log  # keep a reference: llama.cpp holds only the C pointer
-    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
-    llama_cpp.llama_backend_init()
-    _backend_ready = True
-
-
-def check_gguf_file(path: Path) -> None:
-    """Refuse what llama.cpp would refuse, with a message that says what is wrong."""
-    if not path.exists():
-        raise ModelFileError(f"model file not found: {path}; check the path")
-    if not path.is_file():
-        raise ModelFileError(f"model path is not a file: {path}; give the .gguf file itself")
-    with path.open("rb") as f:
-        magic = f.read(4)
-    if magic != GGUF_MAGIC:
-        raise ModelFileError(
-            f"{path} is not a GGUF file (starts with {magic!r}, expected b'GGUF'); "
-            "convert it with `edgespec export` or download the .gguf file again"
-        )
 
 
 @dataclass(frozen=True)
@@ -185,7 +116,7 @@ class WideOdds:
         return True
 
 
-class LlamaCppRuntime(Runtime):
+class LlamaCppRuntime(LlamaVocabulary, HeadFeatures, Runtime):
     """The Runtime protocol over a GGUF file."""
 
     def __init__(
@@ -293,7 +224,7 @@ class LlamaCppRuntime(Runtime):
         params.load_mtp = mtp
         params.progress_callback = progress = load_progress(self.llama)
         params.use_extra_bufts = self.repack
-        _recent_llama_log.clear()
+        clear_llama_log()
         with interrupts.native_call():  # Ctrl-C stops the load (progress) and is raised here
             model = self.llama.llama_model_load_from_file(str(self.path).encode(), params)
         del progress
@@ -550,74 +481,6 @@ class LlamaCppRuntime(Runtime):
         if self.recurrent:
             self.snapshot_reach = min(n - 1, self.max_rollback or 0)
 
-    def open_head(self, path: str):
-        """An EAGLE-3 head (runtimes/llama_heads.py); this context keeps its layers' inputs."""
-        from edgespec.runtimes.llama_heads import EagleHead, check_target_keeps_layer_inputs, ext
-
-        check_gguf_file(Path(path))
-        arch = self.metadata("general.architecture")
-        check_target_keeps_layer_inputs(arch, self.path.name, Path(path).name)
-        head = EagleHead(path, self, n_threads=self.n_threads, last_error=last_llama_error)
-        self.check_features_for(tuple(head.layers), Path(path).name)
-        for lid in head.layers:
-            ext(self.llama).set_embeddings_layer_inp(self.ctx, lid, True)  # type: ignore[attr-defined]
-        self.extracted = head.layers
-        self.kept = KeptFeatures(self.n_ctx + self.min_width, len(head.layers) * self.n_embd)
-        return head
-
-    def runnable_mtp_layers(self) -> int:
-        """The MTP layers this llama.cpp can draft with on this target (llama_heads.MTP_ARCHS)."""
-        from edgespec.runtimes.llama_heads import MTP_ARCHS
-
-        if self.metadata("general.architecture") not in MTP_ARCHS:
-            return 0
-        return max(0, int(self.llama.llama_model_n_layer_nextn(self.model)))
-
-    def open_mtp(self):
-        """The target's first MTP layer (runtimes/llama_heads.py MtpHead); this context keeps
-        its final hidden state for every row of every pass."""
-        from edgespec.runtimes.llama_heads import MtpHead, ext
-
-        if not self.mtp_layers:
-            arch = self.metadata("general.architecture")
-            raise ModelFileError(
-                f"{self.path.name} carries no MTP layers this llama.cpp drafts with (a {arch!r} "
-                "model; MTP drafting runs on GLM-4.5, DeepSeek-V3 and the other "
-                "llama_heads.MTP_ARCHS with their nextn layers in the GGUF); drop --drafter mtp"
-            )
-        self.check_features_for("mtp", "its MTP layer")
-        head = MtpHead(self, n_threads=self.n_threads)
-        ext(self.llama).set_embeddings_nextn(self.ctx, True, False)  # type: ignore[attr-defined]
-        self.kept = KeptFeatures(self.n_ctx + self.min_width, self.n_embd)
-        return head
-
-    def check_features_for(self, features: object, head: str) -> None:
-        """Refuse a head that reads other features than an open one: each pass keeps one
-        kind (the same extract layers, or the final state for MTP)."""
-        if self.kept is not None and features != self.kept_for:
-            raise ModelFileError(
-                f"{head}: {self.path.name} already feeds a draft head that reads other hidden "
-                "states; open one kind of head on a target"
-            )
-        self.kept_for = features
-
-    def keep_states(self, n: int) -> None:
-        """The open head's features of the pass just run, at positions n_past..+n: the
-        extracted layers' inputs, or the final hidden state."""
-        from edgespec.runtimes.llama_heads import ext, rows
-
-        assert self.kept is not None
-        lib, width = ext(self.llama), self.n_embd
-        if self.kept_for == "mtp":
-            ptr = lib.get_embeddings_nextn(self.ctx)  # type: ignore[attr-defined]
-            self.kept.write(self.n_past, rows(ptr, n, width))
-        for i, lid in enumerate(self.extracted):
-            ptr = lib.get_embeddings_layer_inp(self.ctx, lid)  # type: ignore[attr-defined]
-            self.kept.write(self.n_past, rows(ptr, n, width), column=i * width)
-
-    def features(self, start: int, end: int) -> np.ndarray:
-        return kept_rows(self.kept, start, end, self.n_past)
-
     def choose_threads(self) -> None:
         """Threads for this pass (--exact: the same logits at any count; docs/exactness.md)."""
         n = self.thread_policy.now() if self.thread_policy else self.n_threads
@@ -699,97 +562,3 @@ class LlamaCppRuntime(Runtime):
         self.llama.llama_memory_clear(self.memory, True)
         self.n_past = 0
         self.marked_at = None
-
-    def tokenize(self, text: str, *, special: bool) -> list[int]:
-        data = text.encode("utf-8")
-        n_max = len(data) + 8
-        buf = (self.llama.llama_token * n_max)()
-        n = self.llama.llama_tokenize(self.vocab, data, len(data), buf, n_max, True, special)
-        if n < 0:
-            n_max = -n
-            buf = (self.llama.llama_token * n_max)()
-            n = self.llama.llama_tokenize(self.vocab, data, len(data), buf, n_max, True, special)
-        return list(buf[:n])
-
-    def detokenize(self, tokens: Sequence[int]) -> bytes:
-        return b"".join(self.piece(int(t)) for t in tokens)
-
-    def piece(self, token: int) -> bytes:
-        """The bytes a token stands for in generated text (control tokens render as nothing)."""
-        cached = self._pieces.get(token)
-        if cached is None:
-            buf = ctypes.create_string_buffer(64)
-            n = self.llama.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = self.llama.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
-            cached = self._pieces[token] = buf.raw[:n]
-        return cached
-
-    def token_text(self, token: int) -> bytes:
-        return self.llama.llama_vocab_get_text(self.vocab, token) or b""
-
-    def vocab_info(self) -> VocabInfo:
-        if self._vocab_info is None:
-            lib, v = self.llama, self.vocab
-            eog = {t for t in range(self.n_vocab) if lib.llama_vocab_is_eog(v, t)}
-            self._vocab_info = VocabInfo(
-                n_vocab=self.n_vocab,
-                vocab_type=VOCAB_TYPES.get(int(lib.llama_vocab_type(v)), "unknown"),
-                bos_id=self.declared_bos(),
-                eos_id=none_if_negative(lib.llama_vocab_eos(v)),
-                eog_ids=frozenset(eog),
-                token_text_hash=token_text_hash(self.token_text, self.n_vocab),
-            )
-        return self._vocab_info
-
-    def declared_bos(self) -> int | None:
-        """The GGUF's own BOS id. Where it names none, llama.cpp falls back to a fixed id (11
-        for GPT-2-style BPE) that no tokenizer file knows, so it is not reported: a checkpoint
-        exported to ONNX would otherwise seem to have a different vocabulary."""
-        if self.metadata("tokenizer.ggml.bos_token_id") is None:
-            return None
-        return none_if_negative(self.llama.llama_vocab_bos(self.vocab))
-
-    def chat_template(self) -> str | None:
-        raw = self.llama.llama_model_chat_template(self.model, None)
-        try:
-            return raw.decode("utf-8") if raw else None
-        except UnicodeDecodeError as e:
-            raise ModelFileError(
-                f"{self.path}: its chat template (tokenizer.chat_template) is not UTF-8 text "
-                f"(byte {e.start:,} is {raw[e.start : e.start + 1]!r}); use a model with a sound "
-                "template, or drop --chat and pass the prompt formatted as the model expects"
-            ) from None
-
-    def special_token_text(self, token: int | None) -> str:
-        return "" if token is None else self.token_text(token).decode("utf-8", "replace")
-
-    def metadata(self, key: str) -> str | None:
-        return model_metadata(self.llama, self.model, key)
-
-
-def load_progress(llama_cpp):
-    """llama.cpp's load progress callback: returning False aborts the load (on Ctrl-C)."""
-
-    @llama_cpp.llama_progress_callback
-    def on_progress(fraction: float, user_data: ctypes.c_void_p) -> bool:
-        try:
-            return not interrupts.stop_requested()
-        except KeyboardInterrupt:
-            interrupts.record()
-            return False
-
-    return on_progress
-
-
-def none_if_negative(token: int) -> int | None:
-    return int(token) if token >= 0 else None
-
-
-def last_llama_error() -> str | None:
-    """The first error llama.cpp logged since the log was cleared: the cause, not the echo."""
-    for line in _recent_llama_log:
-        if "error" in line.lower():
-            return line
-    return _recent_llama_log[-1] if _recent_llama_log else None

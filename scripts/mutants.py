@@ -1436,7 +1436,7 @@ MUTANTS = (
     ),
     Mutant(  # the target's final states kept one position early
         "mtp-final-state-kept-one-early",
-        "LlamaCppRuntime.keep_states",
+        "HeadFeatures.keep_states",
         "self.kept.write(self.n_past, rows(ptr, n, width))",
         "self.kept.write(max(0, self.n_past - 1), rows(ptr, n, width))",
         ("tests/test_mtp.py",),

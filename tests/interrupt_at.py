@@ -18,7 +18,7 @@ import signal
 import sys
 
 from edgespec.app.cli import main
-from edgespec.runtimes import llamacpp
+from edgespec.runtimes import llama_library, llamacpp
 
 SIGNAL = signal.SIGINT  # or SIGTERM: POINT:TERM
 
@@ -75,7 +75,7 @@ if __name__ == "__main__":
     point, _, name = point.partition(":")
     SIGNAL = signal.SIGTERM if name == "TERM" else signal.SIGINT
     if point == "load":
-        llamacpp._recent_llama_log = SignalAtLine("llama_model_loader: loaded meta data")
+        llama_library._recent_llama_log = SignalAtLine("llama_model_loader: loaded meta data")
     elif point == "decode":
         signal_in_decode(3)
     sys.exit(main(argv))

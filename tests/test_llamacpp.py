@@ -322,7 +322,7 @@ def test_a_cuda_build_with_graphs_keeps_one_graph_unless_they_are_turned_off():
     """ggml-cuda lists USE_GRAPHS among its features where it was built with CUDA graphs;
     GGML_CUDA_DISABLE_GRAPHS turns them off at run time. Feature strings as
     llama_print_system_info writes them."""
-    from edgespec.runtimes.llamacpp import one_graph_build
+    from edgespec.runtimes.llama_library import one_graph_build
 
     cuda = b"CUDA : ARCHS = 900 | USE_GRAPHS = 1 | PEER_MAX_BATCH_SIZE = 128 | CPU : AVX2 = 1 | "
     assert one_graph_build(cuda, {})

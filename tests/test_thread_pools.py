@@ -116,7 +116,7 @@ def test_bounded_spinning_needs_onnxruntime_1_26(monkeypatch, version, shared):
 def test_openmp_wait_default_yields_to_the_user(user_env, expected):
     pytest.importorskip("llama_cpp")
     code = (
-        "import os, edgespec.runtimes.llamacpp as m\n"
+        "import os, edgespec.runtimes.llama_library as m\n"
         "m.GOMP_SPINCOUNT_DEFAULT = 1234\n"
         "m.import_llama_cpp()\n"
         "print(os.environ.get('GOMP_SPINCOUNT'))\n"

@@ -652,7 +652,8 @@ def open_bundle(args: argparse.Namespace) -> tuple[Runtime, Runtime | None]:
 def open_model(path: Path, args: argparse.Namespace) -> Runtime:
     n_ctx = 1024
     if args.backend == "llama":
-        from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions, import_llama_cpp
+        from edgespec.runtimes.llama_library import import_llama_cpp
+        from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
 
         layers = -1 if args.device == "cuda" else 0  # -1: every layer
         if args.graphs == "off":  # read by ggml-cuda at its first graph, after this

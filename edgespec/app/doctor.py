@@ -68,7 +68,7 @@ def llama_build_command(version: str | None, cuda: bool) -> str:
 def llama_gpu_status(llama_cpp) -> str:
     """Whether this llama-cpp-python offloads to a GPU, and with CUDA graphs (one a context:
     a change of verify width costs a pass run uncaptured; docs/gpu.md)."""
-    from edgespec.runtimes.llamacpp import one_graph_build
+    from edgespec.runtimes.llama_library import one_graph_build
 
     if not llama_cpp.llama_supports_gpu_offload():
         return (
