@@ -3,11 +3,11 @@
 A CPU pass streams every weight once. ONNX Runtime's prepacked weights and llama.cpp's
 repacked ones live in anonymous memory, and with 4 KiB pages a pass walks the page tables
 for every 4 KiB of them. glibc 2.35+ asks the kernel for 2 MiB pages for its allocations under
-GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (f7269df:docs/benchmarks.md, on a Xeon: one-token passes 5-9%
-faster, decoding 2-5%; f7269df:bench/huge_pages.py). glibc reads tunables when a process starts, so
-the `edgespec` command re-executes itself once with the tunable added before it loads a
-model; a Python app sets it in the environment it starts Python with. EDGESPEC_HUGE_PAGES=0
-leaves a process as it is, and a GLIBC_TUNABLES that already names the tunable is kept as given.
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (one-token passes 5-9% faster on a CPU, decoding 2-5%:
+docs/decisions.md). glibc reads tunables when a process starts, so the `edgespec` command
+re-executes itself once with the tunable added before it loads a model; a Python app sets it
+in the environment it starts Python with. EDGESPEC_HUGE_PAGES=0 leaves a process as it is,
+and a GLIBC_TUNABLES that already names the tunable is kept as given.
 
 A KV cache is allocated for the whole context and filled a row at a time: in huge pages a
 short conversation would hold all of it resident, so its buffers ask for small pages
