@@ -25,7 +25,6 @@ from edgespec.sampling import (
     TokenDist,
     TopKRows,
     candidate_dist,
-    heaviest_columns,
     spare_gumbel_maxes,
     spare_min_p_dist,
     spare_min_p_supports,
@@ -114,10 +113,7 @@ def largest_first(values: np.ndarray, ids: np.ndarray) -> Candidates:
     """A device's columns ([rows, m] values and their ids, in any order: llama.cpp's top-k
     sampler gives them unsorted) sorted largest first (ties as given), as candidate_dist
     reads them; no log-sum-exp."""
-    if np.isnan(values).any():
-        order = np.argsort(-values, axis=1, kind="stable")
-    else:
-        order = heaviest_columns(values, values.shape[1])
+    order = np.argsort(-values, axis=1, kind="stable")
     values, ids = np.take_along_axis(values, order, 1), np.take_along_axis(ids, order, 1)
     return Candidates(values, ids, np.full(len(values), np.nan, dtype=np.float32))
 

@@ -25,7 +25,6 @@ from edgespec.sampling import (
     divide_races,
     exponential_noise,
     gumbel_max_rows,
-    heaviest_columns,
     holder_entries,
     min_p_support,
     noise_offsets,
@@ -759,24 +758,6 @@ def assert_supports_are_each_rows(nuclei: SpareNuclei, rows: np.ndarray, sp: Sam
             ids[at].tolist() == own.token_ids().tolist()
             and probs[at].tobytes() == own.probs.tobytes()
         )
-
-
-def test_the_heaviest_columns_are_a_stable_argsorts_first():
-    """heaviest_columns at widths 1 to all on rows full of ties: the width largest values,
-    largest first, in the stable argsort's order up to the last value above the width's
-    edge (ties there may be any of the tied)."""
-    rng = np.random.default_rng(20)
-    values = rng.standard_normal((4, 4_097)).astype(np.float32).round(1)
-    want = np.argsort(-values, axis=1, kind="stable")
-    for width in (1, 5, 64, 2_048, 4_097):
-        got = heaviest_columns(values, width)
-        assert got.shape == (4, width)
-        for row, order, own in zip(values, got, want):
-            assert row[order].tolist() == row[own[:width]].tolist()
-            above = np.count_nonzero(row[own[:width]] > row[own[width - 1]])
-            assert order[:above].tolist() == own[:above].tolist()
-        if width == 4_097:
-            assert got.tolist() == want.tolist()
 
 
 def test_the_spare_rules_read_the_columns_in_any_order():

@@ -4,7 +4,6 @@ for a verify pass (rows; spare: a row decided from its largest logits)."""
 
 from edgespec.sampling.dist import (
     TokenDist,
-    heaviest_columns,
     min_p_support,
     sample,
     token_dist,
@@ -75,7 +74,6 @@ __all__ = [
     "tokens_of_blocks",
     "upper_set",
     "TokenDist",
-    "heaviest_columns",
     "min_p_support",
     "sample",
     "token_dist",

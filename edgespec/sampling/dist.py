@@ -320,20 +320,6 @@ def heaviest_first(weights: np.ndarray, at: np.ndarray) -> np.ndarray:
     return at[np.argsort(-np.asarray(weights[at], dtype=np.float32), kind="stable")]
 
 
-def heaviest_columns(values: np.ndarray, width: int) -> np.ndarray:
-    """[n, width] indices of each row's width largest values (float32, no NaN: [n, m]),
-    largest first, ties by index: the first width of each row's stable argsort of -values
-    where no tie crosses the width's edge (else some of those tied). Below all m, a
-    partition first: only the width are sorted."""
-    n, m = values.shape
-    if width >= m:
-        at = np.broadcast_to(np.arange(m), (n, m))
-    else:
-        at = np.sort(np.argpartition(values, m - width, axis=1)[:, m - width :], axis=1)
-        values = np.take_along_axis(values, at, 1)  # in index order: ties stay by index
-    return np.take_along_axis(at, np.argsort(-values, axis=1, kind="stable"), 1)
-
-
 def nucleus(weights: np.ndarray, low: float, high: float, left_out: float) -> np.ndarray | None:
     """Indices (ascending) of the tokens top-p keeps among a row's candidates [n] (weights in
     id order), where the cut is the same at every limit from low to high (top_p times the

@@ -37,6 +37,7 @@ from edgespec.sampling.race import (
     divide_races,
     down_maxima,
     supports_race,
+    true_at,
     widened,
     z_rounding,
 )
@@ -214,7 +215,7 @@ def gumbel_max_rows(logits: np.ndarray, sp: SamplingParams, seed: int, position:
     reach_s = FRONT_REACH / w_max.max(axis=1)  # dense_race_front's first reach, places 1
     passing = e_min <= reach_s[:, None] * w_max
     tokens = np.full(n, -1, dtype=np.int64)
-    row_of, block = np.nonzero(passing)
+    row_of, block = true_at(passing)
     own = np.bincount(row_of, minlength=n) > BATCH_BLOCKS  # flat rows: their own races
     if own.any():
         row_of, block = row_of[~own[row_of]], block[~own[row_of]]
@@ -260,7 +261,7 @@ def min_p_columns(rows: np.ndarray, sp: SamplingParams) -> tuple[np.ndarray, np.
     block_max = block_maxima(rows)
     z_max = row_peaks(block_max, sp).astype(np.float64)
     cut = (z_max + math.log(sp.min_p) - 1e-3) * float(sp.temperature)
-    row_of, block = np.nonzero(block_max >= cut[:, None])
+    row_of, block = true_at(block_max >= cut[:, None])
     at, ids, values = tokens_reaching(rows, row_of, block, cut[row_of])
     counts = np.bincount(at, minlength=n)
     counts[counts >= RACE_FRONT_MIN] = 0
@@ -279,13 +280,13 @@ def tokens_reaching(
     rows: np.ndarray, row_of: np.ndarray, block: np.ndarray, floor: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The tokens of noise blocks (row_of, block: a row of rows [n, V] and one of its blocks,
-    as np.nonzero gives them) whose logit reaches that block's floor: their rows, ids and
+    as true_at gives them) whose logit reaches that block's floor: their rows, ids and
     logits, block by block."""
     width = rows.shape[1]
     slots = all_ids(min(NOISE_BLOCK, -(-width // NOISE_STRIDE)))  # those the vocabulary has
     cand = block_tokens(block[:, None], slots)  # [P, slots]
     logits = rows[row_of[:, None], np.minimum(cand, width - 1)]
-    pair, slot = np.nonzero((logits >= floor[:, None]) & (cand < width))
+    pair, slot = true_at((logits >= floor[:, None]) & (cand < width))
     return row_of[pair], cand[pair, slot], logits[pair, slot]
 
 
@@ -315,10 +316,10 @@ def top_k_rows(
     col_max = np.concatenate([down_maxima(rows, grid) / temperature, tail], axis=1)
     at = col_max.shape[1] - k
     t = np.partition(col_max, at, axis=1)[:, at]
-    row_of, cols = np.nonzero(col_max[:, :n_cols] >= t[:, None])
+    row_of, cols = true_at(col_max[:, :n_cols] >= t[:, None])
     block = grid[row_of, :, cols] / temperature  # [P, COLUMN_ROWS]
-    pair, r = np.nonzero(block >= t[row_of][:, None])
-    in_row, in_tail = np.nonzero(tail >= t[:, None])
+    pair, r = true_at(block >= t[row_of][:, None])
+    in_row, in_tail = true_at(tail >= t[:, None])
     row_of = np.concatenate([row_of[pair], in_row])
     ids = np.concatenate([r * n_cols + cols[pair], n + in_tail])
     z = np.concatenate([block[pair, r], tail[in_row, in_tail]])

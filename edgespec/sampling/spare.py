@@ -14,7 +14,6 @@ from edgespec.sampling.dist import (
     TOTAL_ROUNDING,
     TokenDist,
     cut_tail,
-    heaviest_columns,
     scaled_weights,
     sorted_mass,
     top_k_dist,
@@ -29,7 +28,7 @@ from edgespec.sampling.noise import (
     row_noise_offsets,
 )
 from edgespec.sampling.params import SamplingParams, check_scaled
-from edgespec.sampling.race import FRONT_REACH, divide_races, supports_race, z_rounding
+from edgespec.sampling.race import FRONT_REACH, divide_races, supports_race, true_at, z_rounding
 
 
 def row_ranges(row_of: np.ndarray, n: int) -> list[tuple[int, int]]:
@@ -113,7 +112,7 @@ def spare_min_p_supports(
     temperature, n = np.float32(sp.temperature), values.shape[0]
     z_max = row_peaks(values, sp)
     low = (z_max.astype(np.float64) + math.log(sp.min_p) - 1e-3) * float(temperature)
-    row_of, j = np.nonzero(values >= low[:, None])
+    row_of, j = true_at(values >= low[:, None])
     e = np.exp(np.divide(values[row_of, j], temperature, dtype=np.float32) - z_max[row_of])
     near = np.abs(e - np.float32(sp.min_p)) <= MIN_P_BAND * sp.min_p
     decided = (values.min(axis=1) < low) & (np.bincount(row_of[near], minlength=n) == 0)
@@ -160,7 +159,7 @@ def spare_gumbel_maxes(
         # in logits, widened for z's rounding
         floor = z_max[rows] + np.log(lowest[rows] / reach[rows]) - z_rounding(z_max[rows])
         low = floor.astype(np.float32) * temperature
-        at, j = np.nonzero((values if len(rows) == n else values[rows]) >= low[:, None])
+        at, j = true_at((values if len(rows) == n else values[rows]) >= low[:, None])
         row_of = rows[at]
         cand = ids[row_of, j].astype(np.int64)
         w = scaled_weights(values[row_of, j], temperature, z_max[row_of])
@@ -223,7 +222,7 @@ class SpareNuclei:
         self.sp = sp
         above = self.above_floors(w)
         if above is None:
-            order = heaviest_columns(values, columns)
+            order = np.argsort(-values, axis=1, kind="stable")
             self.lay_out(np.take_along_axis(ids, order, 1), np.take_along_axis(w, order, 1))
         else:
             self.order_heaviest(values, ids, w, *above)
@@ -231,7 +230,7 @@ class SpareNuclei:
         self.check_usable(spare)
 
     def above_floors(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """Each row's columns at or above its floor (rows, columns, as np.nonzero gives them): the
+        """Each row's columns at or above its floor (rows, columns, as true_at gives them): the
         largest of NUCLEUS_FLOORS whose columns weigh top-p of the most the row can, widened
         for a float64 sum's rounding (so the mass before the first column under it, summed
         heaviest first, reaches the nucleus's edge too); None where a row has none (all its
@@ -240,7 +239,7 @@ class SpareNuclei:
         floors, rows = np.zeros(n, dtype=np.float32), np.arange(n)
         for floor in NUCLEUS_FLOORS:  # the next floor only for the rows the last one failed
             part = w if len(rows) == n else w[rows]
-            at, j = np.nonzero(part >= np.float32(floor))
+            at, j = true_at(part >= np.float32(floor))
             heavy = np.bincount(at, weights=part[at, j], minlength=len(rows))
             holds = heavy >= self.high[rows] * (1.0 + TOTAL_ROUNDING)
             if len(rows) == n and holds.all():  # the common case: found at the first floor
@@ -248,14 +247,14 @@ class SpareNuclei:
             floors[rows[holds]] = floor
             rows = rows[~holds]
             if not len(rows):
-                return np.nonzero(w >= floors[:, None])
+                return true_at(w >= floors[:, None])
         return None
 
     def order_heaviest(
         self, values: np.ndarray, ids: np.ndarray, w: np.ndarray, row_of: np.ndarray, j: np.ndarray
     ) -> None:
         """Each row's columns at or above its floor (row_of, j), heaviest first (ties by
-        column, as heaviest_columns), laid out (lay_out). A weight floor is a logit floor (exp
+        column, as a stable argsort), laid out (lay_out). A weight floor is a logit floor (exp
         is monotone), so ties are all in or all out: the order is a prefix of the whole row's,
         and every column left out is lighter than every one kept."""
         order = np.lexsort((j, -values[row_of, j], row_of))
@@ -316,7 +315,7 @@ class SpareNuclei:
         probabilities end to end."""
         n, width = self.w.shape
         decided = self.usable & (self.least == self.most)
-        row_of, j = np.nonzero((np.arange(width) < self.most[:, None]) & decided[:, None])
+        row_of, j = true_at((np.arange(width) < self.most[:, None]) & decided[:, None])
         ids, w = self.ids[row_of, j].astype(np.int64), self.w[row_of, j]
         order = np.lexsort((ids, row_of))
         row_of, ids, w = row_of[order], ids[order], w[order]
