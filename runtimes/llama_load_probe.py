@@ -1,12 +1,12 @@
 """Does this llama-cpp-python load a model whatever the process imported before it?
 
-On the H100 and H200 machines (Intel Xeon hosts with AMX) the kit's CUDA build of
-llama-cpp-python, compiled with llama.cpp's native CPU flags and so with its AMX kernels, died
-with SIGSEGV inside llama_model_load_from_file whenever numpy was imported before llama_cpp,
-with every layer on the CPU too; llama_cpp first, or jinja2 first, loaded
-(bench/gpu/llama_load_check.py). Builds without AMX kernels load in every order on the CPUs at
-hand. A crash kills the process, so the load runs in a child: `edgespec doctor` asks it with
-numpy first, the tests in every order.
+On GPU hosts whose CPUs have AMX, the kit's CUDA build of llama-cpp-python, compiled with
+llama.cpp's native CPU flags and so with its AMX kernels, died with SIGSEGV inside
+llama_model_load_from_file whenever numpy was imported before llama_cpp, with every layer on
+the CPU too; llama_cpp first, or jinja2 first, loaded (bench/gpu/llama_load_check.py). Builds
+without AMX kernels load in every order on the CPUs at hand. A crash kills the process, so
+the load runs in a child: `edgespec doctor` asks it with numpy first, the tests in every
+order.
 
 The model is tiny (two layers of 64) with quantized matrices, Q4_0 in the first layer and
 Q8_0 elsewhere (the crashing file was Q8_0): the weights llama.cpp's CPU "extra buffer types"

@@ -169,7 +169,7 @@ class OnnxEagleHead:
 
     def step(self, n: int) -> HeadStep:
         """The decoder bound for n rows, kept for the few widths a proposal and a short
-        catch-up use: binding a pass afresh cost 57 of 110 us on a tiny head (the EPYC),
+        catch-up use: binding a pass afresh cost 57 of 110 us on a tiny head (a 2-core CPU),
         more than the run itself."""
         step = self.steps.get(n)
         if step is None:

@@ -53,10 +53,7 @@ log = logging.getLogger(__name__)
 
 NO_GRAPH = -1  # "gpu_graph_id" of an uncaptured run (captured_graph_id gives the others)
 MAX_GRAPH_WIDTH = MAX_VERIFY_WIDTH
-# last-row steps captured up to this width: a draft model's re-forward of its last proposal
-# and the bonus token. Uncaptured, that pass took 3.5 ms on an H200 against a captured
-# one-token pass's 1.7 (f7269df:docs/benchmarks.md, 2026-11-26); wider last-row steps are prefill
-# and catch-up chunks, whose widths seldom repeat
+# last-row steps captured up to this width: a draft's re-forward; wider ones seldom repeat
 LAST_ROW_GRAPH_WIDTH = 2
 CACHED_WIDTHS = 16  # steps up to this width keep their bindings between calls
 TOP_OUTPUTS = {"top_id": np.int64, "top_p": np.float32}  # [1, rows] each, beside the logits
@@ -127,9 +124,8 @@ class OnnxOptions:
     kernels take rows in pairs and the odd one out by another path). With min_width, what
     --exact sets (runtimes/__init__.py's EXACT_ONNX).
     sampling_head: reduce a sampled step's logits to each row's likeliest columns where
-    they are (runtimes/sampling_head.py). Off by default: on an H200 the head made a
-    sampled 5-row pass 8-9 ms dearer than copying its logits to the host (20.9 against
-    12.5 ms; f7269df:docs/benchmarks.md, 2026-11-26).
+    they are (runtimes/sampling_head.py). Off by default: on a GPU it cost more than copying
+    the logits to the host (docs/decisions.md).
     n_batch: the most tokens one pass takes (longer prompts are forwarded in chunks)."""
 
     cuda_graph: bool = True
@@ -371,8 +367,8 @@ class OnnxRuntime(ExportedModelFolder):
     def capture_graphs(self, shapes: Iterable[tuple[int, int]]) -> int:
         """Run once each step shape (width, rows returned) this session captures and has not
         run, at n_past, then roll back: a graph is captured on its first run, and a request
-        would otherwise pay each capture (on an H200 0.44 s for the first, about 80 ms a width
-        after). Returns how many were captured."""
+        would otherwise pay each capture (0.44 s for the first, about 80 ms a width after).
+        Returns how many were captured."""
         n_past = self.n_past
         todo = [
             (width, rows)

@@ -3,11 +3,10 @@ to use for the next pass, given the work other processes keep on this process's 
 
 Why the last: llama.cpp's threads meet at a barrier after every op, so beside one busy process
 on 2 cores, 2 threads keep only 18-31% of their quiet speed (one is descheduled, the other
-waits for it), while 1 thread keeps 40-61% (f7269df:docs/benchmarks.md and bench/load.py). So
-a pass runs with a thread fewer for each core other work holds, and with every thread again
-once the cores are free. Under --exact a token's logits do not depend on the count; with the default
-kernels they can from 512 cached tokens on, a near-tie effect like a change of pass width
-(docs/exactness.md).
+waits for it), while 1 thread keeps 40-61% (docs/decisions.md). So a pass runs with a thread
+fewer for each core other work holds, and with every thread again once the cores are free.
+Under --exact a token's logits do not depend on the count; with the default kernels they can
+from 512 cached tokens on, a near-tie effect like a change of pass width (docs/exactness.md).
 """
 
 from __future__ import annotations
@@ -161,7 +160,7 @@ def yields_to_us(pid: int, ours: tuple[str, str] | None) -> bool:
     """Whether a niced process's threads yield their cores to ours: only inside our own
     scheduling group. A niced loop started from another terminal gets its session's full
     share (where autogroup scheduling is on, as in many distributions' kernels), and beside
-    it two llama.cpp threads kept 2-8% of their speed (f7269df:docs/benchmarks.md). Where
+    it two llama.cpp threads kept 2-8% of their speed (docs/decisions.md). Where
     either group cannot be read, it is taken to compete: a thread fewer costs far less than
     a collapse."""
     return ours is not None and sched_group(pid) == ours
@@ -188,7 +187,7 @@ def others_running_competing(
     `limit` (the scan stops there): those at nice <= 0, and niced ones outside our scheduling
     group (yields_to_us). /proc/stat's procs_running counts niced ones of our own group too,
     which yield their core to us: beside such a loop, reading it after each prefill put
-    llama.cpp at one thread for the next pass (4 of 49 passes, f7269df:docs/benchmarks.md).
+    llama.cpp at one thread for the next pass (4 of 49 passes: docs/decisions.md).
     `running`: the (pid, nice) pairs to count instead of /proc's; `yields`: whether a
     niced pid yields (default: yields_to_us against this process's group)."""
     if yields is None:
