@@ -21,7 +21,7 @@ from edgespec.drafters.base import Draft, Drafter
 from edgespec.drafters.model import common_prefix_len
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.runtime import Runtime, TopRows, forward_dists, forward_top
-from edgespec.sampling import SamplingParams, TokenDist, request_params
+from edgespec.sampling import PassRows, SamplingParams, request_params
 from edgespec.textstream import TextStream
 from edgespec.verify import Verdict, verify_greedy, verify_gumbel, verify_stochastic
 
@@ -326,7 +326,7 @@ class SpeculativeDecoder:
         # greedy reads each row's argmax, sampling its likeliest columns: reduced on the
         # device where the runtime can
         if sp.greedy:
-            scored: TopRows | Callable[[int], TokenDist] = forward_top(self.target, rows)
+            scored: TopRows | PassRows = forward_top(self.target, rows)
         else:
             scored = forward_dists(self.target, rows, sp)
         t2 = self.clock()
@@ -385,7 +385,7 @@ class SpeculativeDecoder:
 
 def judge(
     draft: Draft,
-    scored: TopRows | Callable[[int], TokenDist],
+    scored: TopRows | PassRows,
     sp: SamplingParams,
     rng: np.random.Generator,
     position: int,

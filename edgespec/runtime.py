@@ -10,14 +10,14 @@ core reaches a back-end only through edgespec.backends.open_runtime.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from edgespec.errors import VocabularyMismatchError
-from edgespec.sampling import SamplingParams, TokenDist, row_dists
+from edgespec.sampling import PassRows, SamplingParams, row_dists
 
 # The longest draft any policy asks for. A verify pass forwards the last token and the draft,
 # so the widest pass a back-end must serve (and capture as a CUDA graph) is MAX_VERIFY_WIDTH.
@@ -119,7 +119,7 @@ class Runtime(Protocol):
 
     def forward_dists(
         self, tokens: Sequence[int], sp: SamplingParams, *, last_only: bool = False
-    ) -> Callable[[int], TokenDist]:
+    ) -> PassRows:
         """forward's rows as i -> TokenDist, reduced where they are; only where
         dists_on_device."""
         raise NotImplementedError(f"{type(self).__name__} has no sampling head")
@@ -206,7 +206,7 @@ def forward_dists(
     *,
     last_only: bool = False,
     width: int | None = None,
-) -> Callable[[int], TokenDist]:
+) -> PassRows:
     """Runtime.forward's rows, over their first `width` columns (None: all), as i -> the
     distribution row i's token is drawn from (sampling.token_dist), each computed when first
     asked for: where the rows are if the runtime has dists_on_device, else, or cut to `width`,

@@ -39,7 +39,7 @@ def verify_greedy(draft: np.ndarray, target_argmax: np.ndarray) -> Verdict:
 
 def verify_gumbel(
     draft: np.ndarray,  # [k] int32, drafted as argmax(log q + g) (or copied: prompt lookup)
-    p: Callable[[int], TokenDist],  # row i -> the target's p at draft position i (k+1 rows)
+    p: PassRows,  # row i -> the target's p at draft position i (k+1 rows)
     seed: int,
     position: int,  # where row 0's token goes in the whole sequence (prompt included)
 ) -> Verdict:
@@ -53,9 +53,9 @@ def verify_gumbel(
     a model draft with P(argmax(log p + g) = argmax(log q + g)) <= 1 - TV(p, q).
     """
     k = len(draft)
-    every = p.gumbel_maxes(seed, position) if isinstance(p, PassRows) else None
+    every = p.gumbel_maxes(seed, position)
     for i in range(k + 1):
-        y = int(every[i]) if every is not None else p(i).gumbel_max(seed, position + i)
+        y = int(every[i])
         if i == k or y != int(draft[i]):
             return Verdict(i, np.append(draft[:i], y).astype(np.int32))
     raise AssertionError("unreachable: row k always returns")

@@ -44,7 +44,7 @@ from edgespec.runtimes.shared import (
     forward_in_chunks,
 )
 from edgespec.runtimes.threads import LoadAwareThreads, default_threads
-from edgespec.sampling import BufferRows, PassRows, SamplingParams, row_dists
+from edgespec.sampling import PassRows, SamplingParams, row_dists
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ class LlamaCppRuntime(LlamaVocabulary, HeadFeatures, Runtime):
         sampling's spare rules decide the token, min-p's cut or top-p's nucleus). A row they
         cannot decide re-runs the pass for its logits. Without backend_sampling, or while
         WideOdds backs off wide passes, the rows are read in llama.cpp's logits buffer, not
-        a copy of it (BufferRows: forward's copy of 5 rows took 69 us on the EPYC, ~2% of a
+        a copy of it (row_dists given the buffer's validity: copying 5 rows costs ~2% of a
         GPU's verify pass). A catch-up longer than a pass takes the logits."""
         if not tokens or len(tokens) > self.n_batch:
             return row_dists(self.forward(tokens, last_only=last_only), sp)
@@ -343,10 +343,10 @@ class LlamaCppRuntime(LlamaVocabulary, HeadFeatures, Runtime):
         return spare_rows(found, read_row, self.n_vocab, sp)
 
     def buffer_rows(self, tokens: Sequence[int], last_only: bool, sp: SamplingParams) -> PassRows:
-        """Decode tokens (at most n_batch); their rows as BufferRows over llama.cpp's logits
+        """Decode tokens (at most n_batch); their rows as PassRows over llama.cpp's logits
         buffer, valid until the runtime's next pass."""
         logits, passes = self.decode_in_place(tokens, last_only), self.passes
-        return BufferRows(logits, sp, lambda: self.passes == passes)
+        return row_dists(logits, sp, lambda: self.passes == passes)
 
     def decode_in_place(self, tokens: Sequence[int], last_only: bool) -> np.ndarray:
         """Decode tokens (at most n_batch) without a sampler; their rows (the last, or all) in

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,7 @@ from edgespec.runtimes.shared import (
     zeroed_value,
 )
 from edgespec.runtimes.threads import default_threads
-from edgespec.sampling import SamplingParams, TokenDist
+from edgespec.sampling import PassRows, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ class OnnxRuntime(ExportedModelFolder):
 
     def forward_dists(
         self, tokens: Sequence[int], sp: SamplingParams, *, last_only: bool = False
-    ) -> Callable[[int], TokenDist]:
+    ) -> PassRows:
         """forward's rows as the distributions sampling draws from, from the candidates the
         sampling head reduces them to where they are (only where dists_on_device:
         edgespec.runtime.forward_dists decides); a row the candidates cannot decide copies

@@ -18,12 +18,10 @@ from typing import Any
 import numpy as np
 
 from edgespec.sampling import (
-    DecidedRows,
     PassRows,
     SamplingParams,
     SpareNuclei,
     TokenDist,
-    TopKRows,
     candidate_dist,
     spare_gumbel_maxes,
     spare_min_p_dist,
@@ -31,6 +29,7 @@ from edgespec.sampling import (
     supports_race,
     token_dist,
     top_k,
+    top_k_rows_of,
 )
 
 CANDIDATES = 128  # columns a row's distribution may draw from without its whole row (top-k <= this)
@@ -120,7 +119,7 @@ def largest_first(values: np.ndarray, ids: np.ndarray) -> Candidates:
 
 def head_dists(
     found: Candidates, read_row: Callable[[int], np.ndarray], n_columns: int, sp: SamplingParams
-) -> DecidedRows:
+) -> PassRows:
     """i -> row i's distribution (sampling.token_dist), from its candidates where they decide
     it (candidate_dist), else from read_row(i), the row's logits copied to the host."""
 
@@ -129,13 +128,13 @@ def head_dists(
         row = candidate_dist(found.values[i], found.ids[i], lse, n_columns, sp)
         return token_dist(read_row(i), sp) if row is None else row
 
-    return DecidedRows(len(found.values), dist)
+    return PassRows(len(found.values), dist)
 
 
 def top_k_of_candidates(
     found: Columns, read_row: Callable[[int], np.ndarray], sp: SamplingParams
-) -> TopKRows | None:
-    """Every row's top-k distribution at once (sampling.TopKRows), as token_dist gives each:
+) -> PassRows | None:
+    """Every row's top-k distribution at once (sampling.top_k_rows_of), as token_dist gives each:
     the top k of its m + 1 columns (in any order) by z = value / temperature, ties by the
     lowest id, or, for a row whose two smallest columns tie in z (the smallest is the
     spare: a token left out may tie with a kept one), or that holds a NaN, the top k of
@@ -154,7 +153,7 @@ def top_k_of_candidates(
     ids, z = np.take_along_axis(ids, by_id, 1), np.take_along_axis(z, by_id, 1)
     for i in np.flatnonzero(tied).tolist():
         ids[i], z[i] = top_k(np.asarray(read_row(i), dtype=np.float32), sp.top_k, temperature)
-    return TopKRows(ids, z, sp)
+    return top_k_rows_of(ids, z, sp)
 
 
 # the columns a row is cut to where top-k is off or above CANDIDATES (spare_columns): on the
@@ -187,57 +186,34 @@ def spare_rows(
     found: Columns, read_row: Callable[[int], np.ndarray], n_columns: int, sp: SamplingParams
 ) -> PassRows:
     """A step's rows from the columns spare_columns asked for (in any order, no
-    log-sum-exp): top-k's by top_k_of_candidates, the rest by SpareRows; a row they cannot
-    decide from its logits (read_row)."""
-    if sp.top_k == 0:
-        return SpareRows(found, read_row, n_columns, sp)
-    rows = top_k_of_candidates(found, read_row, sp)
-    return rows or head_dists(largest_first(found.values, found.ids), read_row, n_columns, sp)
+    log-sum-exp): top-k's by top_k_of_candidates; with top-k off, top-p's nuclei by
+    sampling.SpareNuclei, min-p's supports by sampling.spare_min_p_supports, temperature
+    alone's Gumbel-max tokens by sampling.spare_gumbel_maxes, all rows at once; a row they
+    cannot decide from its logits (read_row). Temperature alone's distribution itself (the
+    rejection sampler's p) is the row's: its logits."""
+    if sp.top_k:
+        rows = top_k_of_candidates(found, read_row, sp)
+        return rows or head_dists(largest_first(found.values, found.ids), read_row, n_columns, sp)
+    values, ids = found.values, found.ids
+    nuclei = SpareNuclei(values, ids, n_columns, sp) if sp.top_p < 1.0 else None
+    alone = nuclei is None and sp.min_p <= 0.0
 
-
-class SpareRows(DecidedRows):
-    """A step's rows with top-k off (temperature alone, min-p, top-p) from each row's m + 1
-    largest logits in any order, without log-sum-exp (llama.cpp's backend top-k sampler:
-    LlamaCppRuntime.forward_dists): top-p's nuclei by sampling.SpareNuclei, min-p rows by
-    sampling.spare_min_p_supports, temperature alone's Gumbel-max tokens by
-    sampling.spare_gumbel_maxes, all rows at once; a row they cannot decide from its logits
-    (read_row). Temperature alone's distribution itself (the rejection sampler's p) is the
-    row's: its logits."""
-
-    def __init__(
-        self,
-        found: Columns,
-        read_row: Callable[[int], np.ndarray],
-        n_columns: int,
-        sp: SamplingParams,
-    ) -> None:
-        super().__init__(len(found.values), self.row_dist)
-        self.found, self.read_row, self.n_columns, self.sp = found, read_row, n_columns, sp
-        self.alone = sp.min_p <= 0.0 and sp.top_p >= 1.0
-        nucleus = sp.top_p < 1.0
-        self.nuclei = SpareNuclei(found.values, found.ids, n_columns, sp) if nucleus else None
-
-    def row_dist(self, i: int) -> TokenDist:
-        if self.nuclei is not None:
-            dist = self.nuclei.dist(i)
-        elif self.alone:
-            dist = None  # the rejection sampler's p: the whole row
+    def dist(i: int) -> TokenDist:
+        if nuclei is not None:
+            row = nuclei.dist(i)
         else:
-            dist = spare_min_p_dist(self.found.values[i], self.found.ids[i], self.sp)
-        return token_dist(self.read_row(i), self.sp) if dist is None else dist
+            row = None if alone else spare_min_p_dist(values[i], ids[i], sp)
+        return token_dist(read_row(i), sp) if row is None else row
 
-    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
-        values, ids = self.found.values, self.found.ids
-        if self.nuclei is not None:
-            tokens = self.nuclei.gumbel_maxes(seed, position)
-        elif self.alone:
-            tokens = spare_gumbel_maxes(values, ids, self.n_columns, self.sp, seed, position)
-        else:
-            _, sizes, kept_ids, probs = spare_min_p_supports(values, ids, self.sp)
-            tokens = supports_race(kept_ids, probs, sizes, seed, position)
-        for i in np.flatnonzero(tokens < 0).tolist():
-            tokens[i] = self(i).gumbel_max(seed, position + i)
-        return tokens
+    def maxes(seed: int, position: int) -> np.ndarray:
+        if nuclei is not None:
+            return nuclei.gumbel_maxes(seed, position)
+        if alone:
+            return spare_gumbel_maxes(values, ids, n_columns, sp, seed, position)
+        _, sizes, kept_ids, probs = spare_min_p_supports(values, ids, sp)
+        return supports_race(kept_ids, probs, sizes, seed, position)
+
+    return PassRows(len(values), dist, maxes)
 
 
 class SamplingHead:

@@ -168,9 +168,9 @@ MUTANTS = (
     ),
     Mutant(
         "gumbel-same-noise-at-every-row",
-        "verify_gumbel",
-        "else p(i).gumbel_max(seed, position + i)",
-        "else p(i).gumbel_max(seed, position)",
+        "PassRows.gumbel_maxes",
+        "tokens[i] = self(i).gumbel_max(seed, position + i)",
+        "tokens[i] = self(i).gumbel_max(seed, position)",
         (VERIFY, ENGINE),
     ),
     Mutant(
@@ -197,7 +197,7 @@ MUTANTS = (
     Mutant(
         "noise-same-for-every-token",
         "noise_at",
-        "    np.multiply(x, U64_GOLDEN, out=x)\n    x[:m] += token_offset",
+        "    np.multiply(x, np.uint64(GOLDEN), out=x)\n    x[:m] += token_offset",
         "    np.multiply(x, 0, out=x)\n    x[:m] += token_offset",
         (SAMPLING, ENGINE),
     ),
@@ -266,7 +266,7 @@ MUTANTS = (
     ),
     Mutant(
         "race-skips-every-block",
-        "TokenDist.sparse_race_front",
+        "sparse_race_front",
         "blocks = np.flatnonzero(e_min <= reach(races, places) * p_b)",
         "blocks = np.flatnonzero(e_min < 0.0)",
         ("tests/test_sampling_fast.py",),
@@ -294,9 +294,9 @@ MUTANTS = (
     ),
     Mutant(  # every row of a step drawn with the first row's noise (its rows and supports)
         "rows-race-rows-share-one-position",
-        "offset_run",
-        "    keys = np.multiply(all_ids(OFFSET_RUN).astype(np.uint64), U64_GOLDEN)",
-        "    keys = np.zeros(OFFSET_RUN, dtype=np.uint64)",
+        "row_noise_offsets",
+        "for at in range(position, position + n)]",
+        "for at in [position] * n]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # a short request probed as a long one: its probes' losses unbounded
@@ -432,6 +432,20 @@ MUTANTS = (
         "        peak = len(w) - 1 - int(np.argmax(w[::-1]))",
         ("tests/test_sampling_fast.py",),
     ),
+    Mutant(  # top-p keeps the token whose mass before it reaches the cut: one too many
+        "top-p-nucleus-one-token-too-many",
+        "nucleus",
+        "    kept = int(np.count_nonzero(before < high))",
+        "    kept = int(np.count_nonzero(before <= high))",
+        ("tests/test_sampling_fast.py",),
+    ),
+    Mutant(  # top-p's heaviest first with ties by the highest id
+        "top-p-ties-highest-id",
+        "heaviest_first",
+        "return at[np.argsort(",
+        "at = at[::-1]\n    return at[np.argsort(",
+        ("tests/test_sampling_fast.py",),
+    ),
     Mutant(  # a row holding NaN raced as if the NaN were not there (fmax's blocks)
         "block-maxima-pass-nan-over",
         "block_maxima",
@@ -449,8 +463,8 @@ MUTANTS = (
     Mutant(  # min-p's rows at once gather the tokens half a nat above the cut only
         "min-p-rows-cut-too-high",
         "min_p_columns",
-        "    cut = float32_ceiling((z_max + math.log(sp.min_p) - 1e-3) * float(sp.temperature))",
-        "    cut = float32_ceiling((z_max + math.log(sp.min_p) + 0.5) * float(sp.temperature))",
+        "    cut = (z_max + math.log(sp.min_p) - 1e-3) * float(sp.temperature)",
+        "    cut = (z_max + math.log(sp.min_p) + 0.5) * float(sp.temperature)",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # a flat row left without columns (its peak) in min-p's rows at once
@@ -460,11 +474,11 @@ MUTANTS = (
         "    columns[flat] = columns[flat]",
         ("tests/test_sampling_fast.py",),
     ),
-    Mutant(  # a step whose positions cross a run of noise offsets reads the run's start
-        "noise-offsets-seam-from-the-start",
+    Mutant(  # a step's rows with the tokens' and the blocks' noise offsets swapped
+        "noise-offsets-token-and-block-swapped",
         "row_noise_offsets",
-        "    tokens, blocks = (np.concatenate(part)[skip : skip + n] for part in zip(*runs))",
-        "    tokens, blocks = (np.concatenate(part)[:n] for part in zip(*runs))",
+        "return np.array(offsets, dtype=np.uint64).reshape(n, 2).T",
+        "return np.array(offsets, dtype=np.uint64).reshape(n, 2).T[::-1]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-p's cut from the head alone, as if the tokens left out weighed nothing
@@ -495,11 +509,11 @@ MUTANTS = (
         "        top = np.flatnonzero(weights > np.partition(weights, n - m)[n - m])",
         ("tests/test_sampling_fast.py",),
     ),
-    Mutant(  # a long candidate set sorted lightest first
-        "heaviest-first-sorts-lightest-first",
-        "descending_order",
-        "    keys = (~ascending).astype(np.uint64) << np.uint64(32)",
-        "    keys = ascending.astype(np.uint64) << np.uint64(32)",
+    Mutant(  # a row's columns ordered lightest first where no floor holds its nucleus
+        "nucleus-columns-lightest-first",
+        "SpareNuclei.__init__",
+        'order = np.argsort(-values, axis=1, kind="stable")',
+        'order = np.argsort(values, axis=1, kind="stable")',
         ("tests/test_sampling_fast.py", BACKEND_SAMPLING),
     ),
     Mutant(  # the acceptance estimates' moving average back at 0.1
@@ -540,30 +554,30 @@ MUTANTS = (
     ),
     Mutant(  # a dense race looks into the likeliest token's block alone
         "dense-race-skips-other-blocks",
-        "TokenDist.dense_race_front",
+        "dense_race_front",
         "more = tokens_of_blocks(np.flatnonzero(e_min <= reach_s * w_max), all_ids(n), n)",
         "more = tokens_of_blocks(np.flatnonzero(w_max >= w_top), all_ids(n), n)",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # the per-token bound squared: tokens that can reach r left unhashed
         "dense-race-token-bound-too-tight",
-        "TokenDist.dense_race_front",
+        "dense_race_front",
         "more = more[(bound <= reach_s * w) & (bound > hashed_to * w)]",
         "more = more[(bound <= reach_s * w * w) & (bound > hashed_to * w)]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # the first reach taken as final though the races found lie beyond it
         "dense-race-reach-never-rises",
-        "TokenDist.dense_race_front",
-        "            if r <= reach_s:\n                break",
-        "            if True:\n                break",
+        "dense_race_front",
+        "        if r <= reach_s:\n            break",
+        "        if True:\n            break",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # holders raced twice: the runner-up is the winner's own copy
         "dense-race-holders-hashed-again",
-        "TokenDist.dense_race_front",
-        "                more = more[~in_sorted(more, held)]",
-        "                more = more[:]",
+        "dense_race_front",
+        "            more = more[~np.isin(more, held)]",
+        "            more = more[:]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # a vocabulary cut mid-row: its last partial row left out of the blocks' maxima
@@ -1233,7 +1247,7 @@ MUTANTS = (
     ),
     Mutant(
         "gumbel-margin-from-the-log-of-the-sum",
-        "TokenDist.gumbel_max_margin",
+        "gumbel_max_margin",
         "return token, float(np.log(second / first))",
         "return token, float(np.log(second + first))",
         ("tests/test_sampling.py", "tests/test_draft_confidence.py"),
@@ -1529,8 +1543,8 @@ MUTANTS = (
     Mutant(  # top-p's cut at once keeps the token whose mass before it reaches top_p exactly
         "top-k-rows-top-p-inclusive",
         "top_k_probs",
-        "keep[along_rows(keep, order)] = before < sp.top_p * total[:, None]",
-        "keep[along_rows(keep, order)] = before <= sp.top_p * total[:, None]",
+        "np.put_along_axis(keep, order, before < sp.top_p * total[:, None], 1)",
+        "np.put_along_axis(keep, order, before <= sp.top_p * total[:, None], 1)",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-p's order at once without ties by id: a tie at the cut keeps another token
@@ -1631,18 +1645,11 @@ MUTANTS = (
         "    z_max = np.divide(values[:, 0], np.float32(sp.temperature), dtype=np.float32)",
         ("tests/test_sampling_fast.py",),
     ),
-    Mutant(  # a partition's columns sorted without their column order: ties by chance
-        "heaviest-columns-ties-unordered",
-        "heaviest_columns",
-        "        at = np.sort(np.argpartition(values, m - width, axis=1)[:, m - width :], axis=1)",
-        "        at = np.argpartition(values, m - width, axis=1)[:, m - width :]",
-        ("tests/test_sampling_fast.py",),
-    ),
     Mutant(  # 2-D nonzero's columns counted by the mask's rows
         "true-at-divides-by-rows",
         "true_at",
-        "    rows, columns = np.divmod(np.flatnonzero(mask), max(mask.shape[1], 1))",
-        "    rows, columns = np.divmod(np.flatnonzero(mask), max(mask.shape[0], 1))",
+        "    return np.divmod(np.flatnonzero(mask), max(mask.shape[1], 1))",
+        "    return np.divmod(np.flatnonzero(mask), max(mask.shape[0], 1))",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-k's spare taken as the last column: llama.cpp's come in no order
@@ -1696,15 +1703,15 @@ MUTANTS = (
     ),
     Mutant(  # a row kept whole left in the buffer: the next pass overwrites a draft's q
         "buffer-rows-alone-not-copied",
-        "BufferRows.__call__",
-        "        return token_dist(np.array(row) if self.copy_first else row, self.sp)",
-        "        return token_dist(row, self.sp)",
+        "row_dists.dist",
+        "return token_dist(np.array(logits[i]) if copy_first else logits[i], sp)",
+        "return token_dist(logits[i], sp)",
         ("tests/test_llamacpp.py",),
     ),
     Mutant(  # rows read after the next pass: its logits, not the step's
         "buffer-rows-unguarded",
-        "BufferRows.check",
-        "        if not self.valid():\n",
+        "PassRows.check",
+        "        if self.valid is not None and not self.valid():\n",
         "        if False:\n",
         ("tests/test_llamacpp.py",),
     ),
@@ -1715,18 +1722,11 @@ MUTANTS = (
         "found.values[:, 0] < found.values[:, 1]",
         (BACKEND_SAMPLING,),
     ),
-    Mutant(  # -0.0 ranked below 0.0, where a stable argsort keeps them as given
-        "columns-signed-zero-split",
-        "descending_order",
-        "bits = (values + np.float32(0.0)).view(np.uint32)",
-        "bits = values.view(np.uint32)",
-        (BACKEND_SAMPLING,),
-    ),
-    Mutant(  # tied columns in reverse of their given order
-        "columns-ties-reversed",
-        "descending_order",
-        "keys |= np.arange(values.shape[-1], dtype=np.uint64)",
-        "keys |= np.arange(values.shape[-1], dtype=np.uint64)[::-1]",
+    Mutant(  # a device's columns largest first with ties reversed (an unstable order)
+        "columns-largest-first-ties-reversed",
+        "largest_first",
+        'order = np.argsort(-values, axis=1, kind="stable")',
+        'order = np.argsort(values, axis=1, kind="stable")[:, ::-1]',
         (BACKEND_SAMPLING,),
     ),
     Mutant(  # greedy rows copied out of llama.cpp's buffer before their argmax, as before

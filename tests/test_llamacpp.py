@@ -162,9 +162,10 @@ SAMPLED = [
 @pytest.mark.parametrize("sp", SAMPLED, ids=["T", "top-k", "top-p", "min-p"])
 def test_sampled_rows_are_read_in_llamas_buffer_as_from_a_copy_of_it(tiny_runtimes, reference, sp):
     """forward_dists without backend sampling reads each row where llama.cpp left the logits
-    (BufferRows): at every width, each row's support and probabilities are the bits
-    token_dist gives on forward's copy, and so is every row's Gumbel-max token, without a
-    copy of the pass (only a row kept whole, temperature alone's, is copied, one by one)."""
+    (row_dists, valid until the next pass): at every width, each row's support and
+    probabilities are the bits token_dist gives on forward's copy, and so is every row's
+    Gumbel-max token, without a copy of the pass (only a row kept whole, temperature
+    alone's, is copied, one by one)."""
     target, _ = tiny_runtimes
     tokens, _ = reference
     with counting_copies(target) as copies:
@@ -182,7 +183,7 @@ def test_sampled_rows_are_read_in_llamas_buffer_as_from_a_copy_of_it(tiny_runtim
 
 
 def test_a_row_read_in_llamas_buffer_is_refused_after_the_next_pass(tiny_runtimes, reference):
-    """BufferRows are valid until the runtime's next pass: a row asked for after it is an
+    """Rows read in the buffer are valid until the next pass: a row asked for after it is an
     error, not the next pass's logits; a row taken before it keeps its own (temperature
     alone's is copied: a draft's q outlives the pass)."""
     target, _ = tiny_runtimes

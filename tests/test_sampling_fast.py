@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgespec.errors import SamplingParamsError
-from edgespec.runtimes.sampling_head import Columns, SpareRows, top_k_of_candidates
+from edgespec.runtimes.sampling_head import Columns, spare_rows, top_k_of_candidates
 from edgespec.sampling import (
     COLUMN_ROWS,
     RACE_FRONT_MIN,
@@ -459,7 +459,9 @@ def test_every_rows_gumbel_max_at_once_is_each_rows_own(vocab):
             own = [token_dist(r, sp).gumbel_max(seed, position + i) for i, r in enumerate(rows)]
             assert gumbel_max_rows(rows, sp, seed, position).tolist() == own
             assert row_dists(rows, sp).gumbel_maxes(seed, position).tolist() == own
-    assert row_dists(rows[:, :16_000], sp).gumbel_maxes(3, 0) is None  # races whole
+    small = rows[:, :16_000]  # each row races whole
+    own = [token_dist(r, sp).gumbel_max(3, i) for i, r in enumerate(small)]
+    assert row_dists(small, sp).gumbel_maxes(3, 0).tolist() == own
 
 
 @pytest.mark.parametrize(
@@ -558,7 +560,7 @@ def test_every_rows_top_k_token_at_once_is_each_rows_own(vocab):
 
 
 def test_rows_top_k_probabilities_at_once_are_each_rows_top_k_dist_bit_for_bit():
-    """top_k_probs over a step's rows (TopKRows: the host's top k or the device's) gives each
+    """top_k_probs over a step's rows (top_k_rows_of: the host's top k or the device's) gives each
     row top_k_dist's probabilities, bit for bit, 0 where top-p or min-p cut: 300 random
     cases, k 1..1,024, with ties (half-integer z) at top-p's and min-p's edges; and where the
     mass before a token is top_p's limit exactly (four equal weights at top_p 0.5: two kept)."""
@@ -649,7 +651,7 @@ def test_min_p_rows_at_once_are_each_rows_own_and_race_to_its_own_token():
     """spare_min_p_supports over rows whose supports hold 1 to ~300 tokens (a float32 sum's
     rounding follows its length: each row is normalized alone), and a flat row it cannot
     decide: each decided row's ids and probabilities are token_dist's bit for bit, and
-    SpareRows races every row to token_dist's own Gumbel-max token (the flat one from its
+    spare_rows races every row to token_dist's own Gumbel-max token (the flat one from its
     logits), at 20 positions of two seeds."""
     rng = np.random.default_rng(15)
     rows = rng.standard_normal((6, 151_936)).astype(np.float32)
@@ -669,7 +671,7 @@ def test_min_p_rows_at_once_are_each_rows_own_and_race_to_its_own_token():
     found = Columns(values, ids)
     for seed in (3, 2**70 + 1):
         for position in range(0, 200, 10):
-            got = SpareRows(found, lambda i: rows[i], 151_936, sp).gumbel_maxes(seed, position)
+            got = spare_rows(found, lambda i: rows[i], 151_936, sp).gumbel_maxes(seed, position)
             own = [token_dist(r, sp).gumbel_max(seed, position + i) for i, r in enumerate(rows)]
             assert got.tolist() == own
 
@@ -680,7 +682,7 @@ def test_top_p_from_a_rows_largest_logits_is_token_dists_where_decided():
     (token_dist's ids and probabilities bit for bit) or, where the total's bounds straddle a
     token, their edge is not but their Gumbel race is (the winner is always kept and ahead
     by a margin). A cut through tied tokens (twenty at one logit) is left to the row's logits:
-    the lowest ids go first there. Every decided token, and every token SpareRows gives (the
+    the lowest ids go first there. Every decided token, and every token spare_rows gives (the
     flat and tied rows from their logits), is token_dist's own, at 20 positions of two seeds."""
     rng, other = np.random.default_rng(16), np.random.default_rng(17)
     rows = np.vstack([rng.standard_normal((6, 151_936)), other.standard_normal((1, 151_936))])
@@ -712,7 +714,7 @@ def test_top_p_from_a_rows_largest_logits_is_token_dists_where_decided():
         for position in range(0, 200, 10):
             own = [token_dist(r, sp).gumbel_max(seed, position + i) for i, r in enumerate(rows)]
             assert nuclei.gumbel_maxes(seed, position).tolist() == [-1, *own[1:6], -1]
-            got = SpareRows(found, lambda i: rows[i], 151_936, sp).gumbel_maxes(seed, position)
+            got = spare_rows(found, lambda i: rows[i], 151_936, sp).gumbel_maxes(seed, position)
             assert got.tolist() == own
 
 
@@ -792,7 +794,8 @@ def test_the_spare_rules_read_the_columns_in_any_order():
         assert top is not None and read == ([2 - first] if columns == 41 else [])
         got = [spare_gumbel_maxes(values, ids, 151_936, alone, 3, p) for p in range(0, 50, 10)]
         got += [*spare_min_p_supports(values, ids, min_p), *nuclei.supports, nuclei.usable]
-        return [x.tobytes() for x in (*got, top.ids, top.z)]
+        got += [top.gumbel_maxes(3, 0), *(top(i).ids for i in range(top.n))]
+        return [x.tobytes() for x in (*got, *(top(i).probs for i in range(top.n)))]
 
     for columns, first in ((4_097, 0), (4_097, 1), (41, 0)):
         assert outcomes(columns, "largest", first) == outcomes(columns, "smallest", first)

@@ -30,7 +30,7 @@ import pytest
 from edgespec.controller import FixedPolicy
 from edgespec.drafters import ModelDrafter, NgramDrafter
 from edgespec.engine import SpeculativeDecoder
-from edgespec.sampling import SamplingParams, candidate_dist, token_dist
+from edgespec.sampling import PassRows, SamplingParams, candidate_dist, token_dist
 from tests.fakes import FakeRuntime
 from tests.stats import assert_law
 from tests.test_engine import JOINT_PROMPT, exact_joint, joint_counts
@@ -207,7 +207,7 @@ class HeadRuntime(FakeRuntime):
         logits = self.forward(tokens, last_only=last_only)
         found = head_of(logits, sp.temperature, self.sampling_head)
         dist = head_dists(found, lambda i: self.read(logits, i), self.n_vocab, sp)
-        return lambda i: self.count(dist, i)
+        return PassRows(dist.n, lambda i: self.count(dist, i))
 
     def read(self, logits: np.ndarray, i: int) -> np.ndarray:
         self.ways["logits"] += 1

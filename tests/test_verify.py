@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from edgespec.sampling import TokenDist
+from edgespec.sampling import PassRows, TokenDist
 from edgespec.verify import residual, verify_greedy, verify_gumbel, verify_stochastic
 
 
@@ -145,7 +145,8 @@ def test_gumbel_follows_p_at_every_draft_position():
         draft = np.array(
             [TokenDist(None, q[i]).gumbel_max(seed, 40 + i) for i in range(K)], np.int32
         )
-        verdicts.append(verify_gumbel(draft, lambda i: TokenDist(None, p[i]), seed, 40))
+        rows = PassRows(K + 1, lambda i: TokenDist(None, p[i]))
+        verdicts.append(verify_gumbel(draft, rows, seed, 40))
     counts = tally_by_position(verdicts)
     assert counts[K].sum() > 300
     for i in range(K + 1):
@@ -156,7 +157,7 @@ def test_gumbel_emits_the_targets_own_token_at_every_position():
     """Accepted exactly while the draft equals the target's Gumbel-max token; the first
     mismatch emits the target's token; all equal: the bonus is the target's token at row k."""
     p, q = law_rows()
-    rows = lambda i: TokenDist(None, p[i])  # noqa: E731
+    rows = PassRows(K + 1, lambda i: TokenDist(None, p[i]))
     target = [rows(i).gumbel_max(7, 100 + i) for i in range(K + 1)]
     v = verify_gumbel(np.array(target[:K], np.int32), rows, 7, 100)
     assert (v.n_accepted, v.tokens.tolist()) == (K, target)
@@ -173,7 +174,7 @@ def test_a_drafter_that_is_the_target_is_always_accepted_under_gumbel():
     """p = q: both take the argmax of the same numbers, so every draft token is accepted
     (rejection sampling accepts it with probability sum(min(p, q)) = 1 too)."""
     p, _ = law_rows()
-    rows = lambda i: TokenDist(None, p[i])  # noqa: E731
+    rows = PassRows(K + 1, lambda i: TokenDist(None, p[i]))
     for seed in range(200):
         draft = np.array([rows(i).gumbel_max(seed, i) for i in range(K)], np.int32)
         assert verify_gumbel(draft, rows, seed, 0).n_accepted == K

@@ -34,13 +34,11 @@ from edgespec.sampling.race import (
     upper_set,
 )
 from edgespec.sampling.rows import (
-    BufferRows,
-    DecidedRows,
     PassRows,
-    TopKRows,
     gumbel_max_rows,
     row_dists,
     top_k_probs,
+    top_k_rows_of,
 )
 from edgespec.sampling.spare import (
     SpareNuclei,
@@ -85,11 +83,9 @@ __all__ = [
     "spare_gumbel_maxes",
     "spare_min_p_dist",
     "spare_min_p_supports",
-    "BufferRows",
-    "DecidedRows",
     "PassRows",
-    "TopKRows",
     "gumbel_max_rows",
     "row_dists",
+    "top_k_rows_of",
     "top_k_probs",
 ]

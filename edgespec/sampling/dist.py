@@ -21,7 +21,7 @@ from edgespec.sampling.race import COLUMN_ROWS, gumbel_max, gumbel_max_margin, u
 
 def keeps_row(sp: SamplingParams, n_columns: int) -> bool:
     """Whether token_dist keeps the row itself (temperature alone: ScaledRow), not a support
-    drawn from it: a row read in a back-end's buffer is then copied first (BufferRows)."""
+    drawn from it: a row read in a back-end's buffer is then copied first (row_dists)."""
     return not 0 < sp.top_k < n_columns and sp.top_p >= 1.0 and sp.min_p <= 0.0
 
 
@@ -376,6 +376,9 @@ def top_p_head(
     left_out = math.exp(slack - TOP_P_HEAD_NATS)  # the most a token left out can weigh
     head = float(w.sum(dtype=np.float64))
     high = top_p * (head + (len(row) - len(ids)) * left_out) * (1.0 + TOTAL_ROUNDING)
+    if high <= 1.0:  # the peak (weight 1) reaches top-p of any total: nucleus's answer, unsorted
+        peak = int(np.argmax(w))  # ties: the lowest id (docs/decisions.md: its cost)
+        return ids[peak : peak + 1], w[peak : peak + 1]
     kept = nucleus(w, top_p * head * (1.0 - TOTAL_ROUNDING), high, left_out)
     if kept is None and len(ids) < len(row):  # the tail's mass may move the cut
         limit = top_p * float(dense_exp(row, temperature, float(z_max)).sum(dtype=np.float64))

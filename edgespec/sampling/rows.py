@@ -48,63 +48,79 @@ from edgespec.sampling.spare import (
 )
 
 
-def row_dists(logits: np.ndarray, sp: SamplingParams) -> RowDists:
-    """[n, V] logits -> (i -> token_dist(logits[i], sp)), computed only when asked for."""
-    return RowDists(logits, sp)
-
-
 class PassRows:
-    """A verify pass's rows as the distributions their tokens are drawn from (i -> row i's
-    TokenDist), and every row's Gumbel-max token at once where one call for all rows costs
-    less than one a row (verify_gumbel asks gumbel_maxes first)."""
+    """A verify pass's rows, as every back-end hands them over: i -> row i's TokenDist
+    (`dist`, each computed once), and every row's Gumbel-max token at once (gumbel_maxes).
+    `maxes` gives those tokens from what the pass kept (-1 for a row it cannot decide, which
+    races its own TokenDist); None, or a maxes giving None: the rows' supports race at once.
+    `valid`: whether the rows can still be read (a back-end's own buffer, until its next
+    pass)."""
 
-    def __call__(self, i: int) -> TokenDist:
-        raise NotImplementedError
-
-    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
-        """[n] row i's gumbel_max(seed, position + i), every row at once; None: row by row."""
-        return None
-
-
-class DecidedRows(PassRows):
-    """n rows whose distributions `dist` gives, each computed once: a device's candidates
-    (runtimes/sampling_head.py), the row's logits where they cannot decide it. Their supports
-    race in one hash call (gumbel_max_supports)."""
-
-    def __init__(self, n: int, dist: Callable[[int], TokenDist]) -> None:
-        self.n, self.dist = n, dist
+    def __init__(
+        self,
+        n: int,
+        dist: Callable[[int], TokenDist],
+        maxes: Callable[[int, int], np.ndarray | None] | None = None,
+        valid: Callable[[], bool] | None = None,
+    ) -> None:
+        self.n, self.dist, self.maxes, self.valid = n, dist, maxes, valid
         self.known: dict[int, TokenDist] = {}
 
     def __call__(self, i: int) -> TokenDist:
+        self.check()
         if i not in self.known:
             self.known[i] = self.dist(i)
         return self.known[i]
 
-    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
-        return gumbel_max_supports([self(i) for i in range(self.n)], seed, position)
+    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray:
+        """[n] row i's gumbel_max(seed, position + i), every row at once."""
+        self.check()
+        tokens = None if self.maxes is None else self.maxes(seed, position)
+        if tokens is None:
+            return gumbel_max_supports([self(i) for i in range(self.n)], seed, position)
+        for i in np.flatnonzero(tokens < 0).tolist():
+            tokens[i] = self(i).gumbel_max(seed, position + i)
+        return tokens
+
+    def check(self) -> None:
+        if self.valid is not None and not self.valid():
+            raise RuntimeError("a step's rows were read after the runtime's next pass")
 
 
-class TopKRows(PassRows):
+def row_dists(
+    logits: np.ndarray, sp: SamplingParams, valid: Callable[[], bool] | None = None
+) -> PassRows:
+    """[n, V] logits -> their PassRows: row i's token_dist when asked for, and every row's
+    Gumbel-max token at once (logits_maxes). Logits read in a back-end's buffer (valid given)
+    that token_dist keeps whole (temperature alone) are copied first: a draft's q outlives
+    the pass."""
+    copy_first = valid is not None and keeps_row(sp, logits.shape[-1])
+
+    def dist(i: int) -> TokenDist:
+        return token_dist(np.array(logits[i]) if copy_first else logits[i], sp)
+
+    def maxes(seed: int, position: int) -> np.ndarray | None:
+        return logits_maxes(logits, sp, seed, position)
+
+    return PassRows(len(logits), dist, maxes, valid)
+
+
+def top_k_rows_of(ids: np.ndarray, z: np.ndarray, sp: SamplingParams) -> PassRows:
     """A step's rows under top-k, as their top k tokens: ids [n, k] ascending in each row and
     their z = logit / temperature (top_k_rows on the host, or the device's columns: llama.cpp's
     backend sampler). Row i is top_k_dist(ids[i], z[i], sp); their Gumbel-max tokens race in
-    one call for all rows, each row's arithmetic as top_k_dist's, bit for bit (a k = 4 step
-    built five TokenDists, ~60 numpy calls a row)."""
+    one call for all rows, each row's arithmetic as top_k_dist's, bit for bit (top_k_probs)."""
 
-    def __init__(self, ids: np.ndarray, z: np.ndarray, sp: SamplingParams) -> None:
-        self.ids, self.z, self.sp = ids, z, sp
-
-    def __call__(self, i: int) -> TokenDist:
-        return top_k_dist(self.ids[i], self.z[i], self.sp)
-
-    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
-        n, k = self.ids.shape
-        probs = top_k_probs(self.z, self.sp)  # 0 where top-p or min-p cut: it races at inf
+    def maxes(seed: int, position: int) -> np.ndarray:
+        n, k = ids.shape
+        probs = top_k_probs(z, sp)  # 0 where top-p or min-p cut: it races at inf
         token_offsets, block_offsets = row_noise_offsets(seed, position, n)
         row_of = np.repeat(np.arange(n), k)
-        noise = noise_at(self.ids.ravel(), token_offsets[row_of], block_offsets[row_of])
+        noise = noise_at(ids.ravel(), token_offsets[row_of], block_offsets[row_of])
         races = divide_races(noise, probs.ravel()).reshape(n, k)
-        return self.ids[np.arange(n), races.argmin(axis=1)]  # ties: the lowest id
+        return ids[np.arange(n), races.argmin(axis=1)]  # ties: the lowest id
+
+    return PassRows(len(ids), lambda i: top_k_dist(ids[i], z[i], sp), maxes)
 
 
 def top_k_probs(z: np.ndarray, sp: SamplingParams) -> np.ndarray:
@@ -130,64 +146,28 @@ def top_k_probs(z: np.ndarray, sp: SamplingParams) -> np.ndarray:
     return (weights / weights.sum(axis=1, keepdims=True)).astype(np.float32)
 
 
-class RowDists(PassRows):
-    """A verify pass's logits as the distributions their tokens are drawn from: row i's
-    token_dist when asked for it, and under temperature alone every row's Gumbel-max token at
-    once (gumbel_maxes)."""
-
-    def __init__(self, logits: np.ndarray, sp: SamplingParams) -> None:
-        self.logits, self.sp = logits, sp
-
-    def __call__(self, i: int) -> TokenDist:
-        return token_dist(self.logits[i], self.sp)
-
-    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
-        """[n] row i's token_dist(...).gumbel_max(seed, position + i), every row at once:
-        under temperature alone in one pass over the rows (gumbel_max_rows, a large
-        vocabulary), else the small supports in one race (gumbel_max_supports); None for
-        temperature alone on a small vocabulary (each row races its own)."""
-        sp, width = self.sp, self.logits.shape[-1]
-        if sp.greedy:
-            return None
-        if 0 < sp.top_k <= TOP_K_ROWS and sp.top_k < width:  # each support k tokens or fewer
-            rows = np.asarray(self.logits, dtype=np.float32)
-            ids, z = zip(*top_k_rows(rows, sp.top_k, np.float32(sp.temperature)))
-            return TopKRows(np.stack(ids), np.stack(z), sp).gumbel_maxes(seed, position)
-        if sp.top_k == 0 and sp.top_p >= 1.0 and sp.min_p > 0.0 and width >= RACE_FRONT_MIN:
-            return min_p_rows(np.asarray(self.logits, dtype=np.float32), sp, seed, position)
-        if sp.top_k > 0 or sp.top_p < 1.0 or sp.min_p > 0.0:
-            dists = [self(i) for i in range(len(self.logits))]
-            return gumbel_max_supports(dists, seed, position)
-        if width < RACE_FRONT_MIN:
-            return None
-        return gumbel_max_rows(self.logits, sp, seed, position)
+def logits_maxes(
+    logits: np.ndarray, sp: SamplingParams, seed: int, position: int
+) -> np.ndarray | None:
+    """[n] row i's token_dist(...).gumbel_max(seed, position + i), every row at once: under
+    top-k the rows' top k (top_k_rows), under min-p alone min_p_rows, under temperature alone
+    one pass over the rows (gumbel_max_rows); -1 each for temperature alone on a small
+    vocabulary (each row races its own); None otherwise (the supports race at once)."""
+    width = logits.shape[-1]
+    if 0 < sp.top_k <= TOP_K_ROWS and sp.top_k < width:  # each support k tokens or fewer
+        rows = np.asarray(logits, dtype=np.float32)
+        ids, z = zip(*top_k_rows(rows, sp.top_k, np.float32(sp.temperature)))
+        return top_k_rows_of(np.stack(ids), np.stack(z), sp).gumbel_maxes(seed, position)
+    if sp.top_k == 0 and sp.top_p >= 1.0 and sp.min_p > 0.0 and width >= RACE_FRONT_MIN:
+        return min_p_rows(np.asarray(logits, dtype=np.float32), sp, seed, position)
+    if not keeps_row(sp, width):
+        return None
+    if width < RACE_FRONT_MIN:
+        return np.full(len(logits), -1, dtype=np.int64)
+    return gumbel_max_rows(logits, sp, seed, position)
 
 
-class BufferRows(RowDists):
-    """RowDists of a pass's logits read in a back-end's own buffer (llama.cpp's), not a copy
-    of it: valid() while the buffer still holds them, and asked for after that, an error. A
-    row token_dist keeps whole (temperature alone) is copied first, as a draft's q outlives
-    the pass; every other distribution is drawn from the row at once."""
-
-    def __init__(self, logits: np.ndarray, sp: SamplingParams, valid: Callable[[], bool]) -> None:
-        super().__init__(logits, sp)
-        self.valid, self.copy_first = valid, keeps_row(sp, logits.shape[-1])
-
-    def __call__(self, i: int) -> TokenDist:
-        self.check()
-        row = self.logits[i]
-        return token_dist(np.array(row) if self.copy_first else row, self.sp)
-
-    def gumbel_maxes(self, seed: int, position: int) -> np.ndarray | None:
-        self.check()
-        return super().gumbel_maxes(seed, position)
-
-    def check(self) -> None:
-        if not self.valid():
-            raise RuntimeError("a step's rows were read after the runtime's next pass")
-
-
-# the largest top-k whose rows RowDists races at once (their supports race whole)
+# the largest top-k whose rows logits_maxes races at once (their supports race whole)
 TOP_K_ROWS = 1024
 
 # blocks past which a row of gumbel_max_rows runs its own race (holders first): below, the
