@@ -477,8 +477,8 @@ MUTANTS = (
     Mutant(  # a step's rows with the tokens' and the blocks' noise offsets swapped
         "noise-offsets-token-and-block-swapped",
         "row_noise_offsets",
-        "return np.array(offsets, dtype=np.uint64).reshape(n, 2).T",
-        "return np.array(offsets, dtype=np.uint64).reshape(n, 2).T[::-1]",
+        "return np.array(pairs, dtype=np.uint64).reshape(n, 2).T",
+        "return np.array(pairs, dtype=np.uint64).reshape(n, 2).T[::-1]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-p's cut from the head alone, as if the tokens left out weighed nothing
@@ -1543,15 +1543,15 @@ MUTANTS = (
     Mutant(  # top-p's cut at once keeps the token whose mass before it reaches top_p exactly
         "top-k-rows-top-p-inclusive",
         "top_k_probs",
-        "np.put_along_axis(keep, order, before < sp.top_p * total[:, None], 1)",
-        "np.put_along_axis(keep, order, before <= sp.top_p * total[:, None], 1)",
+        "keep[rows, order] = before < sp.top_p * total[:, None]",
+        "keep[rows, order] = before <= sp.top_p * total[:, None]",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # top-p's order at once without ties by id: a tie at the cut keeps another token
         "top-k-rows-top-p-ties-unordered",
         "top_k_probs",
-        'order = np.argsort(-weights, axis=1, kind="stable")',
-        "order = np.argsort(-weights, axis=1)",
+        'np.argsort(-weights, axis=1, kind="stable")',
+        "np.argsort(-weights, axis=1)",
         ("tests/test_sampling_fast.py",),
     ),
     Mutant(  # the spare's bound dropped: a column left out that outraces the candidates is missed

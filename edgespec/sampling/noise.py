@@ -218,8 +218,8 @@ def block_counters(n_blocks: int) -> np.ndarray:
 
 def row_noise_offsets(seed: int, position: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """[n] uint64 each: noise_offsets' token and block parts at positions position + i."""
-    offsets = [noise_offsets(seed, at) for at in range(position, position + n)]
-    return np.array(offsets, dtype=np.uint64).reshape(n, 2).T
+    pairs = [position_offsets(position_key(seed, at)) for at in range(position, position + n)]
+    return np.array(pairs, dtype=np.uint64).reshape(n, 2).T
 
 
 def exponential_noise(seed: int, position: int, ids: np.ndarray) -> np.ndarray:

@@ -133,12 +133,12 @@ def top_k_probs(z: np.ndarray, sp: SamplingParams) -> np.ndarray:
     weights = np.exp(z - z_max[:, None])
     if sp.top_p < 1.0:
         total = weights.sum(axis=1, dtype=np.float64)
-        order = np.argsort(-weights, axis=1, kind="stable")
-        heaviest = np.take_along_axis(weights, order, 1)
+        rows, order = np.arange(len(z))[:, None], np.argsort(-weights, axis=1, kind="stable")
+        heaviest = weights[rows, order]
         before = np.zeros(heaviest.shape)
         np.cumsum(heaviest[:, :-1], axis=1, dtype=np.float64, out=before[:, 1:])
         keep = np.empty(weights.shape, dtype=bool)
-        np.put_along_axis(keep, order, before < sp.top_p * total[:, None], 1)
+        keep[rows, order] = before < sp.top_p * total[:, None]
         weights = weights * keep
     if sp.min_p > 0.0:
         floor = sp.min_p * weights.max(axis=1, keepdims=True)
