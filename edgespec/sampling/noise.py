@@ -78,19 +78,13 @@ def uniforms(bits: np.ndarray) -> np.ndarray:
 # The noise's blocks: ids are laid out in bands of NOISE_BLOCK rows of NOISE_STRIDE, and a
 # block is one column of a band, its NOISE_BLOCK tokens NOISE_STRIDE ids apart (slot r of
 # block c of band g is id g * NOISE_BAND + r * NOISE_STRIDE + c). A row's largest logit per
-# block is then one strided max over the row (block_maxima: 12 us for 152k float32 columns
-# on the EPYC, where the max of each 64 adjacent ids cost 142), and the layout depends on no
-# vocabulary size: a draft's ids get the noise the target's do.
+# block is then one strided max over the row (block_maxima; its cost: docs/decisions.md),
+# and the layout depends on no vocabulary size: a draft's ids get the noise the target's do.
 NOISE_BLOCK_BITS = 7
-
 NOISE_BLOCK = 1 << NOISE_BLOCK_BITS  # tokens (slots) a block
-
 NOISE_STRIDE_BITS = 11
-
 NOISE_STRIDE = 1 << NOISE_STRIDE_BITS  # blocks a band
-
 NOISE_BAND_BITS = NOISE_BLOCK_BITS + NOISE_STRIDE_BITS
-
 NOISE_BAND = 1 << NOISE_BAND_BITS  # ids a band
 
 

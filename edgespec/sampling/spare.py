@@ -188,10 +188,8 @@ SPARE_ROUNDING = 2.0**-20
 # probability is its weight over the sum, rounded to float32: 2^-24 each)
 RACE_MARGIN = 2.0**-20
 
-# weights (exp(z - max z)) from which SpareNuclei orders a row's columns, the first under
-# which they hold top-p of the most the row can weigh (so its nucleus ends among them), else
-# all of them: under top-p 0.9 the first holds the nucleus in 100% of the demo target's real
-# rows at T 0.8 and 98.4% at T 1.0 (the second 0.3%)
+# weights from which SpareNuclei orders a row's columns, the first that holds its nucleus (so
+# few are sorted; how often each does: docs/decisions.md)
 NUCLEUS_FLOORS = (2.0**-10, 2.0**-20)
 
 
