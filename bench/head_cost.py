@@ -27,7 +27,7 @@ sys.path[:0] = [str(HERE / "gpu")]
 import measure  # noqa: E402  (bench/gpu/measure.py: head_cost)
 
 from edgespec.backends import RuntimeOptions  # noqa: E402
-from edgespec.calibrate import measure_curve  # noqa: E402
+from edgespec.controller.calibrate import measure_curve  # noqa: E402
 from edgespec.pair import open_pair  # noqa: E402
 from edgespec.plumbing.machine import device_description  # noqa: E402
 

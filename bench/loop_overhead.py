@@ -314,7 +314,7 @@ def controller_cost_us(steps: int = 200, runs: int = 9) -> tuple[float, float]:
 
 def verify_pass_us(target: str, k: int) -> float:
     from edgespec.backends import open_runtime
-    from edgespec.calibrate import measure_curve
+    from edgespec.controller.calibrate import measure_curve
 
     return measure_curve(open_runtime(target), n_max=k + 1)[k] * 1e6
 

@@ -37,9 +37,9 @@ import numpy as np
 from edgespec.app.bench_runs import machine_info, token_budget
 from edgespec.app.suites import load_suite
 from edgespec.backends import RuntimeOptions
-from edgespec.calibrate import cost_curve
 from edgespec.chat import chat_tokens
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Learned, Policy
+from edgespec.controller.calibrate import cost_curve
 from edgespec.drafters.base import Drafter
 from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from edgespec.backends import RuntimeOptions
-from edgespec.calibrate import cost_curve, tune_key
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
+from edgespec.controller.calibrate import cost_curve, tune_key
+from edgespec.controller.lessons import LessonStore
 from edgespec.drafters import Drafter, HeadDrafter, ModelDrafter, NgramDrafter
 from edgespec.drafters.model import STEP_SHAPES
 from edgespec.engine import SpeculativeDecoder
 from edgespec.errors import EdgespecError
-from edgespec.lessons import LessonStore
 from edgespec.pair import ModelPair, open_pair
 from edgespec.runtime import K_MAX
 

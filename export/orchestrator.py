@@ -172,7 +172,7 @@ def tune(bundle: Bundle) -> dict[str, object]:
     """The export's one tuning call: the cost curve of the bundle's own files, measured here
     and stored in bundle.json with the device and runtime it holds for (calibrate.py owns
     measuring, storing and describing)."""
-    from edgespec.calibrate import tune_bundle
+    from edgespec.controller.calibrate import tune_bundle
 
     return tune_bundle(bundle)
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edgespec.acceptance import ByPosition
+from edgespec.controller.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
 from edgespec.runtime import Runtime, VocabInfo
 from edgespec.sampling import SamplingParams, token_dist

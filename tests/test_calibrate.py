@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from edgespec import calibrate
-from edgespec.calibrate import cost_curve, tune_key
+from edgespec.controller import calibrate
+from edgespec.controller.calibrate import cost_curve, tune_key
 from edgespec.plumbing.machine import device_description
 from edgespec.plumbing.paths import edgespec_home
 

@@ -3,7 +3,6 @@ knows drafters only through the protocol."""
 
 import pytest
 
-from edgespec.acceptance import ByMatchLength, ByPosition
 from edgespec.controller import (
     COLD_JUDGED,
     PROBE_BUDGET,
@@ -20,6 +19,7 @@ from edgespec.controller import (
     expected_tokens,
     followed,
 )
+from edgespec.controller.acceptance import ByMatchLength, ByPosition
 from edgespec.drafters import NgramDrafter
 from edgespec.engine import SpeculativeDecoder
 from edgespec.sampling import SamplingParams
@@ -51,7 +51,7 @@ def test_a_drafter_that_cannot_win_is_not_priced(monkeypatch):
     7.9 behind it is priced, and wins (9 tokens for 8.9 passes). Right 20% of the time and
     in step, on a curve whose 2-token pass costs 1.33 one-token passes, it cannot win either
     (at most 1.25 tokens a step)."""
-    import edgespec.controller as controller
+    import edgespec.controller.pricing as controller
 
     flat = CostCurve([1.0] * 9)
     priced = []

@@ -103,7 +103,7 @@ def test_tune_measures_a_bundle_and_stores_it_where_loading_finds_it(
     bundle, tmp_path, monkeypatch, capsys
 ):
     from edgespec.backends import RuntimeOptions
-    from edgespec.calibrate import load_tuned, tune_key
+    from edgespec.controller.calibrate import load_tuned, tune_key
     from edgespec.pair import open_pair
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))

@@ -209,15 +209,15 @@ def test_a_tune_store_with_impossible_costs_is_ignored_and_measured_again(
         f"WARNING edgespec.calibrate: ignoring the cost curve stored in {store} for these "
         f"models ({why}); it will be measured again"
     ]
-    from edgespec.calibrate import curve_problem
+    from edgespec.controller.calibrate import curve_problem
 
     measured = json.loads(store.read_text())[key]  # measured again and stored
     assert curve_problem(measured, with_draft=True) is None and measured["time"] > entry["time"]
 
 
 def test_a_stored_curve_of_the_wrong_shape_is_measured_again(tmp_path, monkeypatch, tiny_pair):
-    from edgespec import calibrate
     from edgespec.backends import RuntimeOptions
+    from edgespec.controller import calibrate
     from edgespec.pair import open_pair
 
     monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
@@ -339,7 +339,7 @@ def test_a_draft_with_a_short_context_is_calibrated_within_it(tmp_path, models):
 
 
 def test_measure_curve_keeps_the_widest_pass_inside_the_context(tiny_pair):
-    from edgespec.calibrate import measure_curve
+    from edgespec.controller.calibrate import measure_curve
     from edgespec.errors import EdgespecError
     from edgespec.runtimes.llamacpp import LlamaCppRuntime
 

@@ -8,12 +8,11 @@ import logging
 
 import pytest
 
-from edgespec import lessons
-from edgespec.acceptance import ByMatchLength, ByPosition
-from edgespec.controller import AdaptivePolicy, CostCurve
+from edgespec.controller import AdaptivePolicy, CostCurve, lessons
+from edgespec.controller.acceptance import ByMatchLength, ByPosition
+from edgespec.controller.lessons import KEPT_OUTCOMES, Lesson, LessonStore, lessons_path
 from edgespec.drafters import NgramDrafter
 from edgespec.engine import SpeculativeDecoder
-from edgespec.lessons import KEPT_OUTCOMES, Lesson, LessonStore, lessons_path
 from tests.cli_subprocess import run_edgespec
 from tests.fakes import FakeRuntime, ScriptedDrafter
 

@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from edgespec import calibrate
-from edgespec.calibrate import measure_curve, samples_per_width
+from edgespec.controller import calibrate
+from edgespec.controller.calibrate import measure_curve, samples_per_width
 from tests.fakes import FakeRuntime
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import sys
 
-from edgespec.calibrate import measure_curve
+from edgespec.controller.calibrate import measure_curve
 from edgespec.plumbing.progress import progress
 
 

@@ -9,10 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgespec.acceptance import ByPosition
 from edgespec.chat import chat_tokens
 from edgespec.controller import Learned
-from edgespec.lessons import LessonStore
+from edgespec.controller.acceptance import ByPosition
+from edgespec.controller.lessons import LessonStore
 from edgespec.loader import DRAFT_CONFIDENCE, SpecOptions
 from tests.bench_scripts import REPO, load_bench_script
 

@@ -37,10 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.acceptance import ByPosition
 from edgespec.bundle import is_bundle, read_bundle, size_of
-from edgespec.calibrate import measure_curve, replayed, time_pass, warm_at_prefix
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Policy
+from edgespec.controller.acceptance import ByPosition
+from edgespec.controller.calibrate import measure_curve, replayed, time_pass, warm_at_prefix
 from edgespec.drafters import Draft, ModelDrafter
 from edgespec.drafters.base import Offer
 from edgespec.drafters.model import STEP_SHAPES, common_prefix_len

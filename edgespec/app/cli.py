@@ -135,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from edgespec.calibrate import cost_curve, tune_store_path
+    from edgespec.controller.calibrate import cost_curve, tune_store_path
     from edgespec.pair import open_pair
 
     pair = open_pair(args.target, args.draft, runtime_options(args))

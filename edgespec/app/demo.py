@@ -14,8 +14,8 @@ from edgespec.app.models import fetch
 from edgespec.app.options import add_runtime_args, runtime_options
 from edgespec.app.suites import Prompt
 from edgespec.backends import RuntimeOptions
-from edgespec.calibrate import cost_curve
 from edgespec.controller import CostCurve, expected_tokens
+from edgespec.controller.calibrate import cost_curve
 from edgespec.errors import EdgespecError
 from edgespec.pair import ModelPair, open_pair
 from edgespec.plumbing.paths import edgespec_home

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from edgespec.acceptance import ByPosition
+from edgespec.controller.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
 from edgespec.drafters.model import CachedTokens
 from edgespec.runtime import DraftHead, Runtime

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from edgespec.acceptance import ByPosition
+from edgespec.controller.acceptance import ByPosition
 from edgespec.drafters.base import Draft, Offer
 from edgespec.runtime import Runtime, TopRows, forward_dists, forward_top
 from edgespec.sampling import SamplingParams, TokenDist

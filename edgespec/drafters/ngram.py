@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from edgespec.acceptance import ByMatchLength
+from edgespec.controller.acceptance import ByMatchLength
 from edgespec.drafters.base import Draft, Offer
 from edgespec.runtime import K_MAX
 from edgespec.sampling import SamplingParams

@@ -22,7 +22,7 @@ import numpy as np
 
 from edgespec.backends import RuntimeOptions
 from edgespec.bundle import Bundle, folder_files
-from edgespec.controller import CostCurve
+from edgespec.controller.pricing import CostCurve
 from edgespec.errors import BundleError, EdgespecError
 from edgespec.pair import ModelPair, open_pair
 from edgespec.plumbing.machine import device_description

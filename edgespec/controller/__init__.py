@@ -1,0 +1,48 @@
+"""The controller: which drafter drafts how many tokens at each step, and what it learns.
+
+policy (the Policy protocol, FixedPolicy), pricing (the cost curve and a step's expected tokens
+per second), estimates (what the policy knows of each drafter), acceptance (the per-drafter
+acceptance estimates), adaptive (AdaptivePolicy's decisions), lessons (what a process keeps
+for the next), calibrate (measuring and storing cost curves; imported as
+edgespec.controller.calibrate: it opens runtimes).
+"""
+
+from edgespec.controller.acceptance import ByMatchLength, ByPosition
+from edgespec.controller.adaptive import (
+    COLD_JUDGED,
+    LEAVE_PLAIN_SWITCHES,
+    PROBE_BUDGET,
+    STAY_MARGIN,
+    TRIAL_TOKENS,
+    AdaptivePolicy,
+)
+from edgespec.controller.estimates import (
+    SHADOW_JUDGED_AFTER,
+    Estimate,
+    Learned,
+    Shadow,
+    lesson_of,
+    priors,
+)
+from edgespec.controller.lessons import Lesson, LessonStore
+from edgespec.controller.policy import FixedPolicy, Policy
+from edgespec.controller.pricing import (
+    MAX_PULL,
+    Choice,
+    CostCurve,
+    Option,
+    best_choice,
+    draft_rates,
+    draft_s,
+    expected_tokens,
+    followed,
+    rate_bound,
+)
+
+__all__ = [
+    "COLD_JUDGED", "LEAVE_PLAIN_SWITCHES", "MAX_PULL", "PROBE_BUDGET", "SHADOW_JUDGED_AFTER",
+    "STAY_MARGIN", "TRIAL_TOKENS", "AdaptivePolicy", "ByMatchLength", "ByPosition", "Choice",
+    "CostCurve", "Estimate", "FixedPolicy", "Learned", "Lesson", "LessonStore", "Option",
+    "Policy", "Shadow", "best_choice", "draft_rates", "draft_s", "expected_tokens", "followed",
+    "lesson_of", "priors", "rate_bound",
+]  # fmt: skip

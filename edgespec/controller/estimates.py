@@ -1,0 +1,98 @@
+"""What the adaptive policy knows of each drafter: its Estimate (price, acceptance, when it
+last ran), what it keeps from request to request (Learned) and from process to process
+(lesson_of), and a previewed draft judged in shadow by the emitted tokens (Shadow)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from edgespec.controller.lessons import Lesson
+from edgespec.controller.pricing import CostCurve, draft_s
+from edgespec.drafters.base import Acceptance, Drafter, Offer
+
+# Right tokens that judge a shadow: after 1, a single chance match (one word of a short
+# phrase) turned drafting on and open-ended text lost 0.5% more; 2 keeps 98-100% of 1's gain
+# on edit and code (bench/replay.py --believed, f7269df:docs/benchmarks.md).
+SHADOW_JUDGED_AFTER = 2
+
+
+@dataclass(frozen=True)
+class Shadow:
+    """A draft a drafter would have proposed at context length `at` (its offer's preview),
+    judged by the tokens the target emits there instead of by a verify pass: a drafted token
+    is accepted exactly when it equals the target's own choice (greedy, or Gumbel-max), and
+    with the same probability p(x) under rejection sampling of a point mass.
+
+    Judged at the first wrong token or after SHADOW_JUDGED_AFTER right ones, then cast
+    afresh: waiting for the whole preview (16 tokens) kept a copy undrafted for its first 17
+    tokens wherever a new match's prior lost: a 1% change of the curve's 2-token ratio cost
+    8% on edit and 16% on code (bench/replay.py --believed). Per token, the acceptance
+    learned is the same, only sooner."""
+
+    at: int
+    tokens: tuple[int, ...]
+    key: int
+
+    def outcome(self, context: Sequence[int]) -> tuple[int, int] | None:
+        """(k, n_accepted) over the tokens emitted since it was cast, once one is wrong or
+        SHADOW_JUDGED_AFTER are right; None before."""
+        emitted = context[self.at : self.at + len(self.tokens)]
+        for i, (drafted, chosen) in enumerate(zip(self.tokens, emitted)):
+            if drafted != chosen:
+                return i + 1, i
+        judged = len(emitted) >= min(SHADOW_JUDGED_AFTER, len(self.tokens))
+        return (len(emitted), len(emitted)) if judged else None
+
+
+@dataclass
+class Estimate:
+    """What the policy knows of one drafter: its price and acceptance (both kept across
+    requests: Learned) and when it last ran (per request)."""
+
+    drafter: Drafter
+    token_s: float  # seconds per drafted token after the first
+    learns_cost: bool  # False for a free drafter: its microseconds are the loop's
+    acceptance: Acceptance
+    offer: Offer = Offer(0)  # at the last plan
+    shadow: Shadow | None = None  # a preview awaiting the tokens that judge it
+    idle: int = 0  # steps since it last ran
+    base_interval: int = 16  # steps idle before a probe
+    interval: int = 16  # grows while probes fail to pay
+    judged: int = 0  # drafted tokens verify passes judged, over every request so far
+    first_s: float | None = None  # seconds of a draft's first token, once measured
+    trial: bool = False  # never judged: probed step after step while probes pay (TRIAL_TOKENS)
+
+    def draft_s(self, k: int) -> float:
+        return draft_s(self.first_s, self.token_s, k)
+
+    # can_win's last answer: the curve and the price in its one-token passes it was for
+    can_win_at: tuple[CostCurve, float, int] | None = None  # and the k it wins at (0: none)
+
+    @property
+    def free(self) -> bool:
+        return not self.learns_cost and self.token_s == 0.0
+
+
+def lesson_of(e: Estimate) -> Lesson:
+    """What an estimate keeps for a later process: its acceptance's counts, judged tokens,
+    and a first token's price over the others' where both are learned."""
+    first_s = e.first_s if e.learns_cost and e.token_s > 0.0 else None
+    ratio = None if first_s is None else first_s / e.token_s
+    return Lesson(e.judged, e.acceptance.outcomes(), ratio)
+
+
+def priors(drafter: Drafter) -> Learned:
+    """What the policy knows of a drafter nothing has judged: its own price and priors."""
+    return Learned(drafter.token_s or 0.0, drafter.token_s != 0.0, drafter.acceptance())
+
+
+@dataclass
+class Learned:
+    """What the policy keeps of a drafter from one request to the next."""
+
+    token_s: float
+    learns_cost: bool
+    acceptance: Acceptance  # starts each request from every earlier one's outcomes
+    judged: int = 0  # Estimate.judged
+    first_s: float | None = None  # Estimate.first_s
