@@ -246,7 +246,9 @@ SEEDED = [
     SamplingParams(1.0, seed=3),
     SamplingParams(0.7, top_p=0.9, seed=4),
     SamplingParams(1.3, top_k=4, min_p=0.05, seed=5),
+    SamplingParams(0.9, typical_p=0.7, seed=6),
 ]
+SEEDED_IDS = ["T1", "T0.7-topp0.9", "T1.3-topk4-minp0.05", "T0.9-typical0.7"]
 
 
 class RandomSplitPolicy:
@@ -281,7 +283,7 @@ def far_pair(n_vocab=8):
     return rt, ModelDrafter(FakeRuntime(n_vocab=n_vocab, n_ctx=256, seed=8, scale=1.5))
 
 
-@pytest.mark.parametrize("sp", SEEDED, ids=["T1", "T0.7-topp0.9", "T1.3-topk4-minp0.05"])
+@pytest.mark.parametrize("sp", SEEDED, ids=SEEDED_IDS)
 def test_seeded_speculative_equals_seeded_plain_whatever_the_steps(sp):
     """A seeded request gives plain decoding's output token for token, whatever drafter and k
     each step takes (k = 0 included): the randomness of the token at position i is keyed to
@@ -342,7 +344,7 @@ def test_unseeded_requests_differ_and_a_seed_fixes_them():
     )
 
 
-@pytest.mark.parametrize("sp", SEEDED, ids=["T1", "T0.7-topp0.9", "T1.3-topk4-minp0.05"])
+@pytest.mark.parametrize("sp", SEEDED, ids=SEEDED_IDS)
 def test_a_model_drafter_that_is_the_target_is_always_accepted_under_gumbel(sp):
     """Draft and target take the argmax of the same numbers at the same position, so every
     draft token is accepted: a drafter keyed to the wrong position would be rejected often."""

@@ -32,6 +32,20 @@ def test_top_k_top_p_min_p_cut_the_tail():
     np.testing.assert_allclose(min_p, [4 / 7, 3 / 7, 0, 0], rtol=1e-6)
 
 
+def test_typical_p_keeps_the_tokens_nearest_the_entropy():
+    """p = .4, .3, .2, .1: entropy 1.28 nats, surprises .92, 1.20, 1.61, 2.30, so the
+    tokens go 1, 2, 0, 3 and typical-p keeps each while the mass before it is below the cut;
+    after top-k 2 (p = 4/7, 3/7) token 0 is the nearer one."""
+    logits = np.log(np.array([0.4, 0.3, 0.2, 0.1]))
+    for typical_p, want in ((0.45, [0, 0.6, 0.4, 0]), (0.85, [4 / 9, 3 / 9, 2 / 9, 0])):
+        got = logits_to_probs(logits, SamplingParams(temperature=1.0, typical_p=typical_p))
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    top_k = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=2, typical_p=0.5))
+    np.testing.assert_allclose(top_k, [1, 0, 0, 0], rtol=1e-6)
+    with pytest.raises(SamplingParamsError):
+        SamplingParams(1.0, typical_p=0.0)
+
+
 def test_rows_are_independent():
     logits = np.log(np.array([[0.5, 0.5, 0.0001], [0.1, 0.2, 0.7]]))
     probs = logits_to_probs(logits, SamplingParams(temperature=1.0, top_k=1))

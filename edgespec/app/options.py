@@ -113,6 +113,7 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--typical-p", type=float, default=1.0, help="locally typical sampling")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument(
         "--sampler",
@@ -167,5 +168,11 @@ def spec_options(args: argparse.Namespace) -> SpecOptions:
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
     return SamplingParams(
-        args.temperature, args.top_k, args.top_p, args.min_p, args.seed, args.sampler
+        args.temperature,
+        args.top_k,
+        args.top_p,
+        args.min_p,
+        args.seed,
+        args.sampler,
+        typical_p=args.typical_p,
     )

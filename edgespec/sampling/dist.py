@@ -22,7 +22,8 @@ from edgespec.sampling.race import COLUMN_ROWS, gumbel_max, gumbel_max_margin, u
 def keeps_row(sp: SamplingParams, n_columns: int) -> bool:
     """Whether token_dist keeps the row itself (temperature alone: ScaledRow), not a support
     drawn from it: a row read in a back-end's buffer is then copied first (row_dists)."""
-    return not 0 < sp.top_k < n_columns and sp.top_p >= 1.0 and sp.min_p <= 0.0
+    cuts = sp.top_p < 1.0 or sp.min_p > 0.0 or sp.typical_p < 1.0
+    return not 0 < sp.top_k < n_columns and not cuts
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,8 @@ def token_dist(logits: np.ndarray, sp: SamplingParams) -> TokenDist:
         peak = row.max() if block_max is None else block_max.max()
         z_max = np.float32(peak) / temperature  # max(row / t): division is monotone
     check_scaled(float(z_max), sp)
+    if sp.typical_p < 1.0:  # its cut needs the whole row's entropy
+        return cut_tail(all_ids(len(row)), dense_exp(row, temperature, float(z_max)), sp)
     if sp.top_p < 1.0:
         found = top_p_head(row, temperature, z_max, sp.top_p)
         if found is None:
@@ -224,7 +227,10 @@ def cut_tail(
     """The last of token_dist: top-p and min-p cut the candidates (ids ascending, weights
     exp(z - max z) or probabilities: top-p's masses are weights / total, total the whole
     row's float64 sum, None: the candidates' own), what is left is normalized once, and
-    tokens at probability 0 leave the support."""
+    tokens at probability 0 leave the support. Typical's cut comes first, over the candidates
+    (top-k's, or the whole row), and top-p then reads their own total."""
+    if sp.typical_p < 1.0:
+        weights, total = cut_typical(weights, sp.typical_p), None
     if sp.top_p < 1.0:
         row_total = float(weights.sum(dtype=np.float64)) if total is None else total
         weights = cut_top_p(weights, sp.top_p, row_total)
@@ -297,6 +303,20 @@ def cut_top_p(weights: np.ndarray, top_p: float, total: float) -> np.ndarray:
     order = np.argsort(-weights, kind="stable")
     keep = np.empty(len(weights), dtype=bool)
     keep[order] = mass_before(weights[order]) < top_p * total  # the first token is always kept
+    return weights * keep
+
+
+def cut_typical(weights: np.ndarray, typical_p: float) -> np.ndarray:
+    """Locally typical sampling's cut (Meister et al., 2022) of one row's candidates [m]: the
+    tokens whose surprise -log p lies nearest the entropy, nearest first (ties by id), each
+    kept while the float64 mass before it is < typical_p. The cut tokens' weights become 0."""
+    p = weights / weights.sum(dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        surprise = -np.log(p)  # inf for a token at 0: last, and it weighs nothing
+    entropy = float(np.sum(p[p > 0] * surprise[p > 0]))
+    order = np.argsort(np.abs(surprise - entropy), kind="stable")
+    keep = np.empty(len(p), dtype=bool)
+    keep[order] = mass_before(p[order]) < typical_p  # the nearest is always kept
     return weights * keep
 
 

@@ -23,6 +23,7 @@ class SamplingParams:
     # token's position, so the output equals plain decoding's with the same seed; "rejection"
     # is Leviathan et al.'s rejection sampling
     sampler: str = "gumbel"
+    typical_p: float = 1.0  # locally typical sampling (dist.cut_typical); 1 = off
 
     def __post_init__(self) -> None:
         check_range("temperature", self.temperature, 0.0, math.inf, "use 0 for greedy decoding")
@@ -33,6 +34,7 @@ class SamplingParams:
             )
         check_range("top_p", self.top_p, 0.0, 1.0, "use 1.0 to turn it off", open_low=True)
         check_range("min_p", self.min_p, 0.0, 1.0, "use 0.0 to turn it off", open_high=True)
+        check_range("typical_p", self.typical_p, 0.0, 1.0, "use 1.0 to turn it off", open_low=True)
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise SamplingParamsError(
                 f"top_k must be a whole number >= 0, got {self.top_k!r}; use 0 to turn it off"

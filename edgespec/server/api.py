@@ -145,6 +145,7 @@ def parse_request(data: dict, *, chat: bool, model_id: str) -> Request:
             top_k=whole(data, "top_k", 0, 0) or 0,
             top_p=number(data, "top_p", 1.0, 0.0, 1.0, open_low=True),
             min_p=number(data, "min_p", 0.0, 0.0, 1.0, open_high=True),
+            typical_p=number(data, "typical_p", 1.0, 0.0, 1.0, open_low=True),
             seed=whole(data, "seed", None, 0),
         ),
         stop=parse_stop(data),
