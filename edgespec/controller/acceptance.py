@@ -32,23 +32,10 @@ class Tally:
         return (self.hits + prior * weight) / (self.seen + weight)
 
 
-# What a drafter's prior is worth, in outcomes, in the first request that judges it: its
-# first outcomes move the estimates by 1/3, 1/4, ... down to the moving average's smoothing.
-# At the moving average's 0.1 from the start, the GPU kit's oracle drafter (kept 90% of the
-# time, no draft cost) was judged for 100 steps of a fresh 128-token request before its 0.6
-# prior rose far enough to draft (bench/replay_grid.py: 106 steps, the kit's H100 run too).
+# A first request's prior, in outcomes, until the tallies hold more: the first outcomes count
 COLD_WEIGHT = 2.0
 
-# What a draft model's (or head's) prior is worth, in tokens, at a later request's start
-# (ByPosition.next_request). At 100 a request after one that found its drafter always right
-# started it at 0.81: a drafter the first request found paying (the H200's fp16 ONNX pair,
-# 1.23x at acceptance 1.0) was never used again (1.00x), and one kept 20% of the time kept
-# pricing near its prior and lost 3% of each later request to probes (bench/replay_grid.py
-# --requests). Outcomes pooled over positions overstate the first (deep positions, kept
-# more often, are judged in a draft's good runs): at 5 the 0.5B draft model, kept ~40% of
-# the time on chat, began each chat request priced above plain decoding, and the suite ran
-# 3.5% slower than at 100 on the H200 7B curve (bench/replay.py, the s10 recording); at 20
-# 0.5%, and the grid's later requests gain nearly what they gain at 5 or 10
+# A draft model's prior, in tokens, at a later request's start: earlier outcomes decide
 PRIOR_TOKENS = 20.0
 
 
@@ -60,13 +47,13 @@ class ByPosition:
     Each step updates the positions it reached: accepted ones towards 1, the first rejected
     one towards 0 (later positions were never judged). A position never reached yet takes
     the estimates of the deepest one reached: a draft model's acceptance given every token
-    before it was kept rises along a draft (f7269df:docs/benchmarks.md), so this errs low.
+    before it was kept rises along a draft, so this errs low.
 
     A request starts from every earlier request's outcomes, pooled over positions, the prior
     counting as `prior_weight` tokens: a request's last estimates are biased low (a draft
     model falls out of use where its estimate fell, and is rarely judged again), and a
     fixed prior at a request's start priced a draft model kept 93% of the time when sure at
-    0.6 (bench/replay.py; f7269df:docs/benchmarks.md, sixth session of 2026-11-25).
+    0.6 (bench/replay.py).
     """
 
     def __init__(

@@ -1,7 +1,7 @@
 """AdaptivePolicy: per step, the drafter and k that maximise expected tokens per second from
 the cost curve and online acceptance estimates, and k = 0 (a plain step) when speculation would
 lose. It knows drafters only through the Drafter protocol: any drafter is chosen, priced and
-observed alike."""
+observed alike. The measurements behind its constants: docs/decisions.md."""
 
 from __future__ import annotations
 
@@ -22,45 +22,19 @@ from edgespec.drafters.base import Drafter, Offer
 from edgespec.runtime import K_MAX
 from edgespec.sampling import SamplingParams
 
-# Switches a step that leaves plain decoding is charged where the target keeps one CUDA graph:
-# its own pass (uncaptured), the next at its width (capturing), and the two plain passes that
-# come back. Charged 3, not the capture, a verify step right after leaving paid the capture
-# alone against plain's nothing and went back: rent-or-buy then bought one drafted step in
-# ten on the H200 7B curve at acceptance 0.8 (0.89 of the best k, bench/replay_grid.py)
+# Leaving plain on one graph costs its pass, the capture and two plain passes back (decisions.md)
 LEAVE_PLAIN_SWITCHES = 4
 
-# Drafted tokens judged before a probe that fails to pay backs off: one probe of 2 tokens says
-# little (the kit's grid drafter kept 90% of the time missed its first token on the H200 7B
-# curve; backing off at once left it 33 tokens behind at the next probe, too dear to catch up,
-# and `auto` never drafted again: 0.99x where fixed k = 8 gave 1.37x, bench/replay_grid.py).
-# Two probes, not four: on that one-graph curve a probe costs ~1.3 target passes more than it
-# keeps where the draft is right 20% of the time (128 tokens: 0.96x plain, 0.92x at 8)
+# Drafted tokens judged before a failing probe backs off: one short probe says little
 COLD_JUDGED = 4
 
-# Drafted tokens a drafter never judged is tried for, probe after probe from the prompt on,
-# while each probe emits faster than plain decoding would (AdaptivePolicy.new_estimate). A
-# dear drafter loses at its 0.6 prior, so it was never prefilled, and, a prompt behind, never
-# probed: the H200's fp16 ONNX pair with its 0.65x draft model (bench/replay_grid.py) gave
-# 1.00x where fixed k = 8 gave 1.29x at acceptance 1.0, a Qwen3.5 MTP layer on the CPU 1.00x
-# where k = 4 gave 1.27x. Tried, it reaches 0.955-0.994 of the best k there and costs at most
-# 1.4% at acceptance 0.2 (128 tokens), its first probe failing. 8 tokens ended the trial
-# before a draft right 90% of the time could win; one slow probe ends it (16 tokens of
-# probes at 0.2 would cost more than the trial finds)
+# A never-judged drafter is probed this long while probes pay: its prior alone never tries it
 TRIAL_TOKENS = 16
 
-# The share of decoding time probes that lose may cost: a probe owes what it costs beyond
-# plain decoding's price for the tokens it emitted (its draft, catch-up, wider pass and
-# switches, at the prices held), and the next probe waits until time passing at this rate
-# has paid that back; one that pays owes nothing.
+# The share of decoding time losing probes may cost (each owes its loss until time repays it)
 PROBE_BUDGET = 0.02
 
-# How far below plain decoding's rate the drafter the last step drafted with may price before
-# plan leaves it: its acceptance estimate's noise (a moving average over ~20 steps) priced a
-# drafter right 80% of the time below plain after a few rejections, and once left, a draft
-# model falls behind, and probes, dearer with each token it must catch up on, rarely bring it
-# back (the 0.5B draft on the H200 7B curve, 1,024 tokens: 0.95 of fixed k = 2). At most this
-# share is lost where the drafter truly loses. Over the kit's grids (bench/replay_grid.py, 8
-# realizations, 188 cells) 33 cells gained up to 3.3%, 15 lost up to 0.9%
+# The last drafter stays within this share of plain's rate: estimate noise alone won't drop it
 STAY_MARGIN = 0.02
 
 
@@ -126,10 +100,8 @@ class AdaptivePolicy:
         self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
         self.prefill = True  # the next to_sync is the request's first: the prompt
         # width 0: the prompt's pass, after which the next runs uncaptured whatever its
-        # width, and a one-token one captures after it. Taken as steady plain decoding,
-        # those two passes' switches were learned as the curve's speed (+5% at each
-        # request's start) and a draft model's price rose with it (0.31 -> 0.47 of a target
-        # token over the H200 7B open suite, bench/replay.py); priced as plain (switch_s)
+        # width, and a one-token one captures after it; priced as plain (switch_s), so their
+        # switches are not learned as the curve's speed (docs/decisions.md)
         self.width, self.in_row = 0, 1
         self.regret, self.regret_width = 0.0, 0  # rent_or_buy's
         self.drafted_by = None
@@ -221,8 +193,8 @@ class AdaptivePolicy:
         pass's runs uncaptured, and the next like it captures. Leaving plain decoding is also
         charged the two plain passes that will come back to it, so plain is never charged:
         in a loop that drafts now and then, that return made every isolated verify step cost
-        three switches, not one (bench/replay.py --one-graph; f7269df:docs/benchmarks.md). The
-        pass that captures the new width is charged on leaving too (LEAVE_PLAIN_SWITCHES)."""
+        three switches, not one (bench/replay.py --one-graph). The pass that captures the new
+        width is charged on leaving too (LEAVE_PLAIN_SWITCHES)."""
         s = self.curve.switch_s
         if not s:
             return []
@@ -242,10 +214,9 @@ class AdaptivePolicy:
         much as changing would.
 
         Charging a step the whole switch it causes keeps a width that pays less, step after
-        step, than one that would repay its switch in a few steps (fixed k = 7 at 2.5x where
-        `auto` stayed at k = 4 at 2.2x, or plain where drafting pays 1.3x: the kit's grid,
-        bench/replay_grid.py); charging a guessed share of it to each step drafted where
-        drafting runs are short (real text on one-graph curves lost 1-4%). This is
+        step, than one that would repay its switch in a few steps; charging a guessed share
+        of it to each step drafted loses where drafting runs are short (docs/decisions.md,
+        rent-or-buy). This is
         rent-or-buy: each step that keeps the myopic width adds what it loses against the
         steady one (its seconds times 1 - its rate / steady's rate), and the steady one is
         taken once that adds up to the extra switch it is charged now. At most twice the
@@ -338,11 +309,11 @@ class AdaptivePolicy:
         (prefilled beside the target's); before a step, only if catching up costs at most one
         target token (a few tokens behind, after a short run of prompt lookup or plain steps).
         One further behind stays behind, priced with its catch-up, as probe() treats it:
-        measured on ONNX Runtime, catching a draft model up after every run of prompt lookup
-        or for every probe cost more than it drafted (f7269df:docs/benchmarks.md). A drafter on
-        trial (never judged) is prefilled whatever its estimate: its first probes decide it. A
-        free drafter reads the prompt with the target's prefill (what it costs is the
-        prompt's), and later tokens as it offers."""
+        catching a draft model up after every run of prompt lookup or for every probe cost more
+        than it drafted (docs/decisions.md). A drafter on trial (never judged) is prefilled
+        whatever its estimate: its first probes decide it. A free drafter reads the prompt
+        with the target's prefill (what it costs is the prompt's), and later tokens as it
+        offers."""
         prefill, self.prefill = self.prefill, False
         switch_s = [] if prefill else self.switch_s()  # the prompt: judged as in a run
         due = []
@@ -367,7 +338,7 @@ class AdaptivePolicy:
             in_step_choice = best_choice(self.curve, [in_step], self.k_max, switch_s=switch_s)
             # its own steps, not plain decoding's: plain weighed alone is not charged for
             # leaving drafters behind, so it beat a last plan that was, and a draft model in
-            # use was caught up before every other plain step (the H200 7B curve, HumanEval)
+            # use was caught up before every other plain step
             wins = in_step_choice.drafter is e.drafter
             if wins and in_step_choice.tokens_per_second > self.chosen_rate:
                 due.append(e.drafter)
@@ -392,8 +363,8 @@ class AdaptivePolicy:
 
         The answer depends on the price in target tokens alone (the curve keeps its shape:
         CostCurve.observe_target rescales it, and each step rescales a draft model's price
-        with it), so it is kept until that changes: pricing 8 widths every step cost ~18 us
-        of a step on the EPYC."""
+        with it), so it is kept until that changes: pricing k_max widths every step is
+        a measurable part of a step."""
         price = e.token_s / self.curve.target_s[0]
         held = e.can_win_at
         if held is None or held[0] is not self.curve or not math.isclose(held[1], price):
@@ -408,15 +379,11 @@ class AdaptivePolicy:
 
         A drafter is not probed while catching up would cost more than a target token: for a
         draft model on a CPU that is whenever it is more than a few tokens behind (a new
-        prompt, or after prompt lookup ran), and measured there, such probes cost more than
-        they found (f7269df:docs/benchmarks.md, ONNX section). A drafter on trial is probed
-        without waiting for its interval. No drafter is probed while the last losing probes
-        are not yet paid for (PROBE_BUDGET): backing off per drafter alone (probe_every, 4
-        steps for a free drafter, doubling to max_probe_every), probes of a drafter that
-        cannot pay cost 3-8% on the kit's grid (bench/replay_grid.py, 8 realizations: a
-        free drafter right 20-60% of the time on the H100's fp16 ONNX curve, 0.92-0.94x at
-        128 tokens and 0.97x at 1,024; right 20% on the H200 1.5B llama.cpp curve, 0.93x);
-        with the budget 0.97x, 0.98x and 0.97x."""
+        prompt, or after prompt lookup ran), and there such probes cost more than they found.
+        A drafter on trial is probed without waiting for its interval. No drafter is probed
+        while the last losing probes are not yet paid for (PROBE_BUDGET): backing off per
+        drafter alone (probe_every, 4 steps for a free drafter, doubling to max_probe_every),
+        probes of a drafter that cannot pay cost several percent (docs/decisions.md)."""
         if self.probe_debt_s > 0.0:
             return Choice(None, 0, 0.0)
         for e in sorted(self.estimates, key=lambda e: e.token_s):
@@ -442,12 +409,9 @@ class AdaptivePolicy:
         request's probes lose within PROBE_BUDGET of the request (max_tokens at plain
         decoding's price; no bound where it has none). Until a probe has lost, one may cost
         more: only probes find a drafter that pays, and the request's text is new (a first
-        probe held to the budget left a 128-token request on the H200 1.5B llama.cpp curve
-        plain where a free drafter was always right: 2.60x where fixed k = 8 gave 3.67x).
-        Owing per probe (probe_debt_s) frees the first (COLD_JUDGED) and pays back as time
-        passes, which a short request has not: two failed probes of the 0.5B draft at its
-        real price cost 4% of 128 tokens on the H200 7B curve (0.96x plain,
-        bench/replay_grid.py)."""
+        probe held to the budget left a short request plain where a free drafter was always
+        right). Owing per probe (probe_debt_s) frees the first (COLD_JUDGED) and pays back as
+        time passes, which a short request has not (docs/decisions.md, PROBE_BUDGET)."""
         if self.max_tokens is None or self.probes_lost_s == 0.0:
             return True
         allowed_s = PROBE_BUDGET * self.max_tokens * self.curve.target(1)
@@ -458,16 +422,11 @@ class AdaptivePolicy:
         time (winning_k) until probes have judged it (COLD_JUDGED), then were it right
         halfway between its estimate and always (at most 90%).
 
-        At 90%, two tokens, as before, could never show that a drafter pays where only a
-        long draft does (the H100's fp16 ONNX curve: 2 tokens cost 4.1 plain passes, 8
-        tokens 4.75), and at high acceptance the probe itself pays: over 8 realizations of
-        the kit's grid, `auto` reached 1.00 of the best k at acceptance 1.0 on every
-        llama.cpp curve, where it had 0.88-0.93 at 128 tokens. But once judged, a drafter
-        whose estimate fell by chance is probed rarely (PROBE_BUDGET), and a wide probe
-        whose first token fails costs the most and judges one token as a narrow one does:
-        right 60% of the time with no draft cost, on the H100's llama.cpp curve, one
-        realization in 8 stayed plain for 1,024 tokens (0.98x where k = 3 gave 1.33x);
-        probed halfway, it found its way back (1,024 tokens: 0.94 -> 0.97 of the best k)."""
+        At 90%, a probe can show that a drafter pays where only a long draft does, and at high
+        acceptance the probe itself pays. But once judged, a drafter whose estimate fell by
+        chance is probed rarely (PROBE_BUDGET), and a wide probe whose first token fails
+        costs the most and judges one token as a narrow one does: probed halfway, such a
+        drafter finds its way back (docs/decisions.md, probe width)."""
         if e.judged < COLD_JUDGED:
             return self.winning_k(e)
         hope = min(0.9, (1.0 + e.acceptance.alphas(e.offer.key, 1)[0]) / 2)
@@ -521,15 +480,14 @@ class AdaptivePolicy:
         e.trial = e.trial and faster  # a slow probe ends it
         # owe what it lost (PROBE_BUDGET) and back off when probes keep failing, once a few
         # have judged it: owing from the first probe, a draft model right 90% of the time
-        # whose first 2-token probe failed was left too far behind to probe again (the H200
-        # 7B curve: 1.00x for 1,024 tokens where k = 5 gave 1.26x)
+        # whose first 2-token probe failed was left too far behind to probe again
         if e.judged >= COLD_JUDGED:
             self.probe_debt_s = max(0.0, self.probe_debt_s + loss_s)
             # paid: every token kept (a longer draft may pay more), or the step emitted faster
             # than plain decoding at the prices the policy holds (its curve and the drafter's
             # price: one pass's noise does not decide). Counting only the first, a probe
             # that kept 1 of 2 failed: at 90% acceptance 1 probe in 5 doubled the interval of
-            # a drafter worth 2.5x (the kit's grid on the H100 llama.cpp curve)
+            # a drafter worth 2.5x
             e.interval = e.base_interval if paid else min(2 * e.interval, self.max_probe_every)
 
     def learn_draft_cost(self, e: Estimate, k: int, t_draft: float, t_first: float) -> None:

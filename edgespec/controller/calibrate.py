@@ -76,9 +76,7 @@ def measure_curve(
 
     Each pass of n > 1 tokens is timed right after a one-token pass, and t(n) is t(1) times
     the median of those ratios, in rounds of the widths in shuffled order: the host's drift
-    between passes cancels, and the controller decides by ratios. On a 2-core CPU the 2-token
-    ratio of seven calibrations spread 1.65-1.76, against 1.57-1.89 timing each width's passes
-    one after another (bench/calibration_noise.py, f7269df:docs/benchmarks.md)."""
+    between passes cancels, and the controller decides by ratios (docs/decisions.md)."""
     if n_max > runtime.n_ctx:
         raise EdgespecError(
             f"a {runtime.n_ctx}-token context is too small to measure passes of {n_max} tokens; "
@@ -195,8 +193,7 @@ def replayed(runtime: Runtime, target_s: list[float]) -> tuple[list[float], floa
 def steady_one_token(runtime: Runtime, reps: int = SHORT_PASS_SAMPLES, prefix: int = 128) -> float:
     """Seconds of a one-token pass among one-token passes (the median of reps after two
     untimed ones): on a runtime that keeps one CUDA graph, a replayed pass, where
-    measure_curve's, each right after a wider one, run uncaptured (on an H200, 1.78 against
-    3.72 ms)."""
+    measure_curve's, each right after a wider one, run uncaptured (about half the time)."""
     rng = np.random.default_rng(1)
     warm_at_prefix(runtime, min(prefix, runtime.n_ctx - 1), rng)
     seconds = statistics.median(time_pass(runtime, 1, rng) for _ in range(reps))

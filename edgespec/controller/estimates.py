@@ -11,9 +11,7 @@ from edgespec.controller.lessons import Lesson
 from edgespec.controller.pricing import CostCurve, draft_s
 from edgespec.drafters.base import Acceptance, Drafter, Offer
 
-# Right tokens that judge a shadow: after 1, a single chance match (one word of a short
-# phrase) turned drafting on and open-ended text lost 0.5% more; 2 keeps 98-100% of 1's gain
-# on edit and code (bench/replay.py --believed, f7269df:docs/benchmarks.md).
+# Right tokens that judge a shadow: one chance match must not turn drafting on
 SHADOW_JUDGED_AFTER = 2
 
 

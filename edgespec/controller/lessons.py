@@ -47,8 +47,8 @@ class Lesson:
     judged: int  # drafted tokens verify passes judged (AdaptivePolicy's trial counts them)
     outcomes: dict[str, tuple[int, int]]  # Acceptance.outcomes, capped
     # a draft's first token's price over its later tokens' (None: not learned), which the
-    # calibration does not measure: priced as the others, the 0.5B draft model drafted on
-    # chat on the H200 7B curve where its first token (twice the others) made it lose. A
+    # calibration does not measure: priced as the others, a draft model whose first token
+    # costs twice the others drafted where that first token made it lose. A
     # ratio, not seconds: a price learned on a busy or throttled device, kept, would price
     # the draft model out of every later run, where it is never observed again
     first_ratio: float | None = None

@@ -19,7 +19,7 @@ class CostCurve:
     verify step scales every width alike by what it took against the curve, so the shape
     stays the calibrated one. Learned width by width, a burst of host noise on the one-token
     passes plain decoding makes (the width seen most) made wide passes look cheap and turned
-    drafting on where it loses (bench/replay.py with noise bursts: f7269df:docs/benchmarks.md).
+    drafting on where it loses (docs/decisions.md).
     """
 
     target_s: list[float]  # [n_max] seconds for n = 1..n_max
@@ -35,8 +35,8 @@ class CostCurve:
     def target(self, n: int) -> float:
         """Beyond the calibration, linear in n at the slope of the whole curve's chord: the
         slope of its last two widths is one noisy pair, and a calibration whose widest
-        pass came out cheaper than the one before (ONNX Runtime, 2-core CPU: 8.17 then 7.84
-        one-token passes) priced catching a draft model up on 50 tokens below nothing."""
+        pass came out cheaper than the one before priced catching a draft model up on 50
+        tokens below nothing."""
         t = self.target_s
         if n <= len(t):
             return t[n - 1]
@@ -62,11 +62,7 @@ class CostCurve:
         return [t / self.target_s[0] for t in self.target_s]
 
 
-# How far one observed cost may pull an estimate: at most this factor either way before the
-# moving average. A one-off slow pass (a cold first draft pass after load, a page-in, a new
-# shape on a GPU) took 20x its price and priced the draft model out of every later request:
-# unused, its price was never observed again (bench/replay.py --cold; f7269df:docs/benchmarks.md).
-# A lasting change is still followed, at up to 10% a step.
+# One observed cost moves a price at most this factor: a one-off slow pass won't price it out
 MAX_PULL = 2.0
 
 
@@ -116,10 +112,8 @@ class Option:
 def draft_s(first_s: float | None, token_s: float, k: int) -> float:
     """Seconds to draft k >= 1 tokens: the first token's pass, then token_s a token. A draft
     model's first pass re-reads the token the target added, at another width than the rest:
-    on llama.cpp's one CUDA graph it costs two tokens' (the H200 kit, 7B pair: 2.49 ms for
-    k = 1, 10.41 ms for k = 8), and priced at k * (t_draft / k) learned at k = 1, a draft of 5
-    looked 1.5x dearer than it was: `auto` kept k = 1 or plain where k = 5 paid 1.26x
-    (bench/replay_grid.py)."""
+    on llama.cpp's one CUDA graph it costs two tokens', and priced at k * (t_draft / k)
+    learned at k = 1, a draft of 5 looked 1.5x dearer than it was (docs/decisions.md)."""
     return (token_s if first_s is None else first_s) + (k - 1) * token_s
 
 
@@ -194,7 +188,7 @@ def draft_rates(
     tokens, reach, kept = 1.0, 1.0, 1.0  # kept: every token before position k accepted
     ended = option.catch_up_s  # expected seconds of the drafts that ended before position k
     # Option.draft_s(k), as a running sum: this loop runs k_max times per drafter and plan
-    # (a method call a position cost ~10 of the plan's 50 us a step on the EPYC)
+    # (a method call a position was a fifth of the plan's time)
     alphas, token_s, leaves_s = option.alphas, option.token_s, option.leaves_s
     drafted_s = option.draft_s(1) - token_s
     for k in range(1, n + 1):
