@@ -70,9 +70,8 @@ class RuntimeOptions:
 EXACT_LLAMA: dict = {"repack": False, "tiled": False, "flash_attn": True, "min_width": 2}
 # ONNX Runtime's CPU kernels do the same once every pass is padded to an even number of rows:
 # MLAS has one-row paths (MatMulNBits' M=1 kernels) that sum in another order than its GEMMs,
-# and on AVX-512 its int8 GEMM takes rows in pairs, the odd one out by the one-row path (an
-# AVX2 EPYC: 0 at widths 2-9 and 17 with one-token passes padded alone; an AVX-512 Xeon: odd
-# widths moved by up to 0.79 until every width was padded: docs/exactness.md)
+# and on AVX-512 its int8 GEMM takes rows in pairs, the odd one out by the one-row path (on
+# AVX-512, odd widths moved by up to 0.79 until every width was padded: docs/exactness.md)
 EXACT_ONNX: dict = {"min_width": 2, "row_multiple": 2}
 
 

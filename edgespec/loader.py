@@ -21,8 +21,7 @@ from edgespec.runtime import K_MAX
 log = logging.getLogger(__name__)
 
 DRAFTER_CHOICES = ("auto", "model", "eagle", "mtp", "ngram", "none")
-# 0.5-0.8 gave the same within 0.5% on open, chat, edit and code replayed on a CPU's curve,
-# 0.7-0.8 the most on a GPU-like one (f7269df:docs/benchmarks.md)
+# The draft model stops at a token it is less sure of: the best of 0.5-0.8 (docs/decisions.md)
 DRAFT_CONFIDENCE = 0.7
 
 
@@ -184,11 +183,11 @@ def build_decoder(
     reuse_cache keeps the target's and the draft model's KV caches across requests;
     capture_graphs runs every step shape the loop can use once now, where a runtime
     captures a CUDA graph per shape on first use (ONNX Runtime on CUDA), so that no request
-    pays a capture (a server's choice: on an H200 the target's 17 widths and the draft's
-    two shapes took about 2 s, which a one-off request would mostly not use).
+    pays a capture (a server's choice: the target's 17 widths and the draft's two shapes
+    take seconds, which a one-off request would mostly not use).
     remember: the adaptive controller starts from what earlier processes learned of these
     models' drafters on this runtime and device, and keeps what this one learns
-    (edgespec/lessons.py): each `edgespec run` is a process's first request."""
+    (edgespec/controller/lessons.py): each `edgespec run` is a process's first request."""
     spec = speculation_that_can_pay(spec, pair)
     draft_ctx = pair.draft.n_ctx if pair.draft is not None and spec.uses_model else None
     spec = spec.within(min(pair.target.n_ctx, draft_ctx or pair.target.n_ctx))

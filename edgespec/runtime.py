@@ -240,8 +240,8 @@ SCRATCH = Scratch()
 def scratch(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An array of this shape and dtype, the same one at every call from this thread. A
     fresh array a vocabulary wide is a new mapping whose pages fault on first touch: a
-    draft token's confidence (exp and sum over 152k logits) took 607 us in two of them,
-    147 us in one reused (the EPYC; 209 against 149 under edgespec's huge-page tunable)."""
+    draft token's confidence (exp and sum over 152k logits) took 4x as long in fresh arrays
+    as in one reused (docs/decisions.md)."""
     held, key = SCRATCH.arrays, (shape, np.dtype(dtype))
     if key not in held:
         if len(held) >= 8:

@@ -98,7 +98,7 @@ def add_export_parser(sub) -> None:
     p.add_argument(
         "--int4-block", type=int, choices=[32, 128], default=128,
         help="--format onnx: weights per INT4 scale; 128 verifies faster on CPU (edit suite "
-        "2.17x against 1.86x with 32 on a 2-core Xeon), 32 is closer to the source weights",
+        "2.17x against 1.86x with 32 on a 2-core CPU), 32 is closer to the source weights",
     )  # fmt: skip
     p.add_argument(
         "--draft-vocab", type=int, metavar="N",

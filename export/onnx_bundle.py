@@ -24,12 +24,8 @@ from edgespec.runtimes.shared import logit_count
 
 log = logging.getLogger(__name__)
 
-# Token ids a draft's output layer keeps by default (`--draft-vocab`). On the demo draft
-# (Qwen2.5 0.5B, INT4, 2-core AVX-512 Xeon) the full 151,936-row layer is about a quarter of
-# a draft token's time: 98,304 rows drafted a token in 14.2 ms against 16.1 (65,536: 13.6;
-# 32,768: 13.1; bench/draft_vocab.py at commit f7269df), and the demo target's outputs on
-# every suite are 99.4-99.7% ids below it (99.98-100% with the stop token), while 65,536
-# loses 2-3% of them.
+# Token ids a draft's output layer keeps by default (`--draft-vocab`): a cheaper draft token
+# while the demo target's outputs stay 99.4-99.7% ids below it (docs/decisions.md)
 DRAFT_VOCAB = 98_304
 
 

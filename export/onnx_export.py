@@ -217,7 +217,7 @@ def head_ranges(n_vocab: int, keep: int, always: Iterable[int]) -> list[tuple[in
 
     A BPE vocabulary numbers its tokens in merge order and a SentencePiece one by score, so
     low ids are the frequent ones: the demo target's outputs on the open, chat, edit and code
-    suites are 99.4-99.7% ids below 98,304 (f7269df:docs/benchmarks.md). A token the draft cannot
+    suites are 99.4-99.7% ids below 98,304 (docs/decisions.md). A token the draft cannot
     propose is only a draft rejected there: the target's distribution is kept whatever the
     draft's is, so the cut trades acceptance for a cheaper draft token, never the output."""
     ids = sorted({i for i in always if keep <= i < n_vocab})
@@ -652,8 +652,8 @@ def first_max(g: GraphBuilder, x: str, n_columns: int) -> tuple[str, str]:
 
     On ONNX Runtime's CUDA EP, ReduceMax and ArgMax always run cudnnReduceTensor (only the sums
     have ONNX Runtime's own kernels: reduction_ops.h's fast_reduction_), which takes a few long
-    rows slowly: over 151,936 logits ReduceMax took 0.12 ms at width 1 and ~10 ms at widths 2
-    to 9 on an H100 (the GPU kit's run of 2026-11-26, issue 44). Here no reduction is longer
+    rows slowly: over 151,936 logits ReduceMax took ~80x as long at widths 2 to 9 as at
+    width 1 (docs/decisions.md). Here no reduction is longer
     than max(MAX_BLOCK, blocks), and the first has rows x blocks outputs."""
     blocks = -(-n_columns // MAX_BLOCK)
     last = g.const(g.name("last_axis"), np.array([-1]))

@@ -3,8 +3,8 @@
 A quantized drafter loses acceptance faster than it gains speed, so the drafter is never
 stored at lower precision than the target unless the user insists (--force).
 
-Defaults per device come from measurements (f7269df:docs/benchmarks.md):
-- CPU (llama.cpp, 2-core Zen 4, Qwen2.5-Coder-1.5B): with logits for every verified row,
+Defaults per device come from measurements (docs/decisions.md):
+- CPU (llama.cpp, 2-core, Qwen2.5-Coder-1.5B): with logits for every verified row,
   Q4_0 and Q4_K_M verify 5 tokens at the same ~3x one token, and Q4_K_M holds quality
   better, so the target defaults to q4_k_m. The output projection (151,936 x 1,536) is the
   largest single matrix: Q4_0 there instead of Q6_K decoded one token ~20% faster (29 vs

@@ -308,8 +308,8 @@ class LlamaCppRuntime(LlamaVocabulary, HeadFeatures, Runtime):
         two largest logits, found by its backend top-k sampler where the pass ran (the
         larger's column, or where the two tie, the first column holding the maximum in the
         row's logits, np.argmax's, the pass re-run for them); else in llama.cpp's logits
-        buffer, not a copy of it (forward's copy of 5 rows took 65 us on the EPYC, ~2% of a
-        GPU's verify pass, before the argmax read them again)."""
+        buffer, not a copy of it (forward's copy of the rows cost ~2% of a GPU's verify pass,
+        before the argmax read them again)."""
         if not tokens or len(tokens) > self.n_batch:
             return top_of(self.forward(tokens, last_only=last_only), with_prob)
         if not self.backend_sampling or with_prob:

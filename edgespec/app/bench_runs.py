@@ -54,7 +54,7 @@ T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622,
 VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx512_bf16",
                 "avx_vnni", "amx_tile", "amx_int8", "amx_bf16", "neon", "asimd", "sve")  # fmt: skip
 # The most one logit moved between a one-token pass and a verify pass of width 2..9 with
-# each back-end's default CPU kernels (docs/exactness.md; bench/batch_invariance.py at f7269df):
+# each back-end's default CPU kernels (docs/exactness.md, docs/decisions.md):
 # llama.cpp 0.71 (demo target, Q4_K, AVX2), ONNX Runtime 0.63 (demo target, MatMulNBits int4 at
 # accuracy level 4). With --exact (RuntimeOptions.exact) it is 0.
 BATCH_NOISE = {"LlamaCppRuntime": 0.71, "OnnxRuntime": 0.63}

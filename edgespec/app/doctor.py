@@ -51,7 +51,7 @@ def report(model: str | None = None) -> list[tuple[str, str]]:
 
 def llama_build_command(version: str | None, cuda: bool) -> str:
     """How this llama-cpp-python is rebuilt, for the GPU at hand where `cuda`, and on x86 for
-    this CPU's vector extensions without AMX (GGML_NATIVE would add AMX kernels on a Xeon that
+    this CPU's vector extensions without AMX (GGML_NATIVE would add AMX kernels on a CPU that
     has it: issue 45). deploy/jetson/install.sh does it on a Jetson."""
     from edgespec.plumbing.machine import cpu_model_and_flags
     from edgespec.runtimes.llama_load_probe import llama_cpu_cmake_args
@@ -99,7 +99,7 @@ def backend_sampling_status(llama_cpp) -> str:
 def llama_numpy_first_status(llama_cpp, timeout: float = 60.0) -> str:
     """Whether this llama-cpp-python loads a model in a process that imported numpy first, as
     every edgespec process does: a tiny model, loaded in a child (builds with AMX kernels died
-    there with SIGSEGV on the H100's and H200's Xeons, issue 45)."""
+    there with SIGSEGV on CPUs with AMX, issue 45)."""
     import tempfile
     from pathlib import Path
 

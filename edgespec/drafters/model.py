@@ -29,7 +29,7 @@ class CachedTokens:
     """self.cached, the tokens a draft cache holds, with their common prefix with the engine's
     context found fast: the engine hands every step of a request the one list it appends to,
     so a prefix found equal stays equal and a step compares only what follows it (comparing
-    the whole lists cost 50 us a call at 8,000 tokens, on every step, on the EPYC). Appending
+    the whole lists costs tens of microseconds a step at 8,000 tokens). Appending
     to cached in place keeps what is known; assigning a new list forgets it."""
 
     _cached: list[int]
@@ -82,7 +82,7 @@ class ModelDrafter(CachedTokens):
         by less than log(confidence / (1 - confidence)), what a top probability of
         `confidence` against one rival gives (TokenDist.gumbel_max_margin). Unsure tokens
         are mostly rejected, and every token after a rejected one is, while sure ones are
-        mostly kept (f7269df:docs/benchmarks.md); the policy learns how often drafts go on and what
+        mostly kept (docs/decisions.md); the policy learns how often drafts go on and what
         sure and unsure tokens keep (ByPosition), and prices longer caps by it.
         n_ids: the target's vocabulary size (default: the draft's), the width of the q rows
         verification reads. A family's models may pad their output layers to different sizes
