@@ -330,8 +330,8 @@ MUTANTS = (
     Mutant(  # the last drafter carried into the next request
         "stay-across-requests",
         "AdaptivePolicy.begin",
-        "rent_or_buy's\n        self.drafted_by = None",
-        "rent_or_buy's",
+        "self.drafted_by = None",
+        "pass",
         ("tests/test_controller.py",),
     ),
     Mutant(  # prompt lookup's first outcomes under a key learned at the smoothing alone
@@ -834,14 +834,14 @@ MUTANTS = (
     ),
     Mutant(
         "leaving-plain-charged-one-switch",
-        "AdaptivePolicy.switch_s",
+        "Switches.switch_s",
         "return [0.0] + [LEAVE_PLAIN_SWITCHES * s] * self.k_max",
         "return [0.0] + [s] * self.k_max",
         ("tests/test_controller.py",),
     ),
     Mutant(
         "a-capturing-pass-charged-nothing",
-        "AdaptivePolicy.pass_switch_s",
+        "Switches.pass_switch_s",
         "if width != self.width or self.in_row == 1:",
         "if width != self.width:",
         ("tests/test_controller.py",),
@@ -946,7 +946,7 @@ MUTANTS = (
     ),
     Mutant(
         "leaving-plain-prepays-no-capture",
-        "AdaptivePolicy.switch_s",
+        "Switches.switch_s",
         "0.0 if prepaid and n == self.width else self.pass_switch_s(n)",
         "self.pass_switch_s(n)",
         ("tests/test_controller.py",),
@@ -960,14 +960,14 @@ MUTANTS = (
     ),
     Mutant(
         "buying-a-width-ignores-catch-up",
-        "AdaptivePolicy.rent_or_buy",
+        "Switches.rent_or_buy",
         "buy_s = switch_s[width - 1] - switch_s[myopic.k] + catch_up_s",
         "buy_s = switch_s[width - 1] - switch_s[myopic.k]",
         ("tests/test_controller.py",),
     ),
     Mutant(
         "the-prompt-pass-taken-as-plain",
-        "AdaptivePolicy.begin",
+        "Switches.begin",
         "self.width, self.in_row = 0, 1",
         "self.width, self.in_row = 1, 2",
         ("tests/test_controller.py",),

@@ -669,22 +669,22 @@ def test_leaving_plain_decoding_costs_four_switches_and_a_run_of_one_width_none(
     same width again is free; in a run of verify passes a new width pays one, the second
     pass of a width one (its capture), the third none; plain is never charged (prepaid)."""
     policy = one_graph_policy()
-    assert policy.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]
+    assert policy.switches.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]
     policy.observe(None, 2, 2, 0.0, 1.4 + 0.5)  # a 3-token pass: uncaptured
-    assert policy.switch_s() == [0.0, 0.5, 0.0, 0.5, 0.5]  # its capture was paid for
+    assert policy.switches.switch_s() == [0.0, 0.5, 0.0, 0.5, 0.5]  # its capture was paid for
     policy.observe(None, 2, 2, 0.0, 1.4 + 0.5)  # the same width: captured now
-    assert policy.switch_s() == [0.0, 0.5, 0.0, 0.5, 0.5]
+    assert policy.switches.switch_s() == [0.0, 0.5, 0.0, 0.5, 0.5]
     policy.observe(None, 1, 1, 0.0, 1.2 + 0.5)  # another width, within a run: uncaptured
-    assert policy.switch_s() == [0.0, 0.5, 0.5, 0.5, 0.5]  # its capture is not prepaid
+    assert policy.switches.switch_s() == [0.0, 0.5, 0.5, 0.5, 0.5]  # its capture is not prepaid
     policy.observe(None, 1, 1, 0.0, 1.2 + 0.5)  # captured now
     policy.observe(None, 1, 1, 0.0, 1.2)  # replayed
-    assert policy.switch_s() == [0.0, 0.0, 0.5, 0.5, 0.5]
+    assert policy.switches.switch_s() == [0.0, 0.0, 0.5, 0.5, 0.5]
     policy.observe(None, 0, 0, 0.0, 1.0 + 0.5)  # back to plain
-    assert policy.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]
+    assert policy.switches.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]
     assert policy.curve.target_s == pytest.approx([1.0, 1.2, 1.4, 1.6, 1.8])  # speed kept
     policy.begin([NgramDrafter()])
-    assert policy.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]
-    assert one_graph_policy(switch_s=0.0).switch_s() == []  # any other runtime: nothing
+    assert policy.switches.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]
+    assert one_graph_policy(switch_s=0.0).switches.switch_s() == []  # any other runtime: nothing
 
 
 def test_on_a_one_graph_runtime_a_lone_guess_stays_plain_and_a_long_copy_drafts():
@@ -695,8 +695,8 @@ def test_on_a_one_graph_runtime_a_lone_guess_stays_plain_and_a_long_copy_drafts(
     d = NgramDrafter()
     guess, copy = Option(d, [0.6], 0.0), Option(d, [0.95] * 4, 0.0)
     assert best_choice(policy.curve, [guess], 4).k == 1
-    assert best_choice(policy.curve, [guess], 4, switch_s=policy.switch_s()).k == 0
-    assert best_choice(policy.curve, [copy], 4, switch_s=policy.switch_s()).k == 4
+    assert best_choice(policy.curve, [guess], 4, switch_s=policy.switches.switch_s()).k == 0
+    assert best_choice(policy.curve, [copy], 4, switch_s=policy.switches.switch_s()).k == 4
 
 
 def test_a_first_request_learns_fast_from_its_prior_and_a_later_one_at_the_moving_average():
@@ -827,26 +827,26 @@ def test_a_width_that_repays_its_switch_is_taken_once_staying_has_cost_as_much()
     d = policy.estimates[0].drafter
     policy.observe(d, 2, 2, 0.0, 1.4 + 0.5)
     policy.observe(d, 2, 2, 0.0, 1.4 + 0.5)  # a run at width 3, captured
-    switch = policy.switch_s()
+    switch = policy.switches.switch_s()
     assert switch == [0.0, 0.5, 0.0, 0.5, 0.5]
     myopic, steady = Choice(d, 2, 2.0), Choice(d, 4, 2.5)
     # each step at k = 2 loses t(3) * (1 - 2.0 / 2.5) = 0.28 against k = 4, which pays 0.5
-    assert policy.rent_or_buy(myopic, steady, switch).k == 2
-    assert policy.regret == pytest.approx(0.28)
-    assert policy.rent_or_buy(myopic, steady, switch).k == 2
-    assert policy.rent_or_buy(myopic, steady, switch).k == 4  # 0.56 >= 0.5: bought
-    assert policy.regret == 0.0
-    policy.rent_or_buy(myopic, steady, switch)
-    policy.rent_or_buy(myopic, Choice(d, 3, 2.5), switch)  # another width: starts over
-    assert policy.regret == pytest.approx(0.28)
-    assert policy.rent_or_buy(myopic, Choice(d, 3, 2.5), switch).k == 2
-    assert policy.rent_or_buy(myopic, myopic, switch).k == 2  # no better: nothing accrues
-    assert policy.regret == 0.0
+    assert policy.switches.rent_or_buy(myopic, steady, switch).k == 2
+    assert policy.switches.regret == pytest.approx(0.28)
+    assert policy.switches.rent_or_buy(myopic, steady, switch).k == 2
+    assert policy.switches.rent_or_buy(myopic, steady, switch).k == 4  # 0.56 >= 0.5: bought
+    assert policy.switches.regret == 0.0
+    policy.switches.rent_or_buy(myopic, steady, switch)
+    policy.switches.rent_or_buy(myopic, Choice(d, 3, 2.5), switch)  # another width: starts over
+    assert policy.switches.regret == pytest.approx(0.28)
+    assert policy.switches.rent_or_buy(myopic, Choice(d, 3, 2.5), switch).k == 2
+    assert policy.switches.rent_or_buy(myopic, myopic, switch).k == 2  # no better: nothing accrues
+    assert policy.switches.regret == 0.0
     fresh = one_graph_policy(switch_s=0.5)  # after plain, every width pays the same 1.5
     fresh.observe(None, 0, 0, 0.0, 1.0)
-    alike, d = fresh.switch_s(), fresh.estimates[0].drafter
-    assert fresh.rent_or_buy(Choice(d, 4, 2.0), Choice(d, 2, 2.5), alike).k == 4
-    assert fresh.regret == 0.0
+    alike, d = fresh.switches.switch_s(), fresh.estimates[0].drafter
+    assert fresh.switches.rent_or_buy(Choice(d, 4, 2.0), Choice(d, 2, 2.5), alike).k == 4
+    assert fresh.switches.regret == 0.0
 
 
 def test_a_probe_that_beats_plain_decoding_pays_though_a_token_was_rejected():
@@ -914,7 +914,7 @@ def test_the_two_plain_passes_after_the_prompt_pay_their_switches_not_the_curve(
     policy = one_graph_policy()
     m = model(0.3)
     policy.begin([m])
-    assert policy.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]  # priced as from plain
+    assert policy.switches.switch_s() == [0.0, 2.0, 2.0, 2.0, 2.0]  # priced as from plain
     for t_verify in (1.0 + 0.5, 1.0 + 0.5, 1.0):
         policy.observe(None, 0, 0, 0.0, t_verify)
     assert policy.curve.target_s == pytest.approx([1.0, 1.2, 1.4, 1.6, 1.8])

@@ -18,12 +18,10 @@ from edgespec.controller.pricing import (
     best_choice,
     followed,
 )
+from edgespec.controller.switches import Switches
 from edgespec.drafters.base import Drafter, Offer
 from edgespec.runtime import K_MAX
 from edgespec.sampling import SamplingParams
-
-# Leaving plain on one graph costs its pass, the capture and two plain passes back (decisions.md)
-LEAVE_PLAIN_SWITCHES = 4
 
 # Drafted tokens judged before a failing probe backs off: one short probe says little
 COLD_JUDGED = 4
@@ -77,13 +75,7 @@ class AdaptivePolicy:
         self.probing: Drafter | None = None
         self.chosen_rate = 0.0  # expected tokens/s of the last plan's best choice
         self.prefill = False  # whether the next to_sync is a request's first
-        # the target's last pass: its width (1: plain) and how many passes of it in a row;
-        # what a change of width costs where the runtime keeps one graph (switch_s)
-        self.width, self.in_row = 1, 2
-        self.left_plain = False  # the last pass was the first after a plain one
-        # seconds lost so far to keeping a width another (regret_width) beats without its
-        # switches (rent_or_buy)
-        self.regret, self.regret_width = 0.0, 0
+        self.switches = Switches(curve, k_max)  # what a change of width costs (one graph)
         # seconds of loss the last losing probes left to pay back (PROBE_BUDGET), and what the
         # probe under way costs at the prices held
         self.probe_debt_s, self.probe_cost_s = 0.0, 0.0
@@ -99,11 +91,7 @@ class AdaptivePolicy:
         self.probing = None
         self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
         self.prefill = True  # the next to_sync is the request's first: the prompt
-        # width 0: the prompt's pass, after which the next runs uncaptured whatever its
-        # width, and a one-token one captures after it; priced as plain (switch_s), so their
-        # switches are not learned as the curve's speed (docs/decisions.md)
-        self.width, self.in_row = 0, 1
-        self.regret, self.regret_width = 0.0, 0  # rent_or_buy's
+        self.switches.begin()
         self.drafted_by = None
 
     def lessons(self) -> dict[int, Learned]:
@@ -158,14 +146,15 @@ class AdaptivePolicy:
                   if e.offer.available > 0]  # fmt: skip
         live = [e for e, option in priced if self.in_use(e, option)]
         options = [self.leaving(option, [x for x in live if x is not e]) for e, option in priced]
-        leaves_s, switch_s = self.left_behind_s(live), self.switch_s()
+        leaves_s, switch_s = self.left_behind_s(live), self.switches.switch_s()
         choice = best_choice(self.curve, options, self.k_max, leaves_s, switch_s)
         if switch_s:  # the same choice without one-off costs (the one graph's switches, a
             # drafter's catch-up): what pays in a row
             caught_up = [replace(o, catch_up_s=0.0) if o.catch_up_s else o for o in options]
             steady = best_choice(self.curve, caught_up, self.k_max, leaves_s)
             catch_up_s = next((o.catch_up_s for o in options if o.drafter is steady.drafter), 0.0)
-            choice = self.rent_or_buy(choice, steady, switch_s, catch_up_s)
+            draft_s = self.estimate(choice.drafter).draft_s(choice.k) if choice.drafter else 0.0
+            choice = self.switches.rent_or_buy(choice, steady, switch_s, catch_up_s, draft_s)
         if choice.k == 0:
             choice = self.staying(options, choice, switch_s)
         self.chosen_rate = choice.tokens_per_second
@@ -186,66 +175,6 @@ class AdaptivePolicy:
         stay = best_choice(self.curve, [option], self.k_max, math.inf, switch_s)  # plain: 0/s
         floor = (1 - STAY_MARGIN) * plain.tokens_per_second
         return stay if stay.drafter is not None and stay.tokens_per_second >= floor else plain
-
-    def switch_s(self) -> list[float]:
-        """What a target pass of 1..k_max + 1 tokens costs now beyond the curve, where the
-        runtime keeps one CUDA graph (curve.switch_s; else []): a width other than the last
-        pass's runs uncaptured, and the next like it captures. Leaving plain decoding is also
-        charged the two plain passes that will come back to it, so plain is never charged:
-        in a loop that drafts now and then, that return made every isolated verify step cost
-        three switches, not one (bench/replay.py --one-graph). The pass that captures the new
-        width is charged on leaving too (LEAVE_PLAIN_SWITCHES)."""
-        s = self.curve.switch_s
-        if not s:
-            return []
-        if self.width <= 1:  # plain, or the prompt's pass (begin)
-            return [0.0] + [LEAVE_PLAIN_SWITCHES * s] * self.k_max
-        prepaid = self.in_row == 1 and self.left_plain  # the capture, charged on leaving plain
-        return [0.0] + [
-            0.0 if prepaid and n == self.width else self.pass_switch_s(n)
-            for n in range(2, self.k_max + 2)
-        ]
-
-    def rent_or_buy(
-        self, myopic: Choice, steady: Choice, switch_s: Sequence[float], catch_up_s: float = 0.0
-    ) -> Choice:
-        """The step to take where a change of width costs switches (switch_s): myopic, the
-        best step with them charged, or steady, the best without, once staying has cost as
-        much as changing would.
-
-        Charging a step the whole switch it causes keeps a width that pays less, step after
-        step, than one that would repay its switch in a few steps; charging a guessed share
-        of it to each step drafted loses where drafting runs are short (docs/decisions.md,
-        rent-or-buy). This is
-        rent-or-buy: each step that keeps the myopic width adds what it loses against the
-        steady one (its seconds times 1 - its rate / steady's rate), and the steady one is
-        taken once that adds up to the extra switch it is charged now. At most twice the
-        best in hindsight whatever comes; a steady choice that changes width starts over,
-        so one step's passing chance (a one-off match) never adds up."""
-        width = steady.k + 1
-        # 0: myopic weighed it as charged; catch_up_s: what steady's drafter must forward first
-        buy_s = switch_s[width - 1] - switch_s[myopic.k] + catch_up_s
-        if buy_s <= 0.0 or steady.tokens_per_second <= myopic.tokens_per_second:
-            self.regret, self.regret_width = 0.0, 0
-            return myopic
-        # leaving plain decoding costs the same switches at any width: one account for all
-        account = width if self.width > 1 else 2
-        if account != self.regret_width:
-            self.regret, self.regret_width = 0.0, account
-        if self.regret >= buy_s:
-            self.regret, self.regret_width = 0.0, 0
-            return Choice(steady.drafter, steady.k, myopic.tokens_per_second)
-        step_s = self.curve.target(myopic.k + 1)
-        if myopic.drafter is not None:
-            step_s += self.estimate(myopic.drafter).draft_s(myopic.k)
-        self.regret += step_s * (1.0 - myopic.tokens_per_second / steady.tokens_per_second)
-        return myopic
-
-    def pass_switch_s(self, width: int) -> float:
-        """What the runtime's one graph adds to a pass of `width` tokens after the last."""
-        if width != self.width or self.in_row == 1:
-            return self.curve.switch_s
-        return 0.0
 
     def in_use(self, e: Estimate, option: Option) -> bool:
         """A priced drafter in step (a drafted step's re-forwarding behind it at most, so
@@ -315,7 +244,7 @@ class AdaptivePolicy:
         with the target's prefill (what it costs is the prompt's), and later tokens as it
         offers."""
         prefill, self.prefill = self.prefill, False
-        switch_s = [] if prefill else self.switch_s()  # the prompt: judged as in a run
+        switch_s = [] if prefill else self.switches.switch_s()  # the prompt: judged as in a run
         due = []
         for e in self.estimates:
             if e.free:  # the prompt indexed with the target's prefill (prompt lookup: 18 ms
@@ -375,7 +304,7 @@ class AdaptivePolicy:
 
     def probe(self, switch_s: Sequence[float]) -> Choice:
         """A drafter idle for its interval gets a draft of probe_k tokens, to refresh its
-        estimates; the cheapest due drafter first. switch_s: the plan's (switch_s()).
+        estimates; the cheapest due drafter first. switch_s: the plan's (Switches.switch_s).
 
         A drafter is not probed while catching up would cost more than a target token: for a
         draft model on a CPU that is whenever it is more than a few tokens behind (a new
@@ -444,13 +373,12 @@ class AdaptivePolicy:
         t_first: float = 0.0,
     ) -> None:
         # the curve prices replayed passes: what the one graph added is not its speed
-        switched_s = self.pass_switch_s(k + 1)
+        switched_s = self.switches.pass_switch_s(k + 1)
         # time passing pays back probes, at the prices held (as each probe's loss is priced)
         passed_s = self.curve.target(k + 1) + switched_s
         self.probe_debt_s = max(0.0, self.probe_debt_s - PROBE_BUDGET * passed_s)
         scale = self.curve.observe_target(k + 1, t_verify - switched_s)
-        self.left_plain = self.width <= 1 and k > 0
-        self.width, self.in_row = k + 1, self.in_row + 1 if k + 1 == self.width else 1
+        self.switches.passed(k + 1)
         for e in self.estimates:
             e.idle += 1
             if e.learns_cost:  # a draft model slows down with the target: same device

@@ -133,7 +133,7 @@ def best_choice(
 ) -> Choice:
     """The drafter and k that maximise expected tokens / expected seconds; k = 0 is plain,
     its token charged plain_leaves_s for the drafters it leaves behind. switch_s: what a
-    target pass of n = 1, 2, ... tokens costs beyond the curve now (AdaptivePolicy.switch_s;
+    target pass of n = 1, 2, ... tokens costs beyond the curve now (Switches.switch_s;
     () = nothing).
 
     A pure function of the cost curve and the priced options (unit-tested on its own); on a
