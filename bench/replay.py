@@ -40,7 +40,7 @@ from edgespec.backends import RuntimeOptions
 from edgespec.chat import chat_tokens
 from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Learned, Policy
 from edgespec.controller.calibrate import cost_curve
-from edgespec.drafters.base import Drafter
+from edgespec.drafters.base import Drafter, Offer
 from edgespec.drafters.model import ModelDrafter
 from edgespec.drafters.ngram import NgramDrafter
 from edgespec.engine import SpeculativeDecoder, Stats
@@ -300,16 +300,18 @@ class OraclePolicy:
         self.drafters = drafters
         self.prefill = True
 
-    def to_sync(self, context: Sequence[int]) -> list[Drafter]:
+    def to_sync(self, context: Sequence[int], offers: Sequence[Offer]) -> list[Drafter]:
         """The draft model, with the prompt (as the controller does); later, it catches up
         in the proposal that needs it, priced there."""
         due, self.prefill = self.prefill, False
         return [d for d in self.drafters if isinstance(d, ModelDrafter)] if due else []
 
-    def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
+    def plan(
+        self, context: Sequence[int], sp: SamplingParams, offers: Sequence[Offer]
+    ) -> tuple[Drafter | None, int]:
         best: tuple[float, Drafter | None, int] = (1.0, None, 0)  # plain: a token a pass
-        for drafter in self.drafters:
-            k_max = min(drafter.offer(context).available, self.k_max)
+        for drafter, offer in zip(self.drafters, offers, strict=True):
+            k_max = min(offer.available, self.k_max)
             if not k_max:
                 continue
             draft, draft_s = self.foresee(drafter, context, k_max, sp)
@@ -372,13 +374,15 @@ class Timed:
         self.clock.running, self.syncs = False, 0
         self.policy.begin(drafters, max_tokens)
 
-    def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
+    def plan(
+        self, context: Sequence[int], sp: SamplingParams, offers: Sequence[Offer]
+    ) -> tuple[Drafter | None, int]:
         self.clock.running = True
-        return self.policy.plan(context, sp)
+        return self.policy.plan(context, sp, offers)
 
-    def to_sync(self, context: Sequence[int]) -> list[Drafter]:
+    def to_sync(self, context: Sequence[int], offers: Sequence[Offer]) -> list[Drafter]:
         self.clock.running, self.syncs = self.syncs > 0, self.syncs + 1
-        return self.policy.to_sync(context)
+        return self.policy.to_sync(context, offers)
 
     def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False, t_first=0.0):
         # the verify pass's charge itself: the clock's difference is off in its last bits,

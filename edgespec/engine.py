@@ -13,11 +13,12 @@ import logging
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 
 from edgespec.controller import FixedPolicy, Policy
-from edgespec.drafters.base import Draft, Drafter
+from edgespec.drafters.base import Draft, Drafter, Offer
 from edgespec.drafters.model import common_prefix_len
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.runtime import Runtime, TopRows, forward_dists, forward_top
@@ -175,6 +176,40 @@ class Emitted:
         )
 
 
+class Offers(Sequence[Offer]):
+    """Each drafter's Offer for one context, in the policy's order, asked of the drafter when
+    the policy first reads it (a policy that reads none, FixedPolicy, costs none)."""
+
+    def __init__(self, drafters: Sequence[Drafter], context: Sequence[int]) -> None:
+        self.drafters, self.context = drafters, context
+        self.known: dict[int, Offer] = {}
+
+    def __len__(self) -> int:
+        return len(self.drafters)
+
+    @overload
+    def __getitem__(self, i: int) -> Offer: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Offer]: ...
+    def __getitem__(self, i: int | slice) -> Offer | Sequence[Offer]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(len(self))[i]]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        if i not in self.known:
+            self.known[i] = self.drafters[i].offer(self.context)
+        return self.known[i]
+
+    def after_sync(self, synced: Sequence[Drafter]) -> Offers:
+        """The offers once `synced` caught up: theirs asked again, the others' kept."""
+        after = Offers(self.drafters, self.context)
+        after.known = {
+            i: o for i, o in self.known.items() if not any(self.drafters[i] is d for d in synced)
+        }
+        return after
+
+
 def stream_rng(seed: int | None, stream: int) -> np.random.Generator:
     """Independent random streams from one seed: the drafter's draws must not repeat the
     verifier's, or acceptance would correlate with the draft token and bias the output."""
@@ -285,11 +320,17 @@ class SpeculativeDecoder:
             self.sync_drafters(tokens)
         return keep
 
-    def sync_drafters(self, tokens: list[int]) -> None:
+    def sync_drafters(self, tokens: list[int]) -> Offers:
         """Let the drafters the policy names catch up on tokens, one batched pass each: the
-        prompt when a request begins, what idle steps emitted before a step."""
-        for drafter in self.policy.to_sync(tokens):
+        prompt when a request begins, what idle steps emitted before a step. Return the
+        drafters' offers for tokens, in step now, for the policy's plan. The engine is the one
+        caller of the drafters (offer, sync, propose, reset); the policy only decides."""
+        drafters = list(self.drafters.values())
+        offers = Offers(drafters, tokens)
+        synced = self.policy.to_sync(tokens, offers)
+        for drafter in synced:
             drafter.sync(tokens)
+        return offers.after_sync(synced)
 
     def reusable(self, tokens: list[int]) -> int:
         """Prompt tokens the target's cache already holds: the common prefix of tokens[:-1]
@@ -311,10 +352,10 @@ class SpeculativeDecoder:
         """One draft-verify step; room bounds 1 + k by max_tokens and the context."""
         n0 = self.target.n_past
         t_sync = self.clock()
-        if speculative:  # catching up is drafting time, but no drafter's per-token price
-            self.sync_drafters(tokens)
+        # catching up is drafting time, but no drafter's per-token price
+        offers = self.sync_drafters(tokens) if speculative else []
         t_plan = self.clock()
-        drafter, k = self.policy.plan(tokens, sp) if speculative else (None, 0)
+        drafter, k = self.policy.plan(tokens, sp, offers) if speculative else (None, 0)
         k = min(k, room - 1)
         # planning is the loop's own time, paid by every step, plain ones too: charged to the
         # drafter chosen, its 0.17 ms (median here) would price a draft model on a GPU (a token

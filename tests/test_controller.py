@@ -25,6 +25,20 @@ from edgespec.engine import SpeculativeDecoder
 from edgespec.sampling import SamplingParams
 from tests.fakes import FakeRuntime, ScriptedDrafter
 
+
+def offers(policy: AdaptivePolicy, context: list[int]) -> list:
+    """What the engine hands the policy: each drafter's offer, in begin's order."""
+    return [e.drafter.offer(context) for e in policy.estimates]
+
+
+def plan(policy: AdaptivePolicy, context: list[int], sp: SamplingParams = SamplingParams()):
+    return policy.plan(context, sp, offers(policy, context))
+
+
+def to_sync(policy: AdaptivePolicy, context: list[int]) -> list:
+    return policy.to_sync(context, offers(policy, context))
+
+
 SP = SamplingParams()
 
 
@@ -231,7 +245,7 @@ def test_a_far_behind_drafter_is_not_probed():
         for _ in range(2):
             policy.observe(None, 0, 0, 0.0, 1.0)  # idle steps: a probe is due
         # near: probed at the width that would pay most were it right 90% of the time, 1 here
-        assert policy.plan(list(range(50)), SP) == ((None, 0) if m is far else (m, 1))
+        assert plan(policy, list(range(50)), SP) == ((None, 0) if m is far else (m, 1))
 
 
 class WrongModel(ScriptedDrafter):
@@ -285,7 +299,7 @@ def test_a_burst_of_slow_one_token_passes_does_not_turn_a_losing_drafter_on():
     assert curve.ratios() == pytest.approx([1.0, 1.55, 2.47, 3.2, 4.2, 5.0, 5.8, 6.6, 7.4])
     assert curve.target(1) == pytest.approx(0.15, rel=0.05)  # the new speed is followed
     assert not policy.can_win(policy.estimate(m))
-    assert policy.plan(list(range(50)), SP) == (None, 0)
+    assert plan(policy, list(range(50)), SP) == (None, 0)
 
 
 def test_whether_a_draft_model_can_win_follows_its_price_in_target_tokens():
@@ -330,16 +344,16 @@ def test_a_preview_is_learned_from_the_tokens_the_target_emits_after_it():
     policy.begin([ngram])
     e = policy.estimate(ngram)
     ctx = [1, 2, 3, 4, 5, 6, 9, 1, 2]  # "1 2" was followed by 3 4 5 6 ...
-    assert policy.plan(ctx, SP) == (None, 0)  # a 2-token match's prior (0.4) loses here
+    assert plan(policy, ctx, SP) == (None, 0)  # a 2-token match's prior (0.4) loses here
     assert e.shadow == Shadow(at=9, tokens=(3, 4, 5, 6), key=2)
     ctx += [3, 4]  # plain steps emit 3 and 4: both right, learned at once
-    assert policy.plan(ctx, SP) == (None, 0)
+    assert plan(policy, ctx, SP) == (None, 0)
     right_so_far = ByMatchLength()
     right_so_far.observe(2, 2, 2)
     assert e.acceptance.values == right_so_far.values
     assert e.shadow == Shadow(at=11, tokens=(5, 6, 9, 1), key=2)  # the next preview
     ctx += [5, 9]  # ... then 5, and 9 where 6 was previewed
-    policy.plan(ctx, SP)
+    plan(policy, ctx, SP)
     want = ByMatchLength()
     want.observe(2, 4, 3)  # what a verify pass of the 4-token draft would have reported
     assert e.acceptance.values == want.values
@@ -358,7 +372,7 @@ def test_a_copy_is_drafted_a_few_tokens_after_it_starts_where_a_fresh_match_lose
     passage = list(range(100, 140))
     ctx = [1, 2, 3, *passage, 7, 8]
     plain_steps = 0
-    while policy.plan(ctx, SP) == (None, 0):
+    while plan(policy, ctx, SP) == (None, 0):
         ctx.append(passage[plain_steps])  # the target copies the passage
         plain_steps += 1
     assert plain_steps == 7
@@ -371,10 +385,10 @@ def test_a_drafter_drafting_now_leaves_no_shadow_to_count_twice():
     e = policy.estimate(ngram)
     e.acceptance.values[2] = 0.0  # a 2-token match is never right: plain, and a shadow
     ctx = [1, 2, 3, 4, 5, 6, 9, 1, 2]
-    assert policy.plan(ctx, SP) == (None, 0)
+    assert plan(policy, ctx, SP) == (None, 0)
     assert e.shadow == Shadow(at=9, tokens=(3, 4, 5, 6), key=2)
     e.acceptance.values[2] = 0.9  # ... now it is: it drafts, and its pass will judge it
-    assert policy.plan([*ctx, 3], SP) == (ngram, 4)
+    assert plan(policy, [*ctx, 3], SP) == (ngram, 4)
     assert e.shadow is None
 
 
@@ -435,20 +449,20 @@ def test_a_third_drafter_is_priced_by_its_own_cost_and_catch_up():
     policy = AdaptivePolicy(curve, k_max=8)
     policy.begin([oracle])
     # at its prior acceptance (0.6): E(4) / (4 * 0.01 + 1.25) = 1.859 tokens/s is the best k
-    assert policy.plan([1, 2, 3], SP) == (oracle, 4)
+    assert plan(policy, [1, 2, 3], SP) == (oracle, 4)
     oracle.token_s = 2.0  # a new policy reads the drafter's price: now it never pays
     policy = AdaptivePolicy(curve, k_max=8)
     policy.begin([oracle])
-    assert policy.plan([1, 2, 3], SP) == (None, 0)
+    assert plan(policy, [1, 2, 3], SP) == (None, 0)
     # learned: the observed seconds per token pull the starting price, at most halving it
     policy.observe(oracle, 4, 4, t_draft=0.04, t_verify=1.2)  # the curve's own t(5)
     assert policy.estimate(oracle).token_s == 2.0 + curve.smoothing * (2.0 / 2 - 2.0)
     # catch-up: in step it pays; 1000 tokens behind, the same drafter loses to plain
-    for behind, plan in ((0, 3), (1000, 0)):
+    for behind, best_k in ((0, 3), (1000, 0)):
         cheap = Oracle(FakeRuntime(n_vocab=16), wrong_at=None, token_s=0.05, behind=behind)
         policy = AdaptivePolicy(curve, k_max=8)
         policy.begin([cheap])
-        assert policy.plan([1, 2, 3], SP) == ((cheap, plan) if plan else (None, 0))
+        assert plan(policy, [1, 2, 3], SP) == ((cheap, best_k) if best_k else (None, 0))
 
 
 def test_a_step_that_leaves_the_draft_model_in_use_behind_is_charged_its_catch_up():
@@ -462,7 +476,7 @@ def test_a_step_that_leaves_the_draft_model_in_use_behind_is_charged_its_catch_u
     policy.begin([draft_model, lookup])
     policy.estimate(draft_model).acceptance = ByPosition(prior=0.75)
     policy.estimate(lookup).acceptance = ByPosition(prior=0.4)
-    assert policy.plan([1, 2, 3], SP) == (draft_model, 1)
+    assert plan(policy, [1, 2, 3], SP) == (draft_model, 1)
     assert policy.chosen_rate == pytest.approx(1.75 / (0.35 + 1.14))
     assert policy.left_behind_s([policy.estimate(draft_model)]) == pytest.approx(0.35 * 0.2)
     # uncharged, the guess wins: 1.4 / 1.14 > 1.75 / 1.49
@@ -470,7 +484,7 @@ def test_a_step_that_leaves_the_draft_model_in_use_behind_is_charged_its_catch_u
     assert best_choice(curve, options, 4).drafter is lookup
     # a draft model far behind is not in use: nothing to charge
     draft_model.behind = 40
-    policy.plan([1, 2, 3], SP)
+    plan(policy, [1, 2, 3], SP)
     behind = policy.estimate(draft_model)
     assert not policy.in_use(behind, policy.option(behind, 4))
 
@@ -509,11 +523,11 @@ def test_one_slow_draft_pass_does_not_price_the_draft_model_out_of_later_request
     policy = AdaptivePolicy(ONNX_CPU, k_max=8)
     m = model(0.45, behind=40)
     policy.begin([m])
-    assert policy.to_sync(list(range(50))) == [m]
+    assert to_sync(policy, list(range(50))) == [m]
     policy.observe(m, 2, 2, t_draft=2 * 50 * 0.45, t_verify=ONNX_CPU.target(3))
     assert policy.estimate(m).token_s == pytest.approx(0.45 + 0.1 * (0.9 - 0.45))
     policy.begin([m])  # the next request: 40 tokens of prompt to prefill
-    assert policy.to_sync(list(range(50))) == [m]
+    assert to_sync(policy, list(range(50))) == [m]
 
 
 def test_a_drafter_of_unknown_price_takes_its_first_observed_price_whole():
@@ -528,7 +542,7 @@ def test_fixed_policy_picks_its_drafter_by_name_and_refuses_a_missing_one():
     oracle = Oracle(FakeRuntime(), None)
     policy = FixedPolicy("oracle", 3)
     policy.begin([NgramDrafter(), oracle])
-    assert policy.plan([1], SP) == (oracle, 3)
+    assert policy.plan([1], SP, []) == (oracle, 3)
     try:
         FixedPolicy("model", 3).begin([oracle])
     except ValueError as e:
@@ -548,10 +562,10 @@ def test_a_drafter_that_loses_by_its_catch_up_alone_is_synced():
     policy = AdaptivePolicy(ONNX_CPU, k_max=8)
     m = model(0.45, behind=40)
     policy.begin([m])
-    assert policy.to_sync(list(range(50))) == [m]
+    assert to_sync(policy, list(range(50))) == [m]
     m.sync(list(range(50)))
-    assert policy.to_sync(list(range(50))) == []  # in step now: nothing to catch up
-    assert policy.plan(list(range(50)), SP)[0] is m
+    assert to_sync(policy, list(range(50))) == []  # in step now: nothing to catch up
+    assert plan(policy, list(range(50)), SP)[0] is m
 
 
 def test_a_drafter_left_behind_is_not_synced_when_it_would_not_win_in_step():
@@ -560,11 +574,11 @@ def test_a_drafter_left_behind_is_not_synced_when_it_would_not_win_in_step():
     policy.begin([weak, cheap_but_near])
     policy.estimate(weak).acceptance = ByPosition(prior=0.2)  # plain beats it even in step
     policy.estimate(weak).trial = False  # judged before: no trial
-    assert policy.to_sync(list(range(50))) == []  # 2 behind: the next proposal's re-forward
+    assert to_sync(policy, list(range(50))) == []  # 2 behind: the next proposal's re-forward
     free = NgramDrafter()
     policy.begin([free])
-    assert policy.to_sync([1, 2, 3, 1, 2]) == [free]  # the prompt, with the target's prefill
-    assert policy.to_sync([1, 2, 3, 1, 2, 3]) == []  # then it indexes as it goes
+    assert to_sync(policy, [1, 2, 3, 1, 2]) == [free]  # the prompt, with the target's prefill
+    assert to_sync(policy, [1, 2, 3, 1, 2, 3]) == []  # then it indexes as it goes
 
 
 def test_a_drafter_whose_best_in_step_is_plain_is_not_synced_after_plain_charged_for_it():
@@ -581,10 +595,10 @@ def test_a_drafter_whose_best_in_step_is_plain_is_not_synced_after_plain_charged
         policy.begin([m])
         e = policy.estimate(m)
         e.acceptance, e.trial, e.judged = ByPosition(prior=acceptance), False, COLD_JUDGED
-        policy.to_sync(list(range(50)))  # the request's prompt
+        to_sync(policy, list(range(50)))  # the request's prompt
         policy.observe(None, 0, 0, 0.0, 1.0)  # plain, as the last plan chose
         policy.chosen_rate = 0.93
-        assert policy.to_sync(list(range(50))) == ([m] if synced else [])
+        assert to_sync(policy, list(range(50))) == ([m] if synced else [])
 
 
 def test_mid_request_only_a_drafter_a_few_tokens_behind_is_caught_up():
@@ -594,13 +608,13 @@ def test_mid_request_only_a_drafter_a_few_tokens_behind_is_caught_up():
     policy = AdaptivePolicy(ONNX_CPU, k_max=8, probe_every=4)
     far, near = model(0.45, behind=40), model(0.45, behind=3)
     policy.begin([far, near])
-    assert policy.to_sync(list(range(50))) == [far, near]  # the prompt: both prefilled
-    assert policy.to_sync(list(range(50))) == [near]  # mid-request now
+    assert to_sync(policy, list(range(50))) == [far, near]  # the prompt: both prefilled
+    assert to_sync(policy, list(range(50))) == [near]  # mid-request now
     for _ in range(8):
         policy.observe(None, 0, 0, 0.0, 1.0)  # idle steps: a probe would be due
-    assert policy.to_sync(list(range(50))) == [near]  # probes never pay a long catch-up
+    assert to_sync(policy, list(range(50))) == [near]  # probes never pay a long catch-up
     policy.chosen_rate = 3.0  # a long lookup draft won the last step
-    assert policy.to_sync(list(range(50))) == []
+    assert to_sync(policy, list(range(50))) == []
 
 
 def test_on_one_graph_a_draft_model_is_caught_up_only_where_plan_would_draft():
@@ -616,10 +630,10 @@ def test_on_one_graph_a_draft_model_is_caught_up_only_where_plan_would_draft():
     policy.estimate(m).acceptance = ByPosition(prior=0.8)
     policy.estimate(m).idle = 0  # judged before: no first probe, no trial
     policy.estimate(m).trial = False
-    assert policy.to_sync(list(range(50))) == [m]  # the prompt
-    assert policy.to_sync(list(range(50))) == []  # from plain: 4 switches to pay
+    assert to_sync(policy, list(range(50))) == [m]  # the prompt
+    assert to_sync(policy, list(range(50))) == []  # from plain: 4 switches to pay
     steps = 0
-    while policy.plan(list(range(50)), SP)[1] == 0:
+    while plan(policy, list(range(50)), SP)[1] == 0:
         policy.observe(None, 0, 0, 0.0, 1.0)
         steps += 1
     # in a row k = 2 gives 1.36 tokens a pass: each plain step loses 1 - 1 / 1.36 = 0.26 of
@@ -632,13 +646,13 @@ def test_a_fixed_policy_prefills_its_drafter_once_per_request():
     m = model(0.45, behind=40)
     policy = FixedPolicy("model", 2)
     policy.begin([m])
-    assert policy.to_sync([1, 2, 3]) == [m]
-    assert policy.to_sync([1, 2, 3, 4]) == []
+    assert policy.to_sync([1, 2, 3], []) == [m]
+    assert policy.to_sync([1, 2, 3, 4], []) == []
     policy.begin([m])
-    assert policy.to_sync([1, 2, 3]) == [m]
+    assert policy.to_sync([1, 2, 3], []) == [m]
     plain = FixedPolicy(None, 0)
     plain.begin([m])
-    assert plain.to_sync([1, 2, 3]) == []
+    assert plain.to_sync([1, 2, 3], []) == []
 
 
 # --- a runtime that keeps one CUDA graph (llama.cpp on CUDA) ----------------------------------
@@ -736,7 +750,7 @@ def test_a_probe_drafts_what_would_pay_most_were_the_drafter_right_90_percent_of
         policy = AdaptivePolicy(curve, k_max=8)
         policy.begin([m])
         policy.estimate(m).acceptance = ByPosition(prior=0.3)  # plain beats it: only a probe
-        assert policy.plan(list(range(10)), SP) == (m, k)
+        assert plan(policy, list(range(10)), SP) == (m, k)
 
 
 def test_probes_that_lose_wait_until_time_has_paid_for_them():
@@ -758,15 +772,15 @@ def test_probes_that_lose_wait_until_time_has_paid_for_them():
 
     m = model(0.1)
     cold = policy_of(m, 0)
-    assert cold.plan(list(range(10)), SP) == (m, 4)
+    assert plan(cold, list(range(10)), SP) == (m, 4)
     cold.observe(m, 2, 0, t_draft=0.2, t_verify=1.4)  # judged on 2 tokens: owes nothing
     assert cold.probe_debt_s == 0.0
     policy = policy_of(m, COLD_JUDGED)
-    assert policy.plan(list(range(10)), SP) == (m, 2)
+    assert plan(policy, list(range(10)), SP) == (m, 2)
     policy.observe(m, 2, 0, t_draft=0.2, t_verify=1.4)  # 1 token for 1.6 passes: owes 0.6
     assert policy.probe_debt_s == pytest.approx(0.6)
     plain_steps = 0
-    while policy.plan(list(range(10)), SP) == (None, 0):
+    while plan(policy, list(range(10)), SP) == (None, 0):
         policy.observe(None, 0, 0, 0.0, 1.0)
         plain_steps += 1
     assert plain_steps in (30, 31)  # 0.6 / (PROBE_BUDGET * 1.0), rounding aside
@@ -792,7 +806,7 @@ def test_a_requests_probes_lose_at_most_its_probe_budget():
         policy.estimate(m).acceptance = ByPosition(prior=0.3)  # plain beats it: only a probe
         drafted = []
         for _ in range(max_tokens):
-            _, k = policy.plan(list(range(10)), SP)
+            _, k = plan(policy, list(range(10)), SP)
             drafted.append(k)
             if k:
                 policy.observe(m, k, 0, t_draft=0.1 * k, t_verify=curve.target(k + 1))
@@ -812,10 +826,10 @@ def test_a_drafter_never_judged_is_probed_at_the_first_step():
     curve = CostCurve([1.0, 1.8, 2.5, 3.1, 3.6])  # at its 0.6 prior it loses; at 0.9 it wins
     policy = AdaptivePolicy(curve, k_max=4)
     policy.begin([m])
-    assert policy.plan(list(range(10)), SamplingParams()) == (m, 4)  # what pays most at 0.9
+    assert plan(policy, list(range(10)), SamplingParams()) == (m, 4)  # what pays most at 0.9
     policy.observe(m, 4, 0, t_draft=0.2, t_verify=3.6)
     policy.begin([m])  # known now: the next request waits for its interval
-    assert policy.plan(list(range(10)), SamplingParams()) == (None, 0)
+    assert plan(policy, list(range(10)), SamplingParams()) == (None, 0)
 
 
 def test_a_width_that_repays_its_switch_is_taken_once_staying_has_cost_as_much():
@@ -860,13 +874,13 @@ def test_a_probe_that_beats_plain_decoding_pays_though_a_token_was_rejected():
         policy = AdaptivePolicy(CostCurve([1.0, 1.7, t3, t3 + 0.6, t3 + 1.2]), k_max=4)
         policy.begin([m])
         policy.estimate(m).judged = judged
-        assert policy.plan(list(range(10)), SP)[0] is m  # never judged: probed at once
+        assert plan(policy, list(range(10)), SP)[0] is m  # never judged: probed at once
         policy.observe(m, 2, 1, t_draft=0.02, t_verify=t3)
         assert policy.estimate(m).interval == interval
     m = model(0.01)
     policy = AdaptivePolicy(CostCurve([1.0, 1.7, 2.5, 3.1, 3.7]), k_max=4)
     policy.begin([m])
-    policy.plan(list(range(10)), SP)
+    plan(policy, list(range(10)), SP)
     policy.observe(m, 2, 2, t_draft=0.02, t_verify=2.5)
     assert policy.estimate(m).interval == 16
 
@@ -933,20 +947,20 @@ def test_a_drafter_never_judged_is_tried_from_the_prompt_while_its_probes_pay():
         policy.curve.smoothing = 0.0
         m = model(0.75, behind=40)
         policy.begin([m])
-        assert policy.to_sync(list(range(50))) == [m]  # the prompt, for its trial
+        assert to_sync(policy, list(range(50))) == [m]  # the prompt, for its trial
         m.sync(list(range(50)))
         policy.estimate(m).judged = judged_before
-        assert policy.plan(list(range(50)), SP) == (m, 1)
+        assert plan(policy, list(range(50)), SP) == (m, 1)
         policy.observe(m, 1, 1, t_draft=0.75, t_verify=1.1)  # faster than plain: goes on
-        assert policy.plan(list(range(51)), SP) == (m, 1)
+        assert plan(policy, list(range(51)), SP) == (m, 1)
         policy.observe(m, 1, last_kept, t_draft=0.75, t_verify=1.1)
-        assert policy.plan(list(range(55)), SP) == (None, 0)  # slow, or judged enough
+        assert plan(policy, list(range(55)), SP) == (None, 0)  # slow, or judged enough
         assert policy.estimate(m).trial is False
     known = AdaptivePolicy(gpu, k_max=8)
     known.learned = policy.lessons()  # judged in an earlier request: no trial, no prefill
     m.behind = 40
     known.begin([m])
-    assert known.to_sync(list(range(50))) == []
+    assert to_sync(known, list(range(50))) == []
 
 
 def test_a_trial_ends_with_its_tokens_judged_in_plans_own_steps():
@@ -962,12 +976,12 @@ def test_a_trial_ends_with_its_tokens_judged_in_plans_own_steps():
     assert e.trial
     ctx = list(range(10))
     while e.judged < TRIAL_TOKENS:
-        drafter, k = policy.plan(ctx, SP)
+        drafter, k = plan(policy, ctx, SP)
         assert drafter is m and k > 0 and policy.probing is None  # plan's choice, no probe
         policy.observe(m, k, k, t_draft=0.05 * k, t_verify=curve.target(k + 1))
         ctx += [0] * (k + 1)
     assert e.trial is False
-    while (choice := policy.plan(ctx, SP)) != (None, 0):  # wrong from here on
+    while (choice := plan(policy, ctx, SP)) != (None, 0):  # wrong from here on
         assert policy.probing is None
         policy.observe(m, choice[1], 0, t_draft=0.05, t_verify=curve.target(choice[1] + 1))
         ctx += [0]
@@ -975,7 +989,7 @@ def test_a_trial_ends_with_its_tokens_judged_in_plans_own_steps():
     for _ in range(e.interval):
         policy.observe(None, 0, 0, t_draft=0.0, t_verify=1.0)
         ctx += [0]
-        plans.append(policy.plan(ctx, SP))
+        plans.append(plan(policy, ctx, SP))
     assert plans[:-1] == [(None, 0)] * (e.interval - 1)  # plain until its interval passed
     assert plans[-1][0] is m and policy.probing is m  # then a probe
 
@@ -1000,4 +1014,4 @@ def test_the_last_steps_drafter_stays_while_within_the_stay_margin_of_plain():
         e = policy.estimate(m)
         e.trial, e.idle = False, 0
         e.acceptance.sure[:], e.acceptance.unsure[:] = [a], [a]
-        assert policy.plan(list(range(10)), SP) == ((m, *want) if want else (None, 0)), a
+        assert plan(policy, list(range(10)), SP) == ((m, *want) if want else (None, 0)), a

@@ -262,12 +262,12 @@ class RandomSplitPolicy:
     def begin(self, drafters, max_tokens=None):
         self.drafters = list(drafters)
 
-    def plan(self, context, sp):
+    def plan(self, context, sp, offers):
         k = int(self.rng.integers(0, 7))
         self.ks.append(k)
         return self.drafters[int(self.rng.integers(len(self.drafters)))], k
 
-    def to_sync(self, context):
+    def to_sync(self, context, offers):
         return []
 
     def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False, t_first=0.0):
@@ -450,9 +450,9 @@ def test_a_drafters_observed_time_is_its_proposal_alone_not_the_plan():
     class SlowPlan(FixedPolicy):
         observed: list[tuple[int, float]] = []
 
-        def plan(self, context, sp):
+        def plan(self, context, sp, offers):
             clock.now += 5.0
-            return super().plan(context, sp)
+            return super().plan(context, sp, offers)
 
         def observe(self, drafter, k, n_accepted, t_draft, t_verify, unsure_end=False, t_first=0.0):
             self.observed.append((k, t_draft))

@@ -138,10 +138,12 @@ class AdaptivePolicy:
     def estimate(self, drafter: Drafter) -> Estimate:
         return next(e for e in self.estimates if e.drafter is drafter)
 
-    def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
-        for e in self.estimates:
+    def plan(
+        self, context: Sequence[int], sp: SamplingParams, offers: Sequence[Offer]
+    ) -> tuple[Drafter | None, int]:
+        for e, offer in zip(self.estimates, offers, strict=True):
             self.judge_shadow(e, context)
-            e.offer = e.drafter.offer(context)
+            e.offer = offer
         priced = [(e, self.option(e, e.offer.available)) for e in self.estimates
                   if e.offer.available > 0]  # fmt: skip
         live = [e for e, option in priced if self.in_use(e, option)]
@@ -232,7 +234,7 @@ class AdaptivePolicy:
             first_s=e.first_s,
         )
 
-    def to_sync(self, context: Sequence[int]) -> list[Drafter]:
+    def to_sync(self, context: Sequence[int], offers: Sequence[Offer]) -> list[Drafter]:
         """Priced drafters to bring into step now, each in one batched pass, where in step they
         would beat the last plan's choice: when a request begins, whatever the prompt costs
         (prefilled beside the target's); before a step, only if catching up costs at most one
@@ -246,14 +248,14 @@ class AdaptivePolicy:
         prefill, self.prefill = self.prefill, False
         switch_s = [] if prefill else self.switches.switch_s()  # the prompt: judged as in a run
         due = []
-        for e in self.estimates:
+        for i, e in enumerate(self.estimates):
             if e.free:  # the prompt indexed with the target's prefill (prompt lookup: 18 ms
                 if prefill:  # at 8,000 tokens, which the first step's plan had charged to
                     due.append(e.drafter)  # decoding); then it indexes as it goes
                 continue
             if not self.can_win(e):
                 continue
-            offer = e.drafter.offer(context)
+            offer = offers[i]
             if offer.behind <= 2 or offer.available == 0:
                 continue
             if prefill and e.trial:  # its trial starts at once, with the prompt read

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from edgespec.drafters.base import Drafter
+from edgespec.drafters.base import Drafter, Offer
 from edgespec.sampling import SamplingParams
 
 
@@ -16,13 +16,17 @@ class Policy(Protocol):
         bound known); per-request estimates reset."""
         ...
 
-    def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
-        """The drafter to use and the number of tokens to draft (0 = plain step)."""
+    def plan(
+        self, context: Sequence[int], sp: SamplingParams, offers: Sequence[Offer]
+    ) -> tuple[Drafter | None, int]:
+        """The drafter to use and the number of tokens to draft (0 = plain step). offers:
+        each drafter's Offer for context, in begin's order (the engine asks the drafters: a
+        policy decides and never calls them)."""
         ...
 
-    def to_sync(self, context: Sequence[int]) -> list[Drafter]:
-        """Drafters to bring up to date with context now, each in one batched pass (asked
-        when a request begins and before each step's plan)."""
+    def to_sync(self, context: Sequence[int], offers: Sequence[Offer]) -> list[Drafter]:
+        """Drafters for the engine to bring up to date with context now, each in one batched
+        pass (asked when a request begins and before each step's plan; offers as plan's)."""
         ...
 
     def observe(
@@ -66,10 +70,12 @@ class FixedPolicy:
             raise ValueError(f"no drafter named {self.drafter_name!r}; have {have}")
         self.drafter = named[0]
 
-    def plan(self, context: Sequence[int], sp: SamplingParams) -> tuple[Drafter | None, int]:
+    def plan(
+        self, context: Sequence[int], sp: SamplingParams, offers: Sequence[Offer]
+    ) -> tuple[Drafter | None, int]:
         return self.drafter, self.k
 
-    def to_sync(self, context: Sequence[int]) -> list[Drafter]:
+    def to_sync(self, context: Sequence[int], offers: Sequence[Offer]) -> list[Drafter]:
         """Its drafter, once per request: the prompt, prefilled as the target's is (it drafts
         every step after that, so it never falls behind)."""
         due, self.prefill = self.prefill, False
