@@ -302,15 +302,15 @@ MUTANTS = (
     Mutant(  # a short request probed as a long one: its probes' losses unbounded
         "probes-beyond-the-requests-budget",
         "AdaptivePolicy.probe",
-        "            if not self.affords(cost_s - self.curve.target(1)):",
+        "            if not self.budget.affords(cost_s - self.curve.target(1)):",
         "            if False:",
         ("tests/test_controller.py",),
     ),
     Mutant(  # a request's failed probes not counted against its budget
         "probe-losses-not-counted",
-        "AdaptivePolicy.observe",
-        "        self.probes_lost_s += max(0.0, loss_s)",
-        "        self.probes_lost_s += 0.0",
+        "ProbeBudget.lost",
+        "        self.lost_s += max(0.0, loss_s)",
+        "        self.lost_s += 0.0",
         ("tests/test_controller.py",),
     ),
     Mutant(  # a trial without end while probes pay, left open by plan's own drafted steps
@@ -417,6 +417,13 @@ MUTANTS = (
         "    except BaseException:",
         "    except OSError:",
         ("tests/test_lessons.py",),
+    ),
+    Mutant(  # typical-p keeps the tokens farthest from the entropy first
+        "typical-p-farthest-first",
+        "cut_typical",
+        'np.argsort(np.abs(surprise - entropy), kind="stable")',
+        'np.argsort(-np.abs(surprise - entropy), kind="stable")',
+        (SAMPLING, ENGINE),
     ),
     Mutant(  # top-p's peak taken alone where it falls short of the cut
         "top-p-peak-alone-short-of-the-cut",
@@ -708,23 +715,23 @@ MUTANTS = (
     ),
     Mutant(  # probes whatever the last losing ones cost
         "probe-debt-ignored",
-        "AdaptivePolicy.probe",
-        "        if self.probe_debt_s > 0.0:",
-        "        if self.probe_debt_s > 1e9:",
+        "ProbeBudget.owes",
+        "        return self.debt_s > 0.0",
+        "        return self.debt_s > 1e9",
         ("tests/test_controller.py",),
     ),
     Mutant(  # a losing probe's debt never paid back: no probe again
         "probe-debt-never-paid",
-        "AdaptivePolicy.observe",
-        "self.probe_debt_s = max(0.0, self.probe_debt_s - PROBE_BUDGET * passed_s)",
-        "self.probe_debt_s = max(0.0, self.probe_debt_s - 0.0 * passed_s)",
+        "ProbeBudget.repay",
+        "self.debt_s = max(0.0, self.debt_s - PROBE_BUDGET * passed_s)",
+        "self.debt_s = max(0.0, self.debt_s - 0.0 * passed_s)",
         ("tests/test_controller.py",),
     ),
     Mutant(  # a probe owes nothing however much it lost
         "probe-loss-not-owed",
-        "AdaptivePolicy.observe",
-        "self.probe_debt_s = max(0.0, self.probe_debt_s + loss_s)",
-        "self.probe_debt_s = max(0.0, self.probe_debt_s)",
+        "ProbeBudget.owe",
+        "self.debt_s = max(0.0, self.debt_s + loss_s)",
+        "self.debt_s = max(0.0, self.debt_s)",
         ("tests/test_controller.py",),
     ),
     Mutant(  # a draft model caught up where plain decoding is its best in step
@@ -737,8 +744,8 @@ MUTANTS = (
     Mutant(  # a probe owes its loss before probes have judged the drafter
         "probe-debt-from-the-first-probe",
         "AdaptivePolicy.observe",
-        "        if e.judged >= COLD_JUDGED:\n            self.probe_debt_s",
-        "        if True:\n            self.probe_debt_s",
+        "        if e.judged >= COLD_JUDGED:\n            self.budget.owe",
+        "        if True:\n            self.budget.owe",
         ("tests/test_controller.py",),
     ),
     Mutant(  # a judged drafter probed as wide as one never judged

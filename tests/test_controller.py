@@ -774,11 +774,11 @@ def test_probes_that_lose_wait_until_time_has_paid_for_them():
     cold = policy_of(m, 0)
     assert plan(cold, list(range(10)), SP) == (m, 4)
     cold.observe(m, 2, 0, t_draft=0.2, t_verify=1.4)  # judged on 2 tokens: owes nothing
-    assert cold.probe_debt_s == 0.0
+    assert cold.budget.debt_s == 0.0
     policy = policy_of(m, COLD_JUDGED)
     assert plan(policy, list(range(10)), SP) == (m, 2)
     policy.observe(m, 2, 0, t_draft=0.2, t_verify=1.4)  # 1 token for 1.6 passes: owes 0.6
-    assert policy.probe_debt_s == pytest.approx(0.6)
+    assert policy.budget.debt_s == pytest.approx(0.6)
     plain_steps = 0
     while plan(policy, list(range(10)), SP) == (None, 0):
         policy.observe(None, 0, 0, 0.0, 1.0)
@@ -786,7 +786,7 @@ def test_probes_that_lose_wait_until_time_has_paid_for_them():
     assert plain_steps in (30, 31)  # 0.6 / (PROBE_BUDGET * 1.0), rounding aside
     assert PROBE_BUDGET == 0.02
     policy.observe(m, 1, 1, t_draft=0.1, t_verify=1.2)  # 2 tokens for 1.3 passes: owes none
-    assert policy.probe_debt_s == 0.0
+    assert policy.budget.debt_s == 0.0
 
 
 def test_a_requests_probes_lose_at_most_its_probe_budget():

@@ -2,16 +2,15 @@
 
 policy (the Policy protocol, FixedPolicy), pricing (the cost curve and a step's expected tokens
 per second), estimates (what the policy knows of each drafter), acceptance (the per-drafter
-acceptance estimates), switches (a change of width on one CUDA graph), adaptive
-(AdaptivePolicy's decisions), lessons (what a process keeps for the next), calibrate
-(measuring and storing cost curves; imported as edgespec.controller.calibrate: it opens
-runtimes).
+acceptance estimates), switches (a change of width on one CUDA graph), probing (what losing
+probes may cost), adaptive (AdaptivePolicy's decisions), lessons (what a process keeps for the
+next), calibrate (measuring and storing cost curves; imported as edgespec.controller.calibrate:
+it opens runtimes).
 """
 
 from edgespec.controller.acceptance import ByMatchLength, ByPosition
 from edgespec.controller.adaptive import (
     COLD_JUDGED,
-    PROBE_BUDGET,
     STAY_MARGIN,
     TRIAL_TOKENS,
     AdaptivePolicy,
@@ -38,12 +37,13 @@ from edgespec.controller.pricing import (
     followed,
     rate_bound,
 )
+from edgespec.controller.probing import PROBE_BUDGET, ProbeBudget
 from edgespec.controller.switches import LEAVE_PLAIN_SWITCHES, Switches
 
 __all__ = [
     "COLD_JUDGED", "LEAVE_PLAIN_SWITCHES", "MAX_PULL", "PROBE_BUDGET", "SHADOW_JUDGED_AFTER",
     "STAY_MARGIN", "TRIAL_TOKENS", "AdaptivePolicy", "ByMatchLength", "ByPosition", "Choice",
-    "CostCurve", "Estimate", "FixedPolicy", "Learned", "Lesson", "LessonStore", "Option",
-    "Policy", "Shadow", "Switches", "best_choice", "draft_rates", "draft_s", "expected_tokens",
-    "followed", "lesson_of", "priors", "rate_bound",
+    "CostCurve", "Estimate", "FixedPolicy", "Learned", "Lesson", "LessonStore", "Option", "Policy",
+    "ProbeBudget", "Shadow", "Switches", "best_choice", "draft_rates", "draft_s",
+    "expected_tokens", "followed", "lesson_of", "priors", "rate_bound",
 ]  # fmt: skip

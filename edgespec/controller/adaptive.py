@@ -18,6 +18,7 @@ from edgespec.controller.pricing import (
     best_choice,
     followed,
 )
+from edgespec.controller.probing import ProbeBudget
 from edgespec.controller.switches import Switches
 from edgespec.drafters.base import Drafter, Offer
 from edgespec.runtime import K_MAX
@@ -28,9 +29,6 @@ COLD_JUDGED = 4
 
 # A never-judged drafter is probed this long while probes pay: its prior alone never tries it
 TRIAL_TOKENS = 16
-
-# The share of decoding time losing probes may cost (each owes its loss until time repays it)
-PROBE_BUDGET = 0.02
 
 # The last drafter stays within this share of plain's rate: estimate noise alone won't drop it
 STAY_MARGIN = 0.02
@@ -76,16 +74,11 @@ class AdaptivePolicy:
         self.chosen_rate = 0.0  # expected tokens/s of the last plan's best choice
         self.prefill = False  # whether the next to_sync is a request's first
         self.switches = Switches(curve, k_max)  # what a change of width costs (one graph)
-        # seconds of loss the last losing probes left to pay back (PROBE_BUDGET), and what the
-        # probe under way costs at the prices held
-        self.probe_debt_s, self.probe_cost_s = 0.0, 0.0
-        self.max_tokens: int | None = None  # the request's (begin)
-        self.probes_lost_s = 0.0
+        self.budget = ProbeBudget(curve)  # what losing probes cost and may cost
         self.drafted_by: Drafter | None = None  # the last step's drafter (None: plain)
 
     def begin(self, drafters: Sequence[Drafter], max_tokens: int | None = None) -> None:
-        self.max_tokens = max_tokens
-        self.probes_lost_s = 0.0  # what this request's probes lost (probe)
+        self.budget.begin(max_tokens)
         self.learned.update(self.lessons())
         self.estimates = [self.new_estimate(d) for d in drafters]
         self.probing = None
@@ -315,7 +308,7 @@ class AdaptivePolicy:
         while the last losing probes are not yet paid for (PROBE_BUDGET): backing off per
         drafter alone (probe_every, 4 steps for a free drafter, doubling to max_probe_every),
         probes of a drafter that cannot pay cost several percent (docs/decisions.md)."""
-        if self.probe_debt_s > 0.0:
+        if self.budget.owes():
             return Choice(None, 0, 0.0)
         for e in sorted(self.estimates, key=lambda e: e.token_s):
             if (e.idle < e.interval and not e.trial) or e.offer.available == 0 or e.offer.preview:
@@ -328,25 +321,12 @@ class AdaptivePolicy:
             k = min(self.probe_k(e), e.offer.available)
             cost_s = catch_up_s + e.draft_s(k) + self.curve.target(k + 1)
             cost_s += switch_s[k] if switch_s else 0.0
-            if not self.affords(cost_s - self.curve.target(1)):
+            if not self.budget.affords(cost_s - self.curve.target(1)):
                 continue
-            self.probe_cost_s = cost_s
+            self.budget.cost_s = cost_s
             self.probing = e.drafter
             return Choice(e.drafter, k, 0.0)
         return Choice(None, 0, 0.0)
-
-    def affords(self, loss_s: float) -> bool:
-        """Whether a probe that would lose loss_s (its first token wrong) keeps what this
-        request's probes lose within PROBE_BUDGET of the request (max_tokens at plain
-        decoding's price; no bound where it has none). Until a probe has lost, one may cost
-        more: only probes find a drafter that pays, and the request's text is new (a first
-        probe held to the budget left a short request plain where a free drafter was always
-        right). Owing per probe (probe_debt_s) frees the first (COLD_JUDGED) and pays back as
-        time passes, which a short request has not (docs/decisions.md, PROBE_BUDGET)."""
-        if self.max_tokens is None or self.probes_lost_s == 0.0:
-            return True
-        allowed_s = PROBE_BUDGET * self.max_tokens * self.curve.target(1)
-        return self.probes_lost_s + loss_s <= allowed_s
 
     def probe_k(self, e: Estimate) -> int:
         """How many tokens a probe of e drafts: what would pay most were it right 90% of the
@@ -378,7 +358,7 @@ class AdaptivePolicy:
         switched_s = self.switches.pass_switch_s(k + 1)
         # time passing pays back probes, at the prices held (as each probe's loss is priced)
         passed_s = self.curve.target(k + 1) + switched_s
-        self.probe_debt_s = max(0.0, self.probe_debt_s - PROBE_BUDGET * passed_s)
+        self.budget.repay(passed_s)
         scale = self.curve.observe_target(k + 1, t_verify - switched_s)
         self.switches.passed(k + 1)
         for e in self.estimates:
@@ -404,15 +384,14 @@ class AdaptivePolicy:
         step_s = e.draft_s(k) + self.curve.target(k + 1)
         emitted_s = (n_accepted + 1) * self.curve.target(1)  # plain decoding's, at the prices held
         faster = emitted_s > step_s
-        loss_s = self.probe_cost_s - emitted_s
-        self.probes_lost_s += max(0.0, loss_s)
+        loss_s = self.budget.lost(emitted_s)
         paid = n_accepted == k or faster
         e.trial = e.trial and faster  # a slow probe ends it
         # owe what it lost (PROBE_BUDGET) and back off when probes keep failing, once a few
         # have judged it: owing from the first probe, a draft model right 90% of the time
         # whose first 2-token probe failed was left too far behind to probe again
         if e.judged >= COLD_JUDGED:
-            self.probe_debt_s = max(0.0, self.probe_debt_s + loss_s)
+            self.budget.owe(loss_s)
             # paid: every token kept (a longer draft may pay more), or the step emitted faster
             # than plain decoding at the prices the policy holds (its curve and the drafter's
             # price: one pass's noise does not decide). Counting only the first, a probe
