@@ -38,7 +38,7 @@ from edgespec.app.bench_runs import machine_info, token_budget
 from edgespec.app.suites import load_suite
 from edgespec.backends import RuntimeOptions
 from edgespec.chat import chat_tokens
-from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Learned, Policy
+from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Learned, Policy, taught
 from edgespec.controller.calibrate import cost_curve
 from edgespec.drafters.base import Drafter, Offer
 from edgespec.drafters.model import ModelDrafter
@@ -427,13 +427,13 @@ def replay_case(
     drafters = replay_drafters(target, spec, draft_ratio if uses_model else None, confidence)
     policy = replay_policy(policy_name, target, drafters, ratios, spec, draft_ratio, one_graph)
     if learned is not None and isinstance(policy, AdaptivePolicy):
-        policy.learned = {id(d): learned[d.name] for d in drafters if d.name in learned}
+        policy.memory.learned = {id(d): learned[d.name] for d in drafters if d.name in learned}
     timed = Timed(policy, clock, target)
     decoder = SpeculativeDecoder(target, drafters, timed, clock=clock.perf_counter)  # type: ignore[arg-type]
     result = decoder.generate(target.prompt, max_tokens=len(target.output), sp=SamplingParams())
     if learned is not None and isinstance(policy, AdaptivePolicy):
         names = {id(d): d.name for d in drafters}
-        learned.update({names[i]: lesson for i, lesson in policy.lessons().items()})
+        learned.update({names[i]: lesson for i, lesson in taught(policy.estimates).items()})
     emitted = result.tokens + ([0] if result.finish_reason == "stop" else [])
     if emitted != target.output:
         raise AssertionError(f"{case['id']}: the replay departed from the recording")

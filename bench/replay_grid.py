@@ -44,7 +44,14 @@ sys.path[:0] = [str(HERE), str(HERE / "gpu")]
 import measure  # noqa: E402  (bench/gpu/measure.py: the kit's oracle drafter)
 import replay  # noqa: E402  (bench/replay.py: the virtual clock and the replay target)
 
-from edgespec.controller import AdaptivePolicy, CostCurve, FixedPolicy, Learned, Policy  # noqa: E402
+from edgespec.controller import (  # noqa: E402
+    AdaptivePolicy,
+    CostCurve,
+    FixedPolicy,
+    Learned,
+    Policy,
+    taught,
+)
 from edgespec.drafters import ModelDrafter  # noqa: E402
 from edgespec.engine import SpeculativeDecoder  # noqa: E402
 from edgespec.sampling import SamplingParams  # noqa: E402
@@ -104,14 +111,14 @@ def one_request(
     wrong = measure.wrong_positions(acceptance, n_tokens, seed)
     drafter = measure.OracleDrafter(target.prompt, target.output, wrong, target.n_vocab, model)
     if isinstance(policy, AdaptivePolicy) and drafter.name in learned:
-        policy.learned = {id(drafter): learned[drafter.name]}
+        policy.memory.learned = {id(drafter): learned[drafter.name]}
     timed = replay.Timed(policy, clock, target)
     decoder = SpeculativeDecoder(target, [drafter], timed, clock=clock.perf_counter)  # type: ignore[arg-type]
     result = decoder.generate(target.prompt, max_tokens=n_tokens, sp=SamplingParams())
     if result.tokens != target.output:
         raise AssertionError(f"{policy} at {acceptance}: the replay departed from the reference")
     if isinstance(policy, AdaptivePolicy):
-        learned[drafter.name] = policy.lessons()[id(drafter)]
+        learned[drafter.name] = taught(policy.estimates)[id(drafter)]
     plain = replay.plain_cost(kit.ratios, n_tokens, kit.one_graph)
     s = result.stats
     return {"speedup": round(plain / clock.now, 4), "steps": s.n_steps,

@@ -350,7 +350,7 @@ MUTANTS = (
     ),
     Mutant(  # what earlier processes learned never read back
         "lessons-not-recalled",
-        "AdaptivePolicy.__init__",
+        "Memory.__init__",
         "        self.recalled = store.recall() if store else {}",
         "        self.recalled = {}",
         ("tests/test_lessons.py",),
@@ -364,7 +364,7 @@ MUTANTS = (
     ),
     Mutant(  # a first token's recalled price not applied
         "recalled-first-token-price-unused",
-        "AdaptivePolicy.remembered",
+        "Memory.remembered",
         "            known.first_s = known.token_s * lesson.first_ratio",
         "            pass",
         ("tests/test_lessons.py",),

@@ -18,6 +18,7 @@ from edgespec.controller import (
     draft_rates,
     expected_tokens,
     followed,
+    taught,
 )
 from edgespec.controller.acceptance import ByMatchLength, ByPosition
 from edgespec.drafters import NgramDrafter
@@ -957,7 +958,9 @@ def test_a_drafter_never_judged_is_tried_from_the_prompt_while_its_probes_pay():
         assert plan(policy, list(range(55)), SP) == (None, 0)  # slow, or judged enough
         assert policy.estimate(m).trial is False
     known = AdaptivePolicy(gpu, k_max=8)
-    known.learned = policy.lessons()  # judged in an earlier request: no trial, no prefill
+    known.memory.learned = taught(
+        policy.estimates
+    )  # judged in an earlier request: no trial, no prefill
     m.behind = 40
     known.begin([m])
     assert to_sync(known, list(range(50))) == []

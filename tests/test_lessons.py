@@ -270,7 +270,7 @@ def test_the_loop_keeps_what_a_request_taught_whether_it_ends_or_is_closed_early
     assert kept.keys() == {"oracle", "ngram"}
     assert sum(lesson.judged for lesson in kept.values()) == out.stats.n_draft_tokens
     lessons_path().unlink()
-    policy.store = LessonStore("pair")  # a fresh store writes at once
+    policy.memory.store = LessonStore("pair")  # a fresh store writes at once
     stream = decoder.stream([1, 2, 3], max_tokens=40)
     next(stream), next(stream)
     stream.close()

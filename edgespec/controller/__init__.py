@@ -19,9 +19,11 @@ from edgespec.controller.estimates import (
     SHADOW_JUDGED_AFTER,
     Estimate,
     Learned,
+    Memory,
     Shadow,
     lesson_of,
     priors,
+    taught,
 )
 from edgespec.controller.lessons import Lesson, LessonStore
 from edgespec.controller.policy import FixedPolicy, Policy
@@ -43,7 +45,7 @@ from edgespec.controller.switches import LEAVE_PLAIN_SWITCHES, Switches
 __all__ = [
     "COLD_JUDGED", "LEAVE_PLAIN_SWITCHES", "MAX_PULL", "PROBE_BUDGET", "SHADOW_JUDGED_AFTER",
     "STAY_MARGIN", "TRIAL_TOKENS", "AdaptivePolicy", "ByMatchLength", "ByPosition", "Choice",
-    "CostCurve", "Estimate", "FixedPolicy", "Learned", "Lesson", "LessonStore", "Option", "Policy",
-    "ProbeBudget", "Shadow", "Switches", "best_choice", "draft_rates", "draft_s",
-    "expected_tokens", "followed", "lesson_of", "priors", "rate_bound",
+    "CostCurve", "Estimate", "FixedPolicy", "Learned", "Lesson", "LessonStore", "Memory", "Option",
+    "Policy", "ProbeBudget", "Shadow", "Switches", "best_choice", "draft_rates", "draft_s",
+    "expected_tokens", "followed", "lesson_of", "priors", "rate_bound", "taught",
 ]  # fmt: skip

@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from edgespec.controller.estimates import Estimate, Learned, Shadow, lesson_of, priors
+from edgespec.controller.estimates import Estimate, Memory, Shadow, priors, taught
 from edgespec.controller.lessons import LessonStore
 from edgespec.controller.pricing import (
     Choice,
@@ -61,14 +61,10 @@ class AdaptivePolicy:
         store: LessonStore | None = None,
     ) -> None:
         self.curve = curve
-        # what earlier processes learned of the drafters (read at the first request), and
-        # where this one's lessons are kept at each request's end; None: nothing kept
-        self.store = store
-        self.recalled = store.recall() if store else {}
+        self.memory = Memory(store)  # what earlier requests and processes taught
         self.k_max = k_max
         self.probe_every = probe_every
         self.max_probe_every = max_probe_every
-        self.learned: dict[int, Learned] = {}  # id(drafter) -> what earlier requests taught
         self.estimates: list[Estimate] = []
         self.probing: Drafter | None = None
         self.chosen_rate = 0.0  # expected tokens/s of the last plan's best choice
@@ -79,7 +75,7 @@ class AdaptivePolicy:
 
     def begin(self, drafters: Sequence[Drafter], max_tokens: int | None = None) -> None:
         self.budget.begin(max_tokens)
-        self.learned.update(self.lessons())
+        self.memory.learned.update(taught(self.estimates))
         self.estimates = [self.new_estimate(d) for d in drafters]
         self.probing = None
         self.chosen_rate = 1.0 / self.curve.target(1)  # plain, until a plan says otherwise
@@ -87,19 +83,13 @@ class AdaptivePolicy:
         self.switches.begin()
         self.drafted_by = None
 
-    def lessons(self) -> dict[int, Learned]:
-        """What this request has taught of each drafter, by id(drafter)."""
-        return {id(e.drafter): Learned(e.token_s, e.learns_cost, e.acceptance, e.judged,
-                                       e.first_s) for e in self.estimates}  # fmt: skip
-
     def end(self) -> None:
         """Keep what the request taught for a later process (this one's next request takes
         it from the estimates: begin)."""
-        if self.store is not None and self.estimates:
-            self.store.keep({e.drafter.name: lesson_of(e) for e in self.estimates})
+        self.memory.keep(self.estimates)
 
     def new_estimate(self, drafter: Drafter) -> Estimate:
-        known = self.learned.get(id(drafter)) or self.remembered(drafter)
+        known = self.memory.known(drafter)
         new = known is None
         if known is None:
             known = priors(drafter)
@@ -113,20 +103,6 @@ class AdaptivePolicy:
             e.idle = e.interval
         e.trial = e.judged == 0 and not e.free  # a free drafter's probes cost it nothing
         return e
-
-    def remembered(self, drafter: Drafter) -> Learned | None:
-        """What earlier processes taught of a drafter of this name (None: nothing): its
-        acceptance, judged tokens and its first token's price relative to its others'; its
-        price starts where a new drafter's does (the calibration's)."""
-        lesson = self.recalled.get(drafter.name)
-        if lesson is None:
-            return None
-        known = priors(drafter)
-        known.acceptance.recall(lesson.outcomes)
-        known.judged = lesson.judged
-        if lesson.first_ratio and known.token_s:
-            known.first_s = known.token_s * lesson.first_ratio
-        return known
 
     def estimate(self, drafter: Drafter) -> Estimate:
         return next(e for e in self.estimates if e.drafter is drafter)

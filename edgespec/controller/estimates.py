@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edgespec.controller.lessons import Lesson
+from edgespec.controller.lessons import Lesson, LessonStore
 from edgespec.controller.pricing import CostCurve, draft_s
 from edgespec.drafters.base import Acceptance, Drafter, Offer
 
@@ -94,3 +94,44 @@ class Learned:
     acceptance: Acceptance  # starts each request from every earlier one's outcomes
     judged: int = 0  # Estimate.judged
     first_s: float | None = None  # Estimate.first_s
+
+
+def taught(estimates: Sequence[Estimate]) -> dict[int, Learned]:
+    """What a request has taught of each drafter, by id(drafter)."""
+    return {id(e.drafter): Learned(e.token_s, e.learns_cost, e.acceptance, e.judged,
+                                   e.first_s) for e in estimates}  # fmt: skip
+
+
+class Memory:
+    """What the policy knows of drafters beyond one request: what this process's earlier
+    requests taught (learned, by id(drafter)), and what earlier processes did (the lesson
+    store's, by name, read when the policy is made; None: nothing kept)."""
+
+    def __init__(self, store: LessonStore | None) -> None:
+        self.store = store
+        self.recalled = store.recall() if store else {}
+        self.learned: dict[int, Learned] = {}  # id(drafter) -> what earlier requests taught
+
+    def known(self, drafter: Drafter) -> Learned | None:
+        """What earlier requests, else earlier processes, taught of drafter (None: nothing)."""
+        return self.learned.get(id(drafter)) or self.remembered(drafter)
+
+    def remembered(self, drafter: Drafter) -> Learned | None:
+        """What earlier processes taught of a drafter of this name (None: nothing): its
+        acceptance, judged tokens and its first token's price relative to its others'; its
+        price starts where a new drafter's does (the calibration's)."""
+        lesson = self.recalled.get(drafter.name)
+        if lesson is None:
+            return None
+        known = priors(drafter)
+        known.acceptance.recall(lesson.outcomes)
+        known.judged = lesson.judged
+        if lesson.first_ratio and known.token_s:
+            known.first_s = known.token_s * lesson.first_ratio
+        return known
+
+    def keep(self, estimates: Sequence[Estimate]) -> None:
+        """Keep what a request taught for a later process (this one's next request takes it
+        from the estimates: AdaptivePolicy.begin)."""
+        if self.store is not None and estimates:
+            self.store.keep({e.drafter.name: lesson_of(e) for e in estimates})
