@@ -425,13 +425,6 @@ MUTANTS = (
         'np.argsort(-np.abs(surprise - entropy), kind="stable")',
         (SAMPLING, ENGINE),
     ),
-    Mutant(  # typical-p keeps the tokens farthest from the entropy first
-        "typical-p-farthest-first",
-        "cut_typical",
-        'np.argsort(np.abs(surprise - entropy), kind="stable")',
-        'np.argsort(-np.abs(surprise - entropy), kind="stable")',
-        (SAMPLING, ENGINE),
-    ),
     Mutant(  # top-p's peak taken alone where it falls short of the cut
         "top-p-peak-alone-short-of-the-cut",
         "top_p_head",
