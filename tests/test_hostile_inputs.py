@@ -158,8 +158,8 @@ def test_a_corrupt_tune_store_is_ignored_and_measured_again(tmp_path, models, co
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.warnings() == [
-        f"WARNING edgespec.calibrate: ignoring the tune store {store} ({why}); cost curves "
-        "will be measured again"
+        f"WARNING edgespec.controller.calibrate: ignoring the tune store {store} ({why}); cost "
+        "curves will be measured again"
     ]
     curves = json.loads(store.read_text())  # measured again and stored, whole
     assert len(curves) == 1 and len(next(iter(curves.values()))["target_s"]) == 17
@@ -206,8 +206,8 @@ def test_a_tune_store_with_impossible_costs_is_ignored_and_measured_again(
     done = edgespec(tmp_path, models, *tuned_run(models))
     assert done.returncode == 0, done.stderr
     assert done.warnings() == [
-        f"WARNING edgespec.calibrate: ignoring the cost curve stored in {store} for these "
-        f"models ({why}); it will be measured again"
+        f"WARNING edgespec.controller.calibrate: ignoring the cost curve stored in {store} for "
+        f"these models ({why}); it will be measured again"
     ]
     from edgespec.controller.calibrate import curve_problem
 

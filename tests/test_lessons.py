@@ -131,7 +131,7 @@ def test_a_long_lived_process_writes_its_lessons_at_most_every_thirty_seconds(ho
 def test_a_corrupt_store_is_ignored_once_and_written_afresh(home, caplog, content, why):
     lessons_path().write_bytes(content)
     store = LessonStore("pair")
-    with caplog.at_level(logging.WARNING, "edgespec.lessons"):
+    with caplog.at_level(logging.WARNING, "edgespec.controller.lessons"):
         assert store.recall() == {}
         assert LessonStore("other").recall() == {}
     assert caplog.messages == [
@@ -173,7 +173,7 @@ def test_an_impossible_entry_is_ignored_with_what_is_wrong_the_others_kept(
 ):
     good = {"version": 1, "time": 1.0, "drafters": {"ngram": {"judged": 2, "outcomes": {}}}}
     lessons_path().write_text(json.dumps({"pair": entry, "other": good}))
-    with caplog.at_level(logging.WARNING, "edgespec.lessons"):
+    with caplog.at_level(logging.WARNING, "edgespec.controller.lessons"):
         assert LessonStore("pair").recall() == {}
     assert caplog.messages == [
         f"ignoring the lessons stored in {lessons_path()} for these models ({why}); the "
@@ -187,7 +187,7 @@ def test_an_impossible_entry_is_ignored_with_what_is_wrong_the_others_kept(
 def test_a_store_that_cannot_be_written_is_reported_once(home, caplog, monkeypatch):
     (home / "file").write_text("")
     monkeypatch.setenv("EDGESPEC_HOME", str(home / "file" / "home"))  # under a file: no folder
-    with caplog.at_level(logging.WARNING, "edgespec.lessons"):
+    with caplog.at_level(logging.WARNING, "edgespec.controller.lessons"):
         store = LessonStore("pair")
         store.keep({"ngram": Lesson(1, {})})
         store.keep({"ngram": Lesson(2, {})}, force=True)
