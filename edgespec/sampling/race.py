@@ -5,7 +5,7 @@ only the tokens that can win."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -24,8 +24,32 @@ from edgespec.sampling.noise import (
     row_noise_offsets,
 )
 
-if TYPE_CHECKING:
-    from edgespec.sampling.dist import TokenDist
+
+class Scaled(Protocol):
+    def block_weights(self) -> np.ndarray: ...
+
+
+class RacedDist(Protocol):
+    """What a race reads of a distribution (edgespec.sampling.dist.TokenDist): declared
+    here so the race does not import the distributions that call it."""
+
+    @property
+    def ids(self) -> np.ndarray | None: ...
+
+    @property
+    def scaled(self) -> Scaled | None: ...
+
+    @property
+    def probs(self) -> np.ndarray: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def weights(self, j: np.ndarray | None = None) -> np.ndarray: ...
+
+    def token_at(self, j: int) -> int: ...
+
+    def token_ids(self) -> np.ndarray: ...
 
 
 FRONT_REACH = 4.0  # a dense race's first reach, in races of its likeliest token (dense_race_front)
@@ -163,7 +187,7 @@ def supports_race(
     return tokens
 
 
-def gumbel_max(dist: TokenDist, seed: int, position: int) -> int:
+def gumbel_max(dist: RacedDist, seed: int, position: int) -> int:
     """The token at `position` of the request with this seed: argmax(log p + g) with g
     the position's Gumbel noise, as argmin(E / p) over the support with E = exp(-g) ~
     Exp(1) (exponential_noise): one uniform per token that can be drawn, and the token
@@ -175,7 +199,7 @@ def gumbel_max(dist: TokenDist, seed: int, position: int) -> int:
     return dist.token_at(int(j[np.argmin(races)]))
 
 
-def gumbel_max_margin(dist: TokenDist, seed: int, position: int) -> tuple[int, float]:
+def gumbel_max_margin(dist: RacedDist, seed: int, position: int) -> tuple[int, float]:
     """gumbel_max's token and how far it won: the gap between the largest and the second
     largest log p + g, log(r2 / r1) of the two smallest E / p (inf where one token can be
     drawn). A Gumbel draft's confidence: the target's p, close to q, keeps the draft's
@@ -188,7 +212,7 @@ def gumbel_max_margin(dist: TokenDist, seed: int, position: int) -> tuple[int, f
     return token, float(np.log(second / first))
 
 
-def race_all(dist: TokenDist, seed: int, position: int) -> np.ndarray:
+def race_all(dist: RacedDist, seed: int, position: int) -> np.ndarray:
     """E / p per token of the support (p: weights()), E the position's Exp(1) noise: the
     smallest wins. A token of probability 0 (an exp underflow) gets inf, even where its E
     is 0."""
@@ -197,7 +221,7 @@ def race_all(dist: TokenDist, seed: int, position: int) -> np.ndarray:
 
 
 def race_front(
-    dist: TokenDist, seed: int, position: int, places: int
+    dist: RacedDist, seed: int, position: int, places: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(j ascending, races[j]): entries of the support, as indices into probs, holding
     every entry whose race is at most the places-th smallest (1 or 2), so that their
@@ -218,7 +242,7 @@ def race_front(
 
 
 def dense_race_front(
-    dist: TokenDist, seed: int, position: int, places: int
+    dist: RacedDist, seed: int, position: int, places: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """race_front of a dense row. Each noise block is bounded by its own largest weight
     (block_maxima: one strided pass over the row): a token j of block b races at least
@@ -270,7 +294,7 @@ def dense_race_front(
 
 
 def sparse_race_front(
-    dist: TokenDist, seed: int, position: int, places: int
+    dist: RacedDist, seed: int, position: int, places: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """race_front of a sparse support: its likeliest m tokens race first (upper_set:
     every other token has p below their smallest, p_b), r is the places-th smallest of
@@ -301,6 +325,6 @@ def sparse_race_front(
     return j[order], races[order]
 
 
-def race_of(dist: TokenDist, j: np.ndarray, seed: int, position: int) -> np.ndarray:
+def race_of(dist: RacedDist, j: np.ndarray, seed: int, position: int) -> np.ndarray:
     """E / p of entries j, each hashed (exponential_noise)."""
     return divide_races(exponential_noise(seed, position, dist.token_ids()[j]), dist.weights(j))
