@@ -63,11 +63,8 @@ class ByPosition:
         prior_weight: float = PRIOR_TOKENS,
         cold_weight: float = COLD_WEIGHT,
     ) -> None:
-        # per step and position: 0.3 let two rejections in a row (1 in 11 at 0.7 acceptance)
-        # price a draft model below plain decoding for the rest of a request (replay.py); at
-        # 0.1 an unlucky run of rejections at acceptance 0.6 sent the kit's oracle back to
-        # plain decoding for a hundred steps (bench/replay_grid.py --seeds 8: 1024 tokens on
-        # the one-graph llama.cpp curves 0.89-0.90 of the best k, 0.95-0.97 at 0.05)
+        # smoothing: about the last 20 outcomes, so a run of rejections cannot end a drafter's
+        # use for a request (docs/decisions.md)
         self.prior, self.smoothing, self.prior_weight = prior, smoothing, prior_weight
         self.cold_weight = cold_weight
         self.sure_tally, self.unsure_tally, self.goes_on_tally = Tally(), Tally(), Tally()
