@@ -4,6 +4,7 @@ each imported when a model of its kind is first opened.
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +23,10 @@ class RuntimeOptions:
     n_gpu_layers: int | None = None
     # batch-invariant kernels: a token's logits are the same bits in a one-token pass and at
     # every position of a verify pass, so speculative output equals plain decoding's, greedy
-    # and seeded (docs/exactness.md); on the CPU (llama.cpp, ONNX Runtime), at some cost in speed
-    exact: bool = False
+    # and seeded (docs/exactness.md). None: where they cost nothing measurable (ONNX Runtime's
+    # CPU provider), not elsewhere; True: on every back-end that has them (llama.cpp's cost
+    # speed: docs/benchmarks.md); False: the fastest kernels
+    exact: bool | None = None
     # llama.cpp: each pass runs with a thread fewer per core other processes keep busy (one
     # descheduled thread stalls the rest at every op's barrier); False: n_threads always.
     # ONNX Runtime sizes its thread pool once, so it keeps n_threads either way.
@@ -75,6 +78,16 @@ EXACT_LLAMA: dict = {"repack": False, "tiled": False, "flash_attn": True, "min_w
 EXACT_ONNX: dict = {"min_width": 2, "row_multiple": 2}
 
 
+def exact_onnx_options() -> dict:
+    """EXACT_ONNX, without the even rows where MLAS takes no rows in pairs: an x86 CPU
+    without AVX-512 (where every width is exact from two rows on, docs/exactness.md)."""
+    from edgespec.plumbing.machine import cpu_model_and_flags
+
+    flags = cpu_model_and_flags()[1]
+    pairs = platform.machine().lower() not in ("x86_64", "amd64") or "avx512f" in flags
+    return EXACT_ONNX if pairs else {**EXACT_ONNX, "row_multiple": 1}
+
+
 def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> Runtime:
     """The runtime of a model file (GGUF: llama.cpp) or exported folder (model.json: ONNX
     Runtime, or TensorRT for a standard-operator model), its back-end imported here."""
@@ -94,6 +107,7 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
                 "--fixed-threads is for GGUF models (llama.cpp); drop it"
             )
         standard = read_model_json(path).get("flavour") == "standard"
+        exact = (not standard and opts.device == "cpu") if opts.exact is None else opts.exact
         if opts.exact and (standard or opts.device != "cpu"):
             raise ModelFileError(
                 f"{path}: --exact has a batch-invariant configuration for ONNX Runtime's CPU "
@@ -104,17 +118,19 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
 
             return open_standard(path, opts.n_ctx, opts.n_threads, opts.device)
         gpu = ["CUDAExecutionProvider", "CPUExecutionProvider"] if opts.device == "cuda" else None
-        return OnnxRuntime(
+        runtime = OnnxRuntime(
             path,
             n_ctx=opts.n_ctx,
             n_threads=opts.n_threads,
             providers=gpu,
-            options=OnnxOptions(**(EXACT_ONNX if opts.exact else {})),
+            options=OnnxOptions(**(exact_onnx_options() if exact else {})),
         )
+        runtime.batch_invariant = exact
+        return runtime
     if path.suffix == ".gguf" or starts_with(path, b"GGUF"):
         from edgespec.runtimes.llamacpp import LlamaCppRuntime, LlamaOptions
 
-        return LlamaCppRuntime(
+        llama = LlamaCppRuntime(
             path,
             n_ctx=opts.n_ctx,
             n_threads=opts.n_threads,
@@ -127,6 +143,8 @@ def open_runtime(path: str | Path, opts: RuntimeOptions = RuntimeOptions()) -> R
                 backend_sampling=opts.backend_sampling,
             ),
         )
+        llama.batch_invariant = bool(opts.exact)
+        return llama
     if not path.exists():
         raise ModelFileError(f"model file not found: {path}; check the path")
     raise ModelFileError(

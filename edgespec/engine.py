@@ -20,6 +20,7 @@ import numpy as np
 from edgespec.controller import FixedPolicy, Policy
 from edgespec.drafters.base import Draft, Drafter, Offer
 from edgespec.drafters.model import common_prefix_len
+from edgespec.drafters.ngram import NgramDrafter
 from edgespec.errors import ContextOverflowError, EdgespecError
 from edgespec.runtime import Runtime, TopRows, forward_dists, forward_top
 from edgespec.sampling import PassRows, SamplingParams, request_params
@@ -27,6 +28,9 @@ from edgespec.textstream import TextStream
 from edgespec.verify import Verdict, verify_greedy, verify_gumbel, verify_stochastic
 
 log = logging.getLogger(__name__)
+
+GUESS = "guess"  # the stats' name for padding_guess's tokens
+GREEDY = SamplingParams()  # what padding_guess asks prompt lookup under: no randomness
 
 
 @dataclass
@@ -242,6 +246,9 @@ class SpeculativeDecoder:
             policy = FixedPolicy(drafters[0].name if drafters else None, 4 if drafters else 0)
         self.policy = policy
         self.eog_ids = target.vocab_info().eog_ids
+        # where every pass computes two rows or more, a plain step's second row is free: it
+        # carries prompt lookup's best guess, however short its match (padding_guess)
+        self.guesser = NgramDrafter() if target.min_width > 1 else None
 
     def generate(self, prompt: str | Sequence[int], **kwargs) -> Result:
         text: list[str] = []
@@ -313,6 +320,8 @@ class SpeculativeDecoder:
         self.context = tokens  # grows as tokens are emitted: the cache holds its first n_past
         for i, drafter in enumerate(self.drafters.values()):
             drafter.reset(stream_rng(sp.seed, 1 + i))  # stream 0 is the verifier's
+        if self.guesser is not None:
+            self.guesser.reset(stream_rng(sp.seed, 0))  # draws nothing
         self.policy.begin(list(self.drafters.values()), max_tokens)
         if len(tokens) - 1 > keep:
             self.target.forward(tokens[keep:-1], last_only=True)
@@ -361,7 +370,10 @@ class SpeculativeDecoder:
         # drafter chosen, its 0.17 ms (median here) would price a draft model on a GPU (a token
         # in 1-2 ms) about 10-20% dearer than it is
         t0 = self.clock()
-        draft = drafter.propose(tokens, k, sp) if drafter and k > 0 else Draft.empty()
+        if drafter and k > 0:
+            draft, name = drafter.propose(tokens, k, sp), drafter.name
+        else:
+            draft, name = self.padding_guess(tokens, room), GUESS
         t1 = self.clock()
         rows = [tokens[-1], *draft.tokens.tolist()]
         # greedy reads each row's argmax, sampling its likeliest columns: reduced on the
@@ -374,15 +386,27 @@ class SpeculativeDecoder:
         verdict = judge(draft, scored, sp, rng, len(tokens))
         self.target.rollback(n0 + 1 + verdict.n_accepted)
         k = len(draft.tokens)
-        drafted = drafter if k else None
+        stats.record(name if k else None, k, verdict.n_accepted)
+        drafted = drafter if k and name != GUESS else None
+        if drafted is None:  # the policy chose a plain step: a guess is the padding's gain
+            k = 0
         t_draft = t1 - t0 - draft.t_catch_up
         self.policy.observe(
             drafted, k, verdict.n_accepted, t_draft, t2 - t1, draft.unsure_end, draft.t_first
         )
-        stats.record(drafted.name if drafted else None, k, verdict.n_accepted)
         stats.t_draft += (t_plan - t_sync) + (t1 - t0)
         stats.t_verify += t2 - t1
         return verdict
+
+    def padding_guess(self, tokens: list[int], room: int) -> Draft:
+        """A plain step's draft: none, or where the target pads a one-token pass to two rows,
+        one token in the padding row (prompt lookup's, matched on as little as the last
+        token), verified by the Gumbel rule every plain step uses: it changes no token, and
+        each one kept saves a pass."""
+        if self.guesser is None or room < 2:
+            return Draft.empty()
+        guess = self.guesser.propose(tokens, 1, GREEDY)
+        return Draft(guess.tokens, None, gumbel=True) if len(guess.tokens) else guess
 
     def emit(
         self, verdict: Verdict, tokens: list[int], text: TextStream, stats: Stats, max_tokens: int

@@ -42,7 +42,7 @@ class ModelPair:
         return (
             f"{self.backend_names()} device={o.device} threads={o.n_threads} "
             f"gpu_layers={o.gpu_layers()}"
-            + (" exact" if o.exact else "")
+            + (" exact" if self.target.batch_invariant else "")
             + (" one-graph" if self.target.keeps_one_graph else "")  # a curve with switch_s
         )
 

@@ -73,6 +73,14 @@ class Runtime(Protocol):
     # hybrid model's state rolls back through its snapshots, this many (0: none, so each
     # rejected draft rebuilds the cache from the tokens: speculation cannot pay)
     max_rollback: int | None = None
+    # the fewest rows a pass computes: a narrower one is padded (one-token passes take
+    # kernels of their own that sum in another order: docs/exactness.md), so a plain step's
+    # padding row carries a guess (engine.padding_guess) rather than a dead token
+    min_width: int = 1
+    # a token's logits are the same bits in a one-token pass and at every position of a
+    # verify pass (docs/exactness.md): speculative output is plain decoding's, greedy and
+    # seeded; set by whoever chose the kernels (backends.open_runtime)
+    batch_invariant: bool = False
 
     @property
     def dists_on_device(self) -> bool:

@@ -60,6 +60,25 @@ def test_ngram_drafter_is_exact():
         assert out.stats.n_draft_tokens > 0
 
 
+@pytest.mark.parametrize(
+    "sp", [SamplingParams(), SamplingParams(0.8, seed=4)], ids=["greedy", "seeded"]
+)
+def test_a_padded_plain_step_carries_a_guess_and_changes_no_token(sp):
+    """Where the target pads one-token passes to two rows, a plain step's second row is
+    prompt lookup's guess: the same tokens as unpadded plain decoding, fewer passes."""
+    rt, padded = (FakeRuntime(n_vocab=6, n_ctx=256, seed=2) for _ in range(2))  # many repeats
+    rt.eog = padded.eog = 999  # before the decoders read the vocabulary: no early end
+    padded.min_width = 2
+    ref = plain(rt, max_tokens=100, sp=sp)
+    out = plain(padded, max_tokens=100, sp=sp)
+    assert out.tokens == ref.tokens
+    stats = out.stats
+    assert stats.steps_by_drafter["guess"] == stats.n_draft_tokens > 0
+    assert 0 < stats.n_accepted < stats.n_draft_tokens
+    assert stats.n_steps == len(out.tokens) - stats.n_accepted < ref.stats.n_steps
+    assert padded.forward_calls[1:].count(2) == stats.n_draft_tokens  # one guess a pass
+
+
 def test_context_full_finishes_with_length():
     rt = FakeRuntime(n_vocab=16, n_ctx=12, seed=4)
     rt.eog = 999  # never ends by itself

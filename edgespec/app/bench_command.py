@@ -21,6 +21,7 @@ from edgespec.app.bench_runs import (
     Bench,
     Row,
     Run,
+    inexact_note,
     machine_info,
     machine_line,
     paired_speedup,
@@ -245,7 +246,9 @@ def bench_suite(
     row_dicts = [
         row.as_dict(None if i == 0 else by_label[row.baseline]) for i, row in enumerate(rows)
     ]
-    return row_dicts, {"machine": machine, "order": order}
+    target = type(bench.target).__name__
+    exact = bench.target.batch_invariant
+    return row_dicts, {"machine": machine, "order": order, "target": target, "exact": exact}
 
 
 def run_variant(
@@ -448,6 +451,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def print_report(report: dict, with_categories: bool) -> None:
     """A suite's machine, table and (with_categories) category table; adds by_category."""
     print(machine_line(report["machine"]))
+    if not report.get("exact", True):
+        print(inexact_note(report["target"]))
     print(f"speedup: {CI_METHOD}")
     print(table_header())
     for row in report["rows"]:

@@ -70,6 +70,16 @@ def near_tie(backend: str | None = None, exact: bool = False) -> float:
 
 
 NEAR_TIE = near_tie()  # whatever the back-end, with its default kernels
+RUNTIME_NAMES = {"LlamaCppRuntime": "llama.cpp", "OnnxRuntime": "ONNX Runtime"}
+
+
+def inexact_note(runtime: str) -> str:
+    """Why a back-end without batch-invariant kernels may part from plain decoding."""
+    return (
+        f"{RUNTIME_NAMES.get(runtime, runtime)} runs its fastest kernels, which round a logit "
+        "differently in a one-token pass than in a verify pass: at a near tie the answers may "
+        "part; --exact makes them identical, at a cost in speed (docs/exactness.md)"
+    )
 
 
 @dataclass
@@ -300,7 +310,7 @@ class Bench:
         # a CUDA graph's capture is paid once per process, not by the first prompt's method
         self.decoder = build_decoder(pair, auto, capture_graphs=True)
         self.target = pair.target
-        self.near_tie = near_tie(type(pair.target).__name__, pair.options.exact)
+        self.near_tie = near_tie(type(pair.target).__name__, pair.target.batch_invariant)
         policy = self.decoder.policy
         self.adaptive = policy if isinstance(policy, AdaptivePolicy) else None
         self.decoders: dict[tuple[str, int | None], SpeculativeDecoder] = {}

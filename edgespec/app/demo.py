@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgespec.app.bench_runs import Bench, Row, Run
+from edgespec.app.bench_runs import RUNTIME_NAMES, Bench, Row, Run, inexact_note
 from edgespec.app.models import fetch
 from edgespec.app.options import add_runtime_args, runtime_options
 from edgespec.app.suites import Prompt
@@ -23,7 +23,6 @@ from edgespec.runtime import K_MAX
 
 BACKENDS = ("auto", "llama", "onnx")
 BACKEND_NAMES = {"llama": "llama.cpp", "onnx": "ONNX Runtime"}
-RUNTIME_NAMES = {"LlamaCppRuntime": "llama.cpp", "OnnxRuntime": "ONNX Runtime"}
 REFERENCE_ACCEPTANCE = 0.7  # between open text (0.4-0.8) and edits (0.9): a middle demand
 SHOWN_WIDTH = 5  # the verify width the message quotes (k = 4)
 
@@ -138,6 +137,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise EdgespecError(f"--rounds must be at least 1, got {args.rounds}")
     pair, reason = demo_pair(args.backend, runtime_options(args), args.k_max)
     print(reason)
+    if not pair.target.batch_invariant:
+        print(inexact_note(type(pair.target).__name__))
     bench = Bench(pair, args.k_max)
     if args.rounds > 1:
         print(f"each method's faster of {args.rounds} runs, the methods taking turns")
@@ -149,7 +150,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         plain, spec, departed = side_by_side(bench, prompt, args.max_tokens, args.rounds)
         for row in (plain, spec):
             d = row.as_dict(plain)
-            same = "yes" if departed is None else "NO"
+            same = "yes" if departed is None else "near tie" if departed.near_tie else "NO"
             print(
                 f"{prompt.id:<22} {d['method']:<7} {row.runs[0].n_generated:>6} "
                 f"{d['tokens_per_second']:>6.1f} {d['speedup']:>7.2f} "

@@ -48,9 +48,11 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--exact",
-        action="store_true",
-        help="batch-invariant kernels (llama.cpp, ONNX Runtime; CPU): speculative output equals "
-        "plain decoding's, greedy and seeded, at some cost in speed (docs/exactness.md)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="batch-invariant kernels (CPU): speculative output equals plain decoding's, greedy "
+        "and seeded (docs/exactness.md). The default on ONNX Runtime, where they cost nothing "
+        "measurable; on llama.cpp they cost speed. --no-exact: the fastest kernels",
     )
     p.add_argument(
         "--backend-sampling",
@@ -131,7 +133,7 @@ def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
         load_aware_threads=not args.fixed_threads,
         device=args.device,
         n_gpu_layers=args.n_gpu_layers,
-        exact=args.exact,
+        exact=args.exact,  # None: each back-end's default
         backend_sampling=args.backend_sampling,
     )
 
