@@ -78,13 +78,15 @@ EXACT_LLAMA: dict = {"repack": False, "tiled": False, "flash_attn": True, "min_w
 EXACT_ONNX: dict = {"min_width": 2, "row_multiple": 2}
 
 
-def exact_onnx_options() -> dict:
+def exact_onnx_options(arch: str | None = None, flags: list[str] | None = None) -> dict:
     """EXACT_ONNX, without the even rows where MLAS takes no rows in pairs: an x86 CPU
-    without AVX-512 (where every width is exact from two rows on, docs/exactness.md)."""
+    without AVX-512 (where every width is exact from two rows on, docs/exactness.md). arch and
+    flags: this machine's where None."""
     from edgespec.plumbing.machine import cpu_model_and_flags
 
-    flags = cpu_model_and_flags()[1]
-    pairs = platform.machine().lower() not in ("x86_64", "amd64") or "avx512f" in flags
+    arch = (platform.machine() if arch is None else arch).lower()
+    flags = cpu_model_and_flags()[1] if flags is None else flags
+    pairs = arch not in ("x86_64", "amd64") or "avx512f" in flags
     return EXACT_ONNX if pairs else {**EXACT_ONNX, "row_multiple": 1}
 
 

@@ -651,3 +651,13 @@ def test_cuda_asked_of_an_onnxruntime_without_it_runs_on_the_cpu_and_says_how_to
     assert str(refused.value) == (
         f"{exported}: ONNX Runtime's CUDA execution provider did not load (see the log above)"
     )
+
+
+def test_only_an_x86_cpu_without_avx512_leaves_odd_widths_unpadded():
+    """MLAS's AVX-512 int8 GEMM takes rows in pairs (docs/exactness.md); an unmeasured
+    architecture keeps the even rows too."""
+    from edgespec.backends import exact_onnx_options
+
+    assert exact_onnx_options("x86_64", ["avx2", "fma"]) == {"min_width": 2, "row_multiple": 1}
+    for arch, flags in (("x86_64", ["avx2", "avx512f"]), ("aarch64", ["asimd"])):
+        assert exact_onnx_options(arch, flags) == {"min_width": 2, "row_multiple": 2}
