@@ -291,3 +291,55 @@ def test_the_torch_bin_reader_reads_what_torch_save_writes(tmp_path):
     np.testing.assert_array_equal(t["h"], a)
     np.testing.assert_array_equal(t.integers("d2t"), ids)
     assert torch_pickle({"a": a}).startswith(b"\x80\x02")
+
+
+def qwen3_like_head(folder: Path) -> Path:
+    """SpecForge's Qwen3 shape: head_dim 32 where hidden / heads is 16 (Qwen3-4B: 128 for
+    2560 / 32), its own token embedding (speculators), no lm_head (the target's)."""
+    rng = np.random.default_rng(5)
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+
+    q, kv = 4 * 32, 2 * 32
+    tensors = {
+        "midlayer.self_attn.q_proj.weight": mat(q, 128),
+        "midlayer.self_attn.k_proj.weight": mat(kv, 128),
+        "midlayer.self_attn.v_proj.weight": mat(kv, 128),
+        "midlayer.self_attn.o_proj.weight": mat(64, q),
+        "lm_head.weight": None,
+        "embed_tokens.weight": random_weights(CFG, N_VOCAB, 1)["token_embd.weight"],
+    }
+    return write_hf_head(folder, layers=(2, 1, 3), config={"head_dim": 32}, tensors=tensors)
+
+
+def test_explicit_head_dim_own_embedding_and_no_lm_head_on_both_backends(tmp_path):
+    """The GGUF carries key_length 32; llama.cpp and the ONNX head export (which reads
+    head_dim, the head's embedding and the target's output layer) both draft, and both give
+    plain decoding's output, greedy and seeded."""
+    pytest.importorskip("onnxruntime")
+    from edgespec.export.checkpoint import read_checkpoint
+    from edgespec.export.eagle3_onnx import export_head_onnx
+    from edgespec.export.onnx_export import export_onnx
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    target = write_gguf(tmp_path / "target.gguf", CFG, random_weights(CFG, N_VOCAB, 0),
+                        pre="gpt-2")  # fmt: skip
+    out = convert_eagle3(qwen3_like_head(tmp_path / "hf"), target, tmp_path / "h.gguf")
+    tensors, meta = gguf_file(out)
+    assert meta["eagle3.attention.key_length"] == 32
+    assert "output.weight" not in tensors and "token_embd.weight" in tensors
+    llama = open_target(target)
+    onnx = OnnxRuntime(
+        export_onnx(target, tmp_path / "t", hidden_layers=(2, 1, 3)), n_ctx=256, n_threads=1
+    )
+    export_head_onnx(out, read_checkpoint(target), tmp_path / "head")
+    for rt, head_path in ((llama, out), (onnx, tmp_path / "head")):
+        head = rt.open_head(str(head_path))
+        tokens = rt.tokenize(PROMPT, special=True)
+        for sp in (SamplingParams(0.0), SEEDED[0]):
+            want = SpeculativeDecoder(rt).generate(tokens, max_tokens=16, sp=sp, speculative=False)
+            spec = SpeculativeDecoder(rt, [HeadDrafter(rt, head)], FixedPolicy("eagle", 3))
+            got = spec.generate(tokens, max_tokens=16, sp=sp)
+            assert got.tokens == want.tokens, (rt, sp)
+            assert got.stats.n_draft_tokens > 0
