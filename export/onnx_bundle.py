@@ -17,6 +17,7 @@ from edgespec.export.eagle3_onnx import export_head_onnx, head_metadata
 from edgespec.export.hf_to_gguf import write_metadata_gguf
 from edgespec.export.onnx_export import head_ranges, model_info, write_onnx_model
 from edgespec.export.options import BuiltModels, ExportOptions
+from edgespec.export.eagle3_gguf import vendored_spelling
 from edgespec.pair import check_head_path
 from edgespec.quant.policy import resolve_onnx_precision
 from edgespec.runtime import VocabInfo, check_compatible
@@ -85,7 +86,7 @@ def head_gguf(opts: ExportOptions, work_dir: Path) -> Path | None:
         return None
     if not opts.head.is_dir():
         check_head_path(opts.head)
-        return opts.head
+        return vendored_spelling(opts.head, work_dir)
     target = opts.target
     if target.is_dir():  # convert_eagle3 reads a target's metadata and tokenizer alone
         target = write_metadata_gguf(target, work_dir / "target.metadata.gguf")

@@ -343,3 +343,32 @@ def test_explicit_head_dim_own_embedding_and_no_lm_head_on_both_backends(tmp_pat
             got = spec.generate(tokens, max_tokens=16, sp=sp)
             assert got.tokens == want.tokens, (rt, sp)
             assert got.stats.n_draft_tokens > 0
+
+
+def test_a_gguf_head_in_another_builds_spelling_is_respelled_and_runs(target, tmp_path, capsys):
+    """A head whose converter wrote eagle3.extract_layers and blk.0.hidden_norm (other
+    llama.cpp builds): `export --head` re-spells it as the vendored llama.cpp reads it (the
+    same tensors), and `run --exact` with it gives plain decoding's tokens."""
+    from edgespec.app.cli import main
+    from edgespec.export.eagle3_gguf import OTHER_KEYS, OTHER_TENSORS, respell
+
+    ours = write_head(tmp_path / "ours.gguf", CFG, layers=(2, 1, 3))
+    inverse = [{v: k for k, v in names.items()} for names in (OTHER_KEYS, OTHER_TENSORS)]
+    theirs = respell(ours, tmp_path / "theirs.gguf", *inverse)
+    tensors, meta = gguf_file(theirs)
+    assert meta["eagle3.extract_layers"] == [2, 1, 3] and "blk.0.hidden_norm.weight" in tensors
+    out = tmp_path / "bundle"
+    argv = ["export", "--target", str(target), "--head", str(theirs), "--out", str(out),
+            "--target-quant", "q8_0"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    got, got_meta = gguf_file(out / "head.f32.gguf")
+    want, want_meta = gguf_file(ours)
+    assert sorted(got) == sorted(want) and got_meta["eagle3.target_layers"] == [2, 1, 3]
+    runs = []
+    for drafter in (["--drafter", "none"], ["--drafter", "eagle", "--k", "4"]):
+        args = ["run", "--target", str(out), "--threads", "1", "--prompt", PROMPT,
+                "--max-tokens", "16", "--exact", "--json", *drafter]  # fmt: skip
+        assert main(args) == 0
+        runs.append(json.loads(capsys.readouterr().out))
+    assert runs[1]["tokens"] == runs[0]["tokens"]
