@@ -19,8 +19,8 @@ from pathlib import Path
 from edgespec.backends import RuntimeOptions, open_runtime
 from edgespec.bundle import ModelEntry, sha256_file
 from edgespec.errors import ModelFileError
-from edgespec.export.options import BuiltModels, ExportOptions
 from edgespec.export.eagle3_gguf import vendored_spelling
+from edgespec.export.options import BuiltModels, ExportOptions
 from edgespec.pair import check_head_path
 from edgespec.quant.gguf_quant import quantize_gguf, weight_errors
 from edgespec.quant.policy import PrecisionChoice, resolve_precision

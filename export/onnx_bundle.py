@@ -13,11 +13,11 @@ from edgespec.bundle import ModelEntry, sha256_path, size_of
 from edgespec.errors import EdgespecError
 from edgespec.export.checkpoint import Checkpoint, read_checkpoint
 from edgespec.export.eagle3_convert import convert_eagle3
+from edgespec.export.eagle3_gguf import vendored_spelling
 from edgespec.export.eagle3_onnx import export_head_onnx, head_metadata
 from edgespec.export.hf_to_gguf import write_metadata_gguf
 from edgespec.export.onnx_export import head_ranges, model_info, write_onnx_model
 from edgespec.export.options import BuiltModels, ExportOptions
-from edgespec.export.eagle3_gguf import vendored_spelling
 from edgespec.pair import check_head_path
 from edgespec.quant.policy import resolve_onnx_precision
 from edgespec.runtime import VocabInfo, check_compatible
