@@ -249,15 +249,15 @@ def test_a_layer_at_the_targets_last_boundary_is_refused(target, tmp_path):
 
 def test_a_pickle_that_is_not_plain_tensors_is_refused_unrun(target, tmp_path):
     """A pytorch_model.bin whose pickle names anything but the state dict's own types (here
-    os.system) is refused before anything is called; a shard missing from its index too."""
+    os.getcwd) is refused before anything is called; a shard missing from its index too."""
     folder = published(tmp_path / "head", "eagle")
     tensors = {"fc.weight": np.zeros((2, 2), np.float32)}
-    evil = b"cos\nsystem\n(X\x05\x00\x00\x00touch\ntR"
+    evil = b"cos\ngetcwd\n)R"  # harmless, should a broken reader call it
     save_torch_bin(tensors, folder / "pytorch_model.bin", extra=evil)
     with pytest.raises(ModelFileError) as e:
         convert_eagle3(folder, target, tmp_path / "out.gguf")
     assert str(e.value) == (
-        f"{folder}/pytorch_model.bin: its pickle is not plain tensors (it asks for os.system); "
+        f"{folder}/pytorch_model.bin: its pickle is not plain tensors (it asks for os.getcwd); "
         "edgespec runs no code from a checkpoint: convert it to safetensors with torch where "
         "you trust it"
     )
