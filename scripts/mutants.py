@@ -1781,7 +1781,7 @@ MUTANTS = (
     Mutant(  # a pickle's global resolved by the stock unpickler (runs code)
         "torch-bin-any-global",
         "edgespec.export.torch_bin:TensorsOnly.find_class",
-        "            raise pickle.UnpicklingError(f\"it asks for {module}.{name}\")\n",
+        '            raise pickle.UnpicklingError(f"it asks for {module}.{name}")\n',
         "            return super().find_class(module, name)\n",
         ("tests/test_eagle3_layouts.py",),
     ),
