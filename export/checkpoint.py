@@ -129,6 +129,10 @@ class LazyTensors(Mapping[str, np.ndarray]):
     def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
         raise NotImplementedError
 
+    def integers(self, name: str) -> np.ndarray:
+        """A whole integer tensor as int64 (EAGLE-3's d2t), where the format holds one."""
+        raise NotImplementedError
+
     def rows(self, name: str) -> Rows:
         return Rows(self.shape(name), lambda start, stop: self.read_rows(name, start, stop))
 

@@ -43,13 +43,12 @@ import numpy as np
 from edgespec.errors import ModelFileError
 from edgespec.export.checkpoint import (
     GgufMetadata,
+    LazyTensors,
     Rows,
-    SafetensorsIndex,
     open_gguf,
     permute_for_interleaved_rope,
-    positive_int,
-    read_json,
 )
+from edgespec.export.eagle3_layouts import EAGLE_ARCHS, LayerIds, read_config, read_weights
 from edgespec.export.hf_to_gguf import StreamedTensor
 from edgespec.plumbing.progress import progress
 from edgespec.runtimes.shared import HeadMismatchError
@@ -57,7 +56,6 @@ from edgespec.runtimes.shared import HeadMismatchError
 log = logging.getLogger(__name__)
 
 ARCH = "eagle3"
-HF_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 LAYER = "midlayer."
 LAYER_TENSORS = {  # HF name under midlayer. -> GGUF name under blk.0.
     "input_layernorm.weight": "attn_norm.weight",
@@ -116,10 +114,10 @@ def convert_eagle3(hf_folder: Path, target_gguf: Path, out: Path, *, outtype: st
     if outtype not in OUTTYPES:
         raise ValueError(f"outtype {outtype!r} is not one of {', '.join(OUTTYPES)}")
     hf_folder, target_gguf, out = Path(hf_folder), Path(target_gguf), Path(out)
-    config, weights = read_head(hf_folder)
+    config, ids, weights = read_head(hf_folder)
     target = read_target(target_gguf)
     head = HeadShape.of(hf_folder, config, weights)
-    layers = check_fit(hf_folder, config, weights, head, target)
+    layers = check_fit(hf_folder, config, ids, head, target)
     d2t = draft_mapping(hf_folder, config, weights, target)
     tensors = plan_tensors(hf_folder, weights, head, target, d2t)
     rope_freqs = llama3_rope_factors(hf_folder, config, head.head_dim)
@@ -154,46 +152,38 @@ def convert_eagle3(hf_folder: Path, target_gguf: Path, out: Path, *, outtype: st
     return out
 
 
-def read_head(folder: Path) -> tuple[dict, SafetensorsIndex]:
+def read_head(folder: Path) -> tuple[dict, LayerIds, LazyTensors]:
+    """The head's flat config, extract-layer ids and tensors (export/eagle3_layouts.py reads
+    every published layout), refused where it is not a one-layer EAGLE-3 head."""
     if not folder.is_dir():
         raise ModelFileError(
             f"{folder} is not a folder; give the EAGLE-3 head's Hugging Face folder "
-            "(config.json and *.safetensors)"
+            "(config.json and *.safetensors or pytorch_model.bin)"
         )
-    if not any(folder.glob("*.safetensors")):
-        if any(folder.glob("*.bin")):
-            raise ModelFileError(
-                f"{folder} holds its weights as pytorch_model.bin, which needs torch to read; "
-                "convert it to model.safetensors first (safetensors.torch.save_file)"
-            )
-        raise ModelFileError(f"{folder} has no *.safetensors; download the head's weights")
     if not (folder / "config.json").is_file():
         raise ModelFileError(f"{folder} is missing config.json; download the head's config")
-    config = read_json(folder / "config.json")
+    config, ids = read_config(folder)
     archs = config.get("architectures") or ["(none)"]
     arch = archs[0] if isinstance(archs, list) else archs
     one_layer_draft = "draft_vocab_size" in config and config.get("num_hidden_layers") == 1
-    if arch not in HF_ARCHS and not (arch == "LlamaForCausalLM" and one_layer_draft):
+    if arch not in EAGLE_ARCHS and not (arch == "LlamaForCausalLM" and one_layer_draft):
         raise ModelFileError(
             f"{folder}: architecture {arch} is not an EAGLE-3 head (supported: "
-            f"{', '.join(HF_ARCHS)}); give the head's folder, not the target's"
-        )
-    bad = [
-        k
-        for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers")
-        if not positive_int(config.get(k))
-    ]
-    if bad:
-        raise ModelFileError(
-            f"{folder / 'config.json'} lacks {', '.join(bad)} (each a whole number > 0); "
-            "download the head's config again"
+            f"{', '.join(EAGLE_ARCHS)}); give the head's folder, not the target's"
         )
     if config["num_hidden_layers"] != 1:
         raise ModelFileError(
             f"{folder}: the head has {config['num_hidden_layers']} decoder layers; llama.cpp's "
             "eagle3 runs heads of exactly one (EAGLE-3 as published)"
         )
-    return config, SafetensorsIndex(folder)
+    for flag, what in (("fc_norm", "a norm on each hidden state before fc"),
+                       ("norm_output", "a normalized state carried to the next step")):  # fmt: skip
+        if config.get(flag):
+            raise ModelFileError(
+                f"{folder}: {flag} is true (EAGLE-3.1: {what}), which llama.cpp's eagle3 does "
+                "not compute; this head cannot be converted yet"
+            )
+    return config, ids, read_weights(folder)
 
 
 def read_target(path: Path) -> Target:
@@ -237,7 +227,7 @@ class HeadShape:
     norm_before_fc: bool  # an RMSNorm (input_norm) on the features before fc
 
     @staticmethod
-    def of(folder: Path, config: dict, weights: SafetensorsIndex) -> HeadShape:
+    def of(folder: Path, config: dict, weights: LazyTensors) -> HeadShape:
         if "fc.weight" not in weights:
             raise ModelFileError(f"{folder} lacks tensor fc.weight; download the head again")
         hidden, n_head = config["hidden_size"], config["num_attention_heads"]
@@ -254,7 +244,7 @@ class HeadShape:
 
 
 def check_fit(
-    folder: Path, config: dict, weights: SafetensorsIndex, head: HeadShape, target: Target
+    folder: Path, config: dict, ids: LayerIds, head: HeadShape, target: Target
 ) -> list[int]:
     """Refuse a head that cannot read this target's hidden states; its extract layers."""
     name, tname = folder.name, target.path.name
@@ -263,20 +253,16 @@ def check_fit(
             f"{name} reads hidden states of size {head.target_hidden} but {tname} has "
             f"{target.n_embd}; use the head trained for this target"
         )
-    given = config.get("eagle_aux_hidden_state_layer_ids")
     n = target.n_layer
-    layers = list(given) if given else [2, n // 2, n - 3]
-    if len(layers) != 3 or not all(isinstance(i, int) for i in layers):
-        raise ModelFileError(
-            f"{folder / 'config.json'}: eagle_aux_hidden_state_layer_ids is {layers}; "
-            "llama.cpp's eagle3 takes exactly 3 layer ids"
+    layers, how = ids.ids, ids.how
+    if layers is None:
+        layers, how = [2, n // 2, n - 3], f" (llama.cpp's default for a {n}-layer target)"
+    # layer n: the last layer's output, no layer's input (what llama.cpp taps)
+    if n in layers and all(0 <= i <= n for i in layers):
+        raise HeadMismatchError(
+            f"{name} extracts layers {layers}{how}: layer {n} is the output of {tname}'s last "
+            f"layer, which this llama.cpp cannot tap (it keeps inputs of layers 0..{n - 1})"
         )
-    how = f" (llama.cpp's default for a {n}-layer target)"
-    if given and layers[0] == 1:  # outputs of layers i: the inputs of layers i + 1
-        layers = [i + 1 for i in layers]
-        how = f" (config.json's {list(given)}: outputs of those layers, inputs of these)"
-    elif given:
-        how = ""
     if not all(0 <= i < n for i in layers):
         raise HeadMismatchError(
             f"{name} extracts layers {layers}{how} but {tname} has layers 0..{n - 1}; "
@@ -292,7 +278,7 @@ def check_fit(
 
 
 def draft_mapping(
-    folder: Path, config: dict, weights: SafetensorsIndex, target: Target
+    folder: Path, config: dict, weights: LazyTensors, target: Target
 ) -> np.ndarray | None:
     """d2t as absolute target ids [draft vocab] int64, checked; None where the head has none
     (its lm_head then covers the target's whole vocabulary)."""
@@ -338,7 +324,7 @@ def draft_mapping(
 
 def plan_tensors(
     folder: Path,
-    weights: SafetensorsIndex,
+    weights: LazyTensors,
     head: HeadShape,
     target: Target,
     d2t: np.ndarray | None,
@@ -397,29 +383,51 @@ def gguf_name(hf_name: str) -> str:
 
 def llama3_rope_factors(folder: Path, config: dict, head_dim: int) -> np.ndarray | None:
     """Llama 3.1's RoPE scaling as llama.cpp takes it (rope_freqs, a factor per frequency);
-    None without scaling. Other scalings are refused."""
-    scaling = config.get("rope_scaling")
-    kind = (scaling or {}).get("rope_type") or (scaling or {}).get("type")
-    if kind in (None, "default"):
-        return None
+    None for the other kinds (eagle3_layouts.ROPE_KINDS; yarn goes in the metadata)."""
+    kind, scaling = rope_kind(config)
     if kind != "llama3":
-        raise ModelFileError(
-            f"{folder}: RoPE scaling {kind!r} is not supported for EAGLE-3 heads (none or "
-            "llama3); convert with llama.cpp's convert_hf_to_gguf.py --target-model-dir"
-        )
-    assert scaling is not None
+        return None
     factor = float(scaling.get("factor", 8.0))
     low, high = (
         float(scaling.get("low_freq_factor", 1.0)),
         float(scaling.get("high_freq_factor", 4.0)),
     )
     trained = float(scaling.get("original_max_position_embeddings", 8192))
-    theta = float(config.get("rope_theta", 10000.0))
+    theta = float(config.get("rope_theta") or 10000.0)
     wavelength = 2 * np.pi * theta ** (np.arange(0, head_dim, 2) / head_dim)
     smooth = (trained / wavelength - low) / (high - low)
     between = 1 / ((1 - smooth) / factor + smooth)
     long = np.where(wavelength > trained / low, factor, between)
     return np.where(wavelength < trained / high, 1.0, long).astype(np.float32)
+
+
+def rope_kind(config: dict) -> tuple[str, dict]:
+    """The RoPE scaling's kind (eagle3_layouts checked it) and its parameters."""
+    scaling = config.get("rope_scaling") or {}
+    return scaling.get("rope_type") or scaling.get("type") or "default", scaling
+
+
+def write_yarn(writer: Any, folder: Path, config: dict) -> None:
+    """YaRN as llama.cpp's converter writes it; the attention factor llama.cpp derives. mrope
+    needs nothing: the head sees text, whose three position sections are equal (plain RoPE)."""
+    import gguf
+
+    kind, scaling = rope_kind(config)
+    if kind != "yarn":
+        return
+    trained = scaling.get("original_max_position_embeddings")
+    if not isinstance(trained, int) or isinstance(trained, bool) or trained <= 0:
+        raise ModelFileError(
+            f"{folder / 'config.json'}: rope_scaling.original_max_position_embeddings is "
+            f"{trained}, not a whole number > 0; YaRN needs the trained context length"
+        )
+    writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(float(scaling.get("factor", 1.0)))
+    writer.add_rope_scaling_orig_ctx_len(trained)
+    for key, add in (("beta_fast", writer.add_rope_scaling_yarn_beta_fast),
+                     ("beta_slow", writer.add_rope_scaling_yarn_beta_slow)):  # fmt: skip
+        if key in scaling:
+            add(float(scaling[key]))
 
 
 def write_metadata(
@@ -434,7 +442,7 @@ def write_metadata(
     import gguf
 
     writer.add_name(folder.name)
-    writer.add_context_length(int(config.get("max_position_embeddings", 4096)))
+    writer.add_context_length(int(config.get("max_position_embeddings") or 4096))
     writer.add_embedding_length(head.hidden)
     writer.add_block_count(1)
     writer.add_feed_forward_length(head.n_ff)
@@ -444,8 +452,9 @@ def write_metadata(
         writer.add_key_length(head.head_dim)
         writer.add_value_length(head.head_dim)
     writer.add_rope_dimension_count(head.head_dim)
-    writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
-    writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
+    writer.add_rope_freq_base(float(config.get("rope_theta") or 10000.0))
+    write_yarn(writer, folder, config)
+    writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps") or 1e-6))
     writer.add_file_type(1 if outtype == "f16" else 0)
     writer.add_array(f"{ARCH}.target_layers", layers)
     writer.add_uint32(f"{ARCH}.target_hidden_size", head.target_hidden)

@@ -115,3 +115,42 @@ def write_hparams(
     writer.add_file_type(FILE_TYPES[np.dtype(dtype)])
     writer.add_array(f"{writer.arch}.target_layers", list(s.layers))
     writer.add_uint32(f"{writer.arch}.target_hidden_size", s.n_embd_tgt)
+
+
+# Other llama.cpp builds spell two names differently from the vendored one, which decides
+# (its libllama reads "%s.target_layers" and "blk.%d.attn_norm_2"): a head converted by such a
+# build is re-spelled before it is opened, never refused for a spelling.
+OTHER_KEYS = {f"{ARCH}.extract_layers": f"{ARCH}.target_layers"}
+OTHER_TENSORS = {"blk.0.hidden_norm.weight": "blk.0.attn_norm_2.weight"}
+
+
+def respell(path: Any, out: Any, keys: dict[str, str], tensors: dict[str, str]) -> Any:
+    """A copy of the GGUF at path with metadata keys and tensors renamed; path itself where
+    it has none of those names."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    if not (set(keys) & set(reader.fields) or set(tensors) & {t.name for t in reader.tensors}):
+        return path
+    writer = gguf.GGUFWriter(str(out), str(reader.fields["general.architecture"].contents()))
+    array = gguf.GGUFValueType.ARRAY
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        kind = field.types[0]
+        writer.add_key_value(keys.get(key, key), field.contents(), kind,
+                             sub_type=field.types[-1] if kind == array else None)  # fmt: skip
+    for t in reader.tensors:
+        writer.add_tensor(tensors.get(t.name, t.name), np.array(t.data), raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def vendored_spelling(path: Any, work: Any) -> Any:
+    """The head at path as the vendored llama.cpp spells it (OTHER_KEYS, OTHER_TENSORS)."""
+    from pathlib import Path
+
+    return respell(path, Path(work) / f"respelled.{Path(path).name}", OTHER_KEYS, OTHER_TENSORS)

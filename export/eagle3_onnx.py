@@ -14,8 +14,10 @@ Two graphs, as llama.cpp runs the head (runtimes/llama_heads.py):
 The decoder normalizes the token embedding (attn_norm) and g (attn_norm_2), attends over
 their concatenation [2 * n_embd] with GroupQueryAttention (its own cache, in place as the
 target's), adds g back, then a Llama MLP; output_norm and the output layer on the kept rows.
-The token embedding is the target's (the head has none): its rows are written into the
-decoder as the target's were, so the head needs nothing from the target's graph. q and k are
+The token embedding is the head's own where it has one, else the target's; the output layer
+the head's, else the target's: their rows are written into the decoder, so the head needs
+nothing from the target's graph. head_dim: eagle3.attention.key_length where the head sets it
+(SpecForge's Qwen3 heads), else n_embd / n_head. q and k are
 stored for llama.cpp's adjacent-pair RoPE; they are written back in Hugging Face's order for
 GroupQueryAttention's rotate-half RoPE, as a GGUF target's are (export/checkpoint.py).
 """
@@ -181,6 +183,7 @@ def head_metadata(path: Path) -> tuple[Any, dict]:
         "layers": [int(i) for i in field(f"{ARCH}.target_layers") or []],
         "hidden": field(f"{ARCH}.target_hidden_size"),
         "n_head": int(field(f"{ARCH}.attention.head_count")),
+        "head_dim": field(f"{ARCH}.attention.key_length"),  # where not n_embd / n_head
         "n_kv_head": int(field(f"{ARCH}.attention.head_count_kv")),
         "n_ctx": int(field(f"{ARCH}.context_length")),
         "rope_theta": float(field(f"{ARCH}.rope.freq_base") or 10000.0),
@@ -201,7 +204,7 @@ def head_info(
         layers=meta["layers"], n_layer_tgt=config["num_hidden_layers"],
         n_vocab=meta["n_tokens"], n_vocab_tgt=config["vocab_size"],
     )  # fmt: skip
-    n_embd, n_out = weights["fc.weight"].shape[0], weights["output.weight"].shape[0]
+    n_embd, n_out = weights["fc.weight"].shape[0], output_rows(weights, target).shape[0]
     d2t = weights.get("d2t")
     return HeadInfo(
         layers=meta["layers"],
@@ -209,13 +212,29 @@ def head_info(
         n_embd_tgt=int(config["hidden_size"]),
         n_head=meta["n_head"],
         n_kv_head=meta["n_kv_head"],
-        head_dim=int(n_embd) // meta["n_head"],
+        head_dim=int(meta["head_dim"] or int(n_embd) // meta["n_head"]),
         n_vocab=int(config["vocab_size"]),
         n_out=int(n_out),
         d2t=None if d2t is None else [int(i) for i in d2t],
         context_length=meta["n_ctx"],
         compute=compute,
     )
+
+
+def embedding_rows(weights: dict[str, np.ndarray], target: Checkpoint) -> Rows:
+    """The head's own token embedding where it has one (speculators' heads), else the
+    target's, as llama.cpp's eagle3 takes them."""
+    own = weights.get("token_embd.weight")
+    return Rows.of(own) if own is not None else target.weights.rows("model.embed_tokens.weight")
+
+
+def output_rows(weights: dict[str, np.ndarray], target: Checkpoint) -> Rows:
+    """The head's output layer, else the target's (lm_head, or its tied embedding): a head
+    published without lm_head drafts over the target's vocabulary, as on llama.cpp."""
+    if "output.weight" in weights:
+        return Rows.of(weights["output.weight"])
+    name = "lm_head.weight" if "lm_head.weight" in target.weights else "model.embed_tokens.weight"
+    return target.weights.rows(name)
 
 
 def encode_graph(g: GraphBuilder, fc: np.ndarray) -> None:
@@ -256,8 +275,7 @@ def decode_graph(
     )
     g.prepare(layer, config)
     norm_constants(g, eps)
-    embd = g.gather(target.weights.rows("model.embed_tokens.weight"), "input_ids",
-                    "model.embed_tokens.weight")  # fmt: skip
+    embd = g.gather(embedding_rows(weights, target), "input_ids", "model.embed_tokens.weight")
     state = "g" if g.dtype == np.float32 else g.cast("g", g.dtype)
     x = rms_norm(g, embd, weights["blk.0.attn_norm.weight"], "attn_norm.weight")
     fused = rms_norm(g, state, weights["blk.0.attn_norm_2.weight"], "attn_norm_2.weight")
@@ -268,7 +286,7 @@ def decode_graph(
     h = rms_norm(g, ffn_inp, weights["blk.0.ffn_norm.weight"], "ffn_norm.weight")
     out = g.keep_rows(g.op("Add", ffn_inp, swiglu(g, h, w, "model.layers.0.")))
     normed = rms_norm(g, out, weights["output_norm.weight"], "output_norm.weight")
-    logits = g.matmul(normed, Rows.of(weights["output.weight"]), "output.weight")
+    logits = g.matmul(normed, output_rows(weights, target), "output.weight")
     for name, value, width in (("logits", logits, info.n_out), ("prenorm", out, d)):
         value = value if g.dtype == np.float32 else g.cast(value, np.float32)
         g.nodes.append(helper.make_node("Identity", [value], [name], name=name))

@@ -19,6 +19,7 @@ from pathlib import Path
 from edgespec.backends import RuntimeOptions, open_runtime
 from edgespec.bundle import ModelEntry, sha256_file
 from edgespec.errors import ModelFileError
+from edgespec.export.eagle3_gguf import vendored_spelling
 from edgespec.export.options import BuiltModels, ExportOptions
 from edgespec.pair import check_head_path
 from edgespec.quant.gguf_quant import quantize_gguf, weight_errors
@@ -42,6 +43,8 @@ def build_gguf(opts: ExportOptions, work_dir: Path, staging: Path) -> BuiltModel
     if head is not None:
         if head.is_dir():
             head = converted_head(head, sources["target"], work_dir)
+        else:
+            head = vendored_spelling(head, work_dir)
         head = fitted_head(head, sources["target"])
     choice = resolve_precision(
         opts.device,

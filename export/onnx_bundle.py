@@ -13,6 +13,7 @@ from edgespec.bundle import ModelEntry, sha256_path, size_of
 from edgespec.errors import EdgespecError
 from edgespec.export.checkpoint import Checkpoint, read_checkpoint
 from edgespec.export.eagle3_convert import convert_eagle3
+from edgespec.export.eagle3_gguf import vendored_spelling
 from edgespec.export.eagle3_onnx import export_head_onnx, head_metadata
 from edgespec.export.hf_to_gguf import write_metadata_gguf
 from edgespec.export.onnx_export import head_ranges, model_info, write_onnx_model
@@ -85,7 +86,7 @@ def head_gguf(opts: ExportOptions, work_dir: Path) -> Path | None:
         return None
     if not opts.head.is_dir():
         check_head_path(opts.head)
-        return opts.head
+        return vendored_spelling(opts.head, work_dir)
     target = opts.target
     if target.is_dir():  # convert_eagle3 reads a target's metadata and tokenizer alone
         target = write_metadata_gguf(target, work_dir / "target.metadata.gguf")

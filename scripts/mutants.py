@@ -1778,6 +1778,55 @@ MUTANTS = (
         "return top_of(self.decode_in_place(tokens, last_only), False)",
         ("tests/test_llamacpp.py",),
     ),
+    Mutant(  # SpecForge's eagle_config ids name layer outputs: written + 1
+        "eagle3-nested-ids-not-shifted",
+        "edgespec.export.eagle3_layouts:layer_ids",
+        "from_nested = None if nested is None else [i + 1 for i in nested]",
+        "from_nested = None if nested is None else list(nested)",
+        ("tests/test_eagle3_layouts.py", "tests/test_eagle3_convert.py"),
+    ),
+    Mutant(  # an unknown config field dropped unread instead of refused
+        "eagle3-unknown-field-ignored",
+        "edgespec.export.eagle3_layouts:check_field",
+        "        raise unknown_field(path, shown)\n",
+        "        return\n",
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # speculators' layers.0.* left under their own names
+        "eagle3-speculators-prefix-kept",
+        "edgespec.export.eagle3_layouts:PREFIXES",
+        '("layers.0.", "midlayer."), ',
+        "",
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # transformers 5's rope_parameters.rope_theta ignored (10,000 instead)
+        "eagle3-rope-parameters-theta-ignored",
+        "edgespec.export.eagle3_layouts:rope",
+        'out["rope_theta"] = theta if theta is not None else out["rope_theta"]',
+        "pass",
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # a pickle's global resolved by the stock unpickler (runs code)
+        "torch-bin-any-global",
+        "edgespec.export.torch_bin:TensorsOnly.find_class",
+        '            raise pickle.UnpicklingError(f"it asks for {module}.{name}")\n',
+        "            return super().find_class(module, name)\n",
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # the ONNX head assumes head_dim = n_embd / n_head
+        "eagle3-onnx-head-dim-derived",
+        "edgespec.export.eagle3_onnx:head_info",
+        'head_dim=int(meta["head_dim"] or int(n_embd) // meta["n_head"]),',
+        'head_dim=int(n_embd) // meta["n_head"],',
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # another build's spelling copied as it is
+        "eagle3-gguf-not-respelled",
+        "edgespec.export.eagle3_gguf:vendored_spelling",
+        'name}", OTHER_KEYS, OTHER_TENSORS)',
+        'name}", {}, {})',
+        ("tests/test_eagle3_layouts.py",),
+    ),
 )
 
 

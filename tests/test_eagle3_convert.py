@@ -224,12 +224,18 @@ def test_default_extract_layers_and_llama3_rope(target, tmp_path):
     assert head.layers == [2, 2, 1]
 
 
-@pytest.mark.parametrize("given, written", [((1, 1, 2), [2, 2, 3]), ((2, 1, 3), [2, 1, 3])])
-def test_layer_ids_naming_outputs_are_written_as_inputs(target, tmp_path, given, written):
-    """eagle_aux_hidden_state_layer_ids starting at 1 name layers' outputs (SpecForge): the
-    head reads the inputs of the next layers; others are inputs already."""
+@pytest.mark.parametrize(
+    "config, written",
+    [({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 1, 2]}}, [2, 2, 3]),
+     ({"eagle_aux_hidden_state_layer_ids": [2, 1, 3]}, [2, 1, 3]),
+     ({"eagle_aux_hidden_state_layer_ids": [1, 1, 2], "speculators_model_type": "eagle3"},
+      [1, 1, 2])],
+)  # fmt: skip
+def test_layer_ids_naming_outputs_are_written_as_inputs(target, tmp_path, config, written):
+    """eagle_config's ids name layers' outputs (SpecForge, read by SGLang): the head reads the
+    inputs of the next layers; top-level ones (speculators, read by vLLM) are inputs."""
     out = convert_eagle3(
-        write_hf_head(tmp_path / "head", layers=given), target, tmp_path / "c.gguf"
+        write_hf_head(tmp_path / "head", layers=None, config=config), target, tmp_path / "c.gguf"
     )
     assert gguf_file(out)[1]["eagle3.target_layers"] == written
 
@@ -242,15 +248,16 @@ REFUSALS = [  # (write_hf_head arguments, error, message: {folder} the head's fo
     (fit(hidden=32), HeadMismatchError,
      "head reads hidden states of size 32 but target.gguf has 64; use the head trained for "
      "this target"),
-    (fit(layers=(2, 2, 4)), HeadMismatchError,
-     "head extracts layers [2, 2, 4] but target.gguf has layers 0..3; use the head trained for "
+    (fit(layers=(2, 2, 5)), HeadMismatchError,
+     "head extracts layers [2, 2, 5] but target.gguf has layers 0..3; use the head trained for "
      "this target"),
-    (fit(layers=(1, 2, 3)), HeadMismatchError,
-     "head extracts layers [2, 3, 4] (config.json's [1, 2, 3]: outputs of those layers, inputs "
-     "of these) but target.gguf has layers 0..3; use the head trained for this target"),
+    (fit(layers=None, config={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 4]}}),
+     HeadMismatchError,
+     "head extracts layers [2, 3, 5] (eagle_config's [1, 2, 4]: outputs of those layers, "
+     "inputs of these) but target.gguf has layers 0..3; use the head trained for this target"),
     (fit(layers=(1, 2)), ModelFileError,
      "{folder}/config.json: eagle_aux_hidden_state_layer_ids is [1, 2]; llama.cpp's eagle3 "
-     "takes exactly 3 layer ids"),
+     "takes exactly 3 layer ids (whole numbers >= 0)"),
     (fit(config={"vocab_size": 270}), HeadMismatchError,
      "head was trained for a vocabulary of 270 tokens but target.gguf has 279; use the head "
      "trained for this target"),
@@ -272,7 +279,8 @@ REFUSALS = [  # (write_hf_head arguments, error, message: {folder} the head's fo
     (fit(config={"architectures": ["LlamaForCausalLM"], "draft_vocab_size": None}),
      ModelFileError,
      "{folder}: architecture LlamaForCausalLM is not an EAGLE-3 head (supported: "
-     "LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM); give the head's folder, not the target's"),
+     "LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM, Eagle3Speculator, Eagle3DraftModel); "
+     "give the head's folder, not the target's"),
     (fit(config={"num_hidden_layers": 2}), ModelFileError,
      "{folder}: the head has 2 decoder layers; llama.cpp's eagle3 runs heads of exactly one "
      "(EAGLE-3 as published)"),
@@ -284,9 +292,6 @@ REFUSALS = [  # (write_hf_head arguments, error, message: {folder} the head's fo
     (fit(config={"intermediate_size": 96}), ModelFileError,
      "{folder}: tensor midlayer.mlp.gate_proj.weight has shape [128, 64] but config.json "
      "implies [96, 64]; the checkpoint is inconsistent"),
-    (fit(config={"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}), ModelFileError,
-     "{folder}: RoPE scaling 'yarn' is not supported for EAGLE-3 heads (none or llama3); "
-     "convert with llama.cpp's convert_hf_to_gguf.py --target-model-dir"),
 ]  # fmt: skip
 
 
@@ -311,17 +316,7 @@ def test_default_layers_beyond_a_small_target_are_refused(tmp_path):
     )
 
 
-def test_pytorch_bin_and_a_head_as_target_are_refused(target, tmp_path):
-    folder = tmp_path / "bin"
-    folder.mkdir()
-    (folder / "config.json").write_text("{}", encoding="utf-8")
-    (folder / "pytorch_model.bin").write_bytes(b"PK")
-    with pytest.raises(ModelFileError) as e:
-        convert_eagle3(folder, target, tmp_path / "out.gguf")
-    assert str(e.value) == (
-        f"{folder} holds its weights as pytorch_model.bin, which needs torch to read; convert "
-        "it to model.safetensors first (safetensors.torch.save_file)"
-    )
+def test_a_head_as_target_is_refused(target, tmp_path):
     head = write_head(tmp_path / "tiny.gguf", CFG, layers=LAYERS)
     with pytest.raises(ModelFileError) as e:
         convert_eagle3(write_hf_head(tmp_path / "head"), head, tmp_path / "out.gguf")
