@@ -162,9 +162,10 @@ def load_decoder(
         )
     if spec.drafter == "mtp" and pair.head is None:  # no EAGLE-3 head opens for mtp
         raise EdgespecError(
-            f"--drafter mtp needs a target with MTP layers: {pair.target_path.name} has none "
-            "this llama.cpp drafts with (GLM-4.5 and DeepSeek-V3 GGUFs keep theirs); choose "
-            "another --drafter"
+            pair.target.mtp_refused
+            or f"--drafter mtp needs a target with MTP layers: {pair.target_path.name} has "
+            "none this llama.cpp drafts with (GLM-4.5, GLM-4.7-Flash and Qwen3.5 GGUFs keep "
+            "theirs, DeepSeek-V3's do not); choose another --drafter"
         )
     return build_decoder(
         pair, spec, reuse_cache=reuse_cache, capture_graphs=capture_graphs, remember=remember

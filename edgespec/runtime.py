@@ -69,6 +69,8 @@ class Runtime(Protocol):
     # open_mtp: the multi-token-prediction layers the target's own file carries and this
     # back-end can run (llama.cpp, loaded with RuntimeOptions.mtp): 0 where none
     mtp_layers: int = 0
+    # why the target's own MTP layers are left unused where it has some ("": none, or used)
+    mtp_refused: str = ""
     # the most tokens one rollback drops cheaply: None any (a KV cache); a recurrent or
     # hybrid model's state rolls back through its snapshots, this many (0: none, so each
     # rejected draft rebuilds the cache from the tokens: speculation cannot pay)

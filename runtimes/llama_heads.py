@@ -345,15 +345,25 @@ class EagleHead(HeadContext):
 
 
 # The target architectures whose MTP (NextN) layers this llama.cpp runs as a draft context
-# (a graph_mtp in src/models/) and whose cache rolls back to a verified prefix: the attention
-# ones, and Qwen3.5's hybrids, whose delta nets roll back through llama.cpp's state snapshots
-# (LlamaCppRuntime.rollback; qwen35 tested, qwen35moe the same delta-net code). Not yet the
-# other hybrids with a graph_mtp (qwen3next: no snapshots; nemotron_h_moe, bailingmoe3,
-# deepseek4: untested).
+# (a graph_mtp in src/models/), whose converted GGUFs carry them (convert_hf_to_gguf.py; for
+# deepseek2 only GLM-4.7-Flash's: DeepSeek-V2/V3's converter skips them, skip_mtp) and whose
+# cache rolls back to a verified prefix: the attention ones, and Qwen3.5's hybrids, whose
+# delta nets roll back through llama.cpp's state snapshots (qwen35 tested, qwen35moe the same
+# delta-net code). Evidence for each: docs/design.md, "Trained heads on llama.cpp".
 MTP_ARCHS = frozenset({
     "cohere2moe", "deepseek2", "deepseek32", "glm-dsa", "glm4moe", "hy_v3", "mimo2", "qwen35",
     "qwen35moe", "step35",
 })  # fmt: skip
+
+# The other architectures with a graph_mtp here, and why edgespec does not draft with their
+# MTP layers (the target decodes on without them; --drafter mtp is refused with the reason).
+MTP_LEFT_OUT = {
+    "qwen3next": "this llama.cpp keeps no snapshots of its delta nets, so each rejected draft "
+    "would rebuild the cache from the tokens",
+    "nemotron_h_moe": "its hybrid cache's rollback is untested here",
+    "bailingmoe3": "its hybrid cache's rollback is untested here",
+    "deepseek4": "its MTP graph is untested here",
+}
 
 
 class MtpHead(HeadContext):
@@ -401,6 +411,7 @@ class HeadFeatures:
     n_threads: int
     min_width: int
     mtp_layers: int
+    mtp_refused: str
     extracted: list[int]
     kept_for: object
     kept: KeptFeatures | None
@@ -419,10 +430,19 @@ class HeadFeatures:
         return head
 
     def runnable_mtp_layers(self) -> int:
-        """The MTP layers this llama.cpp can draft with on this target (MTP_ARCHS)."""
-        if model_metadata(self.llama, self.model, "general.architecture") not in MTP_ARCHS:
-            return 0
-        return max(0, int(self.llama.llama_model_n_layer_nextn(self.model)))
+        """The MTP layers this llama.cpp can draft with on this target (MTP_ARCHS); layers of
+        another architecture are left unused, the reason kept in mtp_refused and logged."""
+        arch = model_metadata(self.llama, self.model, "general.architecture")
+        n = max(0, int(self.llama.llama_model_n_layer_nextn(self.model)))
+        if arch in MTP_ARCHS or not n:
+            return n
+        reason = MTP_LEFT_OUT.get(arch or "", "edgespec has not tested its MTP graph")
+        self.mtp_refused = (
+            f"{self.path.name} carries MTP layers of a {arch!r} model, which edgespec does not "
+            f"draft with: {reason}; choose another --drafter"
+        )
+        log.info("%s", self.mtp_refused)
+        return 0
 
     def open_mtp(self):
         """The target's first MTP layer (MtpHead); this context keeps
@@ -430,9 +450,10 @@ class HeadFeatures:
         if not self.mtp_layers:
             arch = model_metadata(self.llama, self.model, "general.architecture")
             raise ModelFileError(
-                f"{self.path.name} carries no MTP layers this llama.cpp drafts with (a {arch!r} "
-                "model; MTP drafting runs on GLM-4.5, DeepSeek-V3 and the other "
-                "llama_heads.MTP_ARCHS with their nextn layers in the GGUF); drop --drafter mtp"
+                self.mtp_refused
+                or f"{self.path.name} carries no MTP layers this llama.cpp drafts with (a "
+                f"{arch!r} model; GGUFs of GLM-4.5, GLM-4.7-Flash, Qwen3.5 and the other "
+                "llama_heads.MTP_ARCHS keep theirs, DeepSeek-V3's do not); drop --drafter mtp"
             )
         self.check_features_for("mtp", "its MTP layer")
         head = MtpHead(self, n_threads=self.n_threads)

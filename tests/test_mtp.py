@@ -172,16 +172,43 @@ def test_mtp_on_a_target_without_mtp_layers_is_refused_by_name(no_mtp_files, whi
         load_decoder(path, None, SpecOptions("mtp", k=3), RuntimeOptions(n_ctx=256, n_threads=1))
     assert str(caught.value) == (
         f"--drafter mtp needs a target with MTP layers: {path.name} has none this llama.cpp "
-        "drafts with (GLM-4.5 and DeepSeek-V3 GGUFs keep theirs); choose another --drafter"
+        "drafts with (GLM-4.5, GLM-4.7-Flash and Qwen3.5 GGUFs keep theirs, DeepSeek-V3's do "
+        "not); choose another --drafter"
     )
     target = open_target(path)
     with pytest.raises(ModelFileError) as caught:
         target.open_mtp()
     assert str(caught.value) == (
-        f"{path.name} carries no MTP layers this llama.cpp drafts with (a {arch!r} model; MTP "
-        "drafting runs on GLM-4.5, DeepSeek-V3 and the other llama_heads.MTP_ARCHS with their "
-        "nextn layers in the GGUF); drop --drafter mtp"
+        f"{path.name} carries no MTP layers this llama.cpp drafts with (a {arch!r} model; GGUFs "
+        "of GLM-4.5, GLM-4.7-Flash, Qwen3.5 and the other llama_heads.MTP_ARCHS keep theirs, "
+        "DeepSeek-V3's do not); drop --drafter mtp"
     )
+
+
+def test_mtp_layers_of_an_architecture_left_out_are_refused_with_the_reason(
+    target_file, monkeypatch, caplog
+):
+    """A GGUF that carries MTP layers of an architecture outside MTP_ARCHS (here glm4moe taken
+    out, as qwen3next is): --drafter mtp is refused naming the reason, --drafter auto decodes
+    on without the layers and logs the same line."""
+    from edgespec.runtimes import llama_heads
+
+    monkeypatch.setattr(llama_heads, "MTP_ARCHS", llama_heads.MTP_ARCHS - {"glm4moe"})
+    monkeypatch.setitem(llama_heads.MTP_LEFT_OUT, "glm4moe", "a reason")
+    want = (
+        "glm.gguf carries MTP layers of a 'glm4moe' model, which edgespec does not draft with: "
+        "a reason; choose another --drafter"
+    )
+    opts = RuntimeOptions(n_ctx=256, n_threads=1)
+    with pytest.raises(EdgespecError) as caught:
+        load_decoder(target_file, None, SpecOptions("mtp", k=3), opts)
+    assert str(caught.value) == want
+    with caplog.at_level("INFO", logger="edgespec.runtimes.llama_heads"):
+        auto = load_decoder(target_file, None, SpecOptions(), opts)
+    assert list(auto.drafters) == ["ngram"] and auto.target.mtp_layers == 0
+    assert [r.getMessage() for r in caplog.records] == [want]
+    with pytest.raises(ModelFileError, match=f"^{want}$"):
+        auto.target.open_mtp()
 
 
 def test_a_target_loaded_without_its_mtp_layer_refuses_to_draft_with_it(target_file):
