@@ -1497,6 +1497,20 @@ MUTANTS = (
         "params.load_mtp = False",
         ("tests/test_mtp.py",),
     ),
+    Mutant(  # MTP layers of an architecture left out of MTP_ARCHS drafted with all the same
+        "mtp-left-out-arch-drafted",
+        "HeadFeatures.runnable_mtp_layers",
+        "if arch in MTP_ARCHS or not n:",
+        "if True:",
+        ("tests/test_mtp.py",),
+    ),
+    Mutant(  # --drafter mtp refused without the reason the target's layers are unused
+        "mtp-refusal-reason-dropped",
+        "load_decoder",
+        "pair.target.mtp_refused",
+        '""',
+        ("tests/test_mtp.py",),
+    ),
     Mutant(  # a recurrent state cut back wherever llama.cpp says yes (it says yes to cuts past
         # the last pass's snapshots and leaves a stale state)
         "recurrent-cut-trusted",
