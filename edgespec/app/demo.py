@@ -1,5 +1,6 @@
 """`edgespec demo`: fetch the demo pair; plain and speculative decoding side by side, on the
-back-end the cost model finds cheapest to verify on this machine (--backend auto)."""
+back-end whose default kernels keep plain decoding's answer (ONNX Runtime on the CPU), else on
+the one the cost model finds cheapest to verify on this machine (--backend auto)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ BACKENDS = ("auto", "llama", "onnx")
 BACKEND_NAMES = {"llama": "llama.cpp", "onnx": "ONNX Runtime"}
 REFERENCE_ACCEPTANCE = 0.7  # between open text (0.4-0.8) and edits (0.9): a middle demand
 SHOWN_WIDTH = 5  # the verify width the message quotes (k = 4)
+EXACT_CHOICE = (
+    "back-end: ONNX Runtime, whose default kernels give plain decoding's answer token for token "
+    "(llama.cpp's do with --exact, at a cost in speed); --backend llama runs llama.cpp"
+)
 
 DEMO_EDIT = """Add type hints to this function and change nothing else. Reply with the code only.
 
@@ -125,6 +130,8 @@ def demo_pair(backend: str, opts: RuntimeOptions, k_max: int) -> tuple[ModelPair
     onnx = open_pair(demo_onnx_bundle(target, draft), None, opts)
     if backend == "onnx":
         return onnx, "back-end: ONNX Runtime (--backend onnx)"
+    if onnx.target.batch_invariant and not opts.exact:
+        return onnx, EXACT_CHOICE
     llama = open_pair(target, draft, opts)
     pairs = {"llama": llama, "onnx": onnx}
     curves = {name: cost_curve(pair, n_max=k_max + 1) for name, pair in pairs.items()}
@@ -222,8 +229,9 @@ def add_demo_parser(sub) -> None:
         "--backend",
         choices=BACKENDS,
         default="auto",
-        help="auto (default): the back-end the cost model finds cheapest here (exports the demo "
-        "pair to ONNX once); llama: llama.cpp on the GGUF files; onnx: ONNX Runtime",
+        help="auto (default): ONNX Runtime on the CPU, whose default kernels keep plain "
+        "decoding's answer (exports the demo pair to ONNX once), else the back-end the cost "
+        "model finds cheapest here; llama: llama.cpp on the GGUF files; onnx: ONNX Runtime",
     )
     add_runtime_args(p)
     p.set_defaults(func=cmd_demo, n_ctx=2048)
