@@ -171,7 +171,7 @@ def spare_columns(sp: SamplingParams, n_columns: int) -> int:
         return 0
     if 0 < sp.top_k <= CANDIDATES:
         return sp.top_k + 1 if sp.top_k < n_columns else 0
-    if sp.top_k > WIDE_COLUMNS or 2 * WIDE_COLUMNS >= n_columns or sp.typical_p < 1.0:
+    if sp.top_k > WIDE_COLUMNS or 2 * WIDE_COLUMNS >= n_columns or sp.host_only:
         return 0
     raced = sp.top_k == 0 and sp.min_p <= 0.0  # temperature alone, or top-p without min-p:
     # the Gumbel race decides a nucleus's edge the spare leaves open

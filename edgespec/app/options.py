@@ -13,7 +13,7 @@ from edgespec.backends import DEVICES, RuntimeOptions
 from edgespec.errors import EdgespecError
 from edgespec.loader import DRAFT_CONFIDENCE, DRAFTER_CHOICES, SpecOptions
 from edgespec.runtime import K_MAX
-from edgespec.sampling import SAMPLERS, SamplingParams
+from edgespec.sampling import CUTS, SAMPLERS, SamplingParams
 
 TARGET_HELP = "target model: a .gguf file, a bundle folder (edgespec export) or an ONNX folder"
 DRAFT_HELP = "draft model of the target's family: .gguf file or ONNX folder (a bundle has one)"
@@ -113,9 +113,9 @@ def add_draft_confidence_arg(p: argparse.ArgumentParser) -> None:
 def add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--typical-p", type=float, default=1.0, help="locally typical sampling")
+    for cut in CUTS:
+        flag = "--" + cut.name.replace("_", "-")
+        p.add_argument(flag, type=float, default=cut.off, help=f"{cut.help} ({cut.off}: off)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument(
         "--sampler",
@@ -169,12 +169,7 @@ def spec_options(args: argparse.Namespace) -> SpecOptions:
 
 
 def sampling_params(args: argparse.Namespace) -> SamplingParams:
+    cuts = {cut.name: getattr(args, cut.name) for cut in CUTS}
     return SamplingParams(
-        args.temperature,
-        args.top_k,
-        args.top_p,
-        args.min_p,
-        args.seed,
-        args.sampler,
-        typical_p=args.typical_p,
+        args.temperature, args.top_k, seed=args.seed, sampler=args.sampler, **cuts
     )

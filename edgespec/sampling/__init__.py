@@ -23,7 +23,14 @@ from edgespec.sampling.noise import (
     row_noise_offsets,
     slot_of,
 )
-from edgespec.sampling.params import SAMPLERS, SamplingParams, in_range, request_params, span_text
+from edgespec.sampling.params import (
+    CUTS,
+    SAMPLERS,
+    SamplingParams,
+    in_range,
+    request_params,
+    span_text,
+)
 from edgespec.sampling.race import (
     COLUMN_ROWS,
     RACE_FRONT_MIN,
@@ -49,6 +56,7 @@ from edgespec.sampling.spare import (
 )
 
 __all__ = [
+    "CUTS",
     "SAMPLERS",
     "SamplingParams",
     "in_range",

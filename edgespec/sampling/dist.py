@@ -22,8 +22,7 @@ from edgespec.sampling.race import COLUMN_ROWS, gumbel_max, gumbel_max_margin, u
 def keeps_row(sp: SamplingParams, n_columns: int) -> bool:
     """Whether token_dist keeps the row itself (temperature alone: ScaledRow), not a support
     drawn from it: a row read in a back-end's buffer is then copied first (row_dists)."""
-    cuts = sp.top_p < 1.0 or sp.min_p > 0.0 or sp.typical_p < 1.0
-    return not 0 < sp.top_k < n_columns and not cuts
+    return not 0 < sp.top_k < n_columns and not sp.cuts_tail
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,36 @@ from edgespec.errors import SamplingParamsError
 
 
 @dataclass(frozen=True)
+class Cut:
+    """A rule that cuts the tail of a row's distribution, as every entry point reads its
+    parameter: the field (the server's key; the CLI's flag is --field-with-dashes), the
+    values it takes, the value that turns it off. host_only: only token_dist implements it,
+    so the batched and device paths hand a request that sets it to token_dist row by row."""
+
+    name: str
+    low: float
+    high: float
+    off: float
+    help: str
+    open_low: bool = False
+    open_high: bool = False
+    host_only: bool = False
+
+    def check(self, value: float) -> None:
+        fix = f"use {self.off} to turn it off"
+        check_range(self.name, value, self.low, self.high, fix, self.open_low, self.open_high)
+
+
+# temperature (the scale) and top-k (a count) are fields of their own; token_dist applies the
+# cuts after them (dist.cut_tail)
+CUTS = (
+    Cut("top_p", 0.0, 1.0, 1.0, "nucleus sampling: the likeliest tokens up to this mass", True),
+    Cut("min_p", 0.0, 1.0, 0.0, "cut tokens under this times the likeliest's p", open_high=True),
+    Cut("typical_p", 0.0, 1.0, 1.0, "locally typical sampling", True, host_only=True),
+)
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.0  # 0 = greedy argmax
     top_k: int = 0  # 0 = off
@@ -32,9 +62,8 @@ class SamplingParams:
             raise SamplingParamsError(
                 f"unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}"
             )
-        check_range("top_p", self.top_p, 0.0, 1.0, "use 1.0 to turn it off", open_low=True)
-        check_range("min_p", self.min_p, 0.0, 1.0, "use 0.0 to turn it off", open_high=True)
-        check_range("typical_p", self.typical_p, 0.0, 1.0, "use 1.0 to turn it off", open_low=True)
+        for cut in CUTS:
+            cut.check(getattr(self, cut.name))
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise SamplingParamsError(
                 f"top_k must be a whole number >= 0, got {self.top_k!r}; use 0 to turn it off"
@@ -45,6 +74,16 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def cuts_tail(self) -> bool:
+        """Whether a cut (top-p, min-p, ...) is on: more than temperature and top-k."""
+        return any(getattr(self, cut.name) != cut.off for cut in CUTS)
+
+    @property
+    def host_only(self) -> bool:
+        """Whether a cut only token_dist implements is on (Cut.host_only)."""
+        return any(getattr(self, cut.name) != cut.off for cut in CUTS if cut.host_only)
 
 
 SAMPLERS = ("gumbel", "rejection")
@@ -108,7 +147,6 @@ def check_range(
     low: float,
     high: float,
     fix: str,
-    *,
     open_low: bool = False,
     open_high: bool = False,
 ) -> None:

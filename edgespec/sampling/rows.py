@@ -120,7 +120,7 @@ def top_k_rows_of(ids: np.ndarray, z: np.ndarray, sp: SamplingParams) -> PassRow
         races = divide_races(noise, probs.ravel()).reshape(n, k)
         return ids[np.arange(n), races.argmin(axis=1)]  # ties: the lowest id
 
-    at_once = sp.typical_p >= 1.0  # top_k_probs cuts top-p and min-p, not typical's
+    at_once = not sp.host_only  # top_k_probs cuts top-p and min-p alone
     return PassRows(len(ids), lambda i: top_k_dist(ids[i], z[i], sp), maxes if at_once else None)
 
 
@@ -155,7 +155,7 @@ def logits_maxes(
     one pass over the rows (gumbel_max_rows); -1 each for temperature alone on a small
     vocabulary (each row races its own); None otherwise (the supports race at once)."""
     width = logits.shape[-1]
-    if sp.typical_p < 1.0:
+    if sp.host_only:
         return None
     if 0 < sp.top_k <= TOP_K_ROWS and sp.top_k < width:  # each support k tokens or fewer
         rows = np.asarray(logits, dtype=np.float32)

@@ -65,8 +65,8 @@ def candidate_dist(
             return None
         keep = np.sort(np.argsort(-z, kind="stable")[: sp.top_k])  # as top_k() keeps them
         return top_k_dist(ids[keep], z[keep], sp)
-    if sp.top_p >= 1.0 and sp.min_p <= 0.0 or sp.typical_p < 1.0:
-        return None  # temperature alone: every token can be drawn; typical: the row's entropy
+    if not sp.cuts_tail or sp.host_only:
+        return None  # temperature alone: every token can be drawn
     check_scaled(float(values[0] / temperature), sp)
     probs = np.exp(z - np.float32(lse)).astype(np.float32)
     spare = np.float32(np.exp(np.float32(values[m] / temperature) - np.float32(lse)))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgespec.engine import Event, Stats
-from edgespec.sampling import SamplingParams, in_range, span_text
+from edgespec.sampling import CUTS, SamplingParams, in_range, span_text
 
 MAX_STOP = 16  # stop strings per request
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -135,6 +135,9 @@ def parse_request(data: dict, *, chat: bool, model_id: str) -> Request:
         raise ApiError(400, "stream_options is only allowed with stream: true", "stream_options")
     if options is not None and not isinstance(options, dict):
         raise ApiError(400, "stream_options must be an object", "stream_options")
+    cuts: dict[str, Any] = {
+        c.name: number(data, c.name, c.off, c.low, c.high, c.open_low, c.open_high) for c in CUTS
+    }
     return Request(
         chat=chat,
         messages=parse_messages(data) if chat else (),
@@ -143,10 +146,8 @@ def parse_request(data: dict, *, chat: bool, model_id: str) -> Request:
         sp=SamplingParams(
             temperature=number(data, "temperature", 1.0, 0.0, 2.0),
             top_k=whole(data, "top_k", 0, 0) or 0,
-            top_p=number(data, "top_p", 1.0, 0.0, 1.0, open_low=True),
-            min_p=number(data, "min_p", 0.0, 0.0, 1.0, open_high=True),
-            typical_p=number(data, "typical_p", 1.0, 0.0, 1.0, open_low=True),
             seed=whole(data, "seed", None, 0),
+            **cuts,
         ),
         stop=parse_stop(data),
         stream=stream,
@@ -169,7 +170,6 @@ def number(
     default: float,
     low: float,
     high: float,
-    *,
     open_low: bool = False,
     open_high: bool = False,
 ) -> float:
