@@ -450,3 +450,34 @@ def test_eagle31_output_equals_plain_under_exact(target, eagle31, k):
     rt = open_target(target)
     head = rt.open_head(str(eagle31[1]))
     check_output_equals_plain(rt, head, *plain_reference(rt), k)
+
+
+def test_eagle31_on_onnx_drafts_as_its_reference_and_exact(tmp_path, eagle31):
+    """The ONNX head (fc_norm as nodes in encode.onnx, the normed state as its carried
+    output) drafts the reference's logits within 0.05 and gives plain decoding's output."""
+    pytest.importorskip("onnxruntime")
+    from edgespec.export.checkpoint import read_checkpoint
+    from edgespec.export.eagle3_onnx import export_head_onnx
+    from edgespec.export.onnx_export import export_onnx
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    hf, out = eagle31
+    target = write_gguf(tmp_path / "target.gguf", CFG, random_weights(CFG, N_VOCAB, 0),
+                        pre="gpt-2")  # fmt: skip
+    rt = OnnxRuntime(
+        export_onnx(target, tmp_path / "t", hidden_layers=(2, 2, 1)), n_ctx=256, n_threads=1
+    )
+    export_head_onnx(out, read_checkpoint(target), tmp_path / "head")
+    head = rt.open_head(str(tmp_path / "head"))
+    tokens = rt.tokenize(PROMPT, special=True)
+    plain = SpeculativeDecoder(rt).generate(tokens, max_tokens=8, speculative=False)
+    context = tokens + plain.tokens
+    put_target_at(rt, context)
+    got = head_draft_logits(head, rt, context, 4)
+    np.testing.assert_allclose(got, eagle31_reference(hf, rt, context, 4), rtol=0, atol=0.05)
+    for sp in (SamplingParams(0.0), SEEDED[0]):
+        want = SpeculativeDecoder(rt).generate(tokens, max_tokens=16, sp=sp, speculative=False)
+        spec = SpeculativeDecoder(rt, [HeadDrafter(rt, head)], FixedPolicy("eagle", 4))
+        got_out = spec.generate(tokens, max_tokens=16, sp=sp)
+        assert got_out.tokens == want.tokens, sp
+        assert got_out.stats.n_draft_tokens > 0
