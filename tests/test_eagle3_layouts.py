@@ -481,3 +481,25 @@ def test_eagle31_on_onnx_drafts_as_its_reference_and_exact(tmp_path, eagle31):
         got_out = spec.generate(tokens, max_tokens=16, sp=sp)
         assert got_out.tokens == want.tokens, sp
         assert got_out.stats.n_draft_tokens > 0
+
+
+def test_long_eagle31_arrays_are_read_whole(tmp_path):
+    """A real head's fc_norm (3 x 4096 weights) is longer than the arrays the header reader
+    keeps by default (token scores: length only): read whole under its key, else refused."""
+    import gguf
+
+    from edgespec.runtimes.gguf_meta import read_metadata
+    from edgespec.runtimes.shared import FC_NORM_KEY, eagle31_norms
+
+    weights = np.random.default_rng(0).standard_normal(3 * 4096).astype(np.float32)
+    writer = gguf.GGUFWriter(str(tmp_path / "h.gguf"), "eagle3")
+    writer.add_array(FC_NORM_KEY, weights.tolist())
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file,
+                 writer.write_ti_data_to_file, writer.close):  # fmt: skip
+        step()
+    meta = read_metadata(tmp_path / "h.gguf", whole=(FC_NORM_KEY,))
+    fc_norm, carried = eagle31_norms("h.gguf", meta, 4096, 64)
+    np.testing.assert_array_equal(fc_norm, weights.reshape(3, 4096))
+    assert carried is None
+    with pytest.raises(ModelFileError, match="holds 0 weights, not 3 x 4096 finite ones"):
+        eagle31_norms("h.gguf", read_metadata(tmp_path / "h.gguf"), 4096, 64)
