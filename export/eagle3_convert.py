@@ -18,6 +18,8 @@ runtimes/llama_heads.py loads:
     d2t (HF: offsets, target id = draft id + d2t[draft id]) -> d2t int64 absolute target ids;
     llama.cpp scatters the draft logits into the target's vocabulary (-inf elsewhere)
     t2d (the inverse, a mask over the target vocabulary): not needed, not written
+    EAGLE-3.1: fc_norm.{0,1,2} -> metadata edgespec.eagle3.fc_norm, and where norm_output is
+    true norm -> edgespec.eagle3.norm_output too (runtimes/shared.py: the head applies them)
 
 q and k are permuted from HF's rotate-halves RoPE to llama.cpp's adjacent pairs (eagle3 uses
 LLAMA_ROPE_TYPE_NORM). The metadata eagle3.target_layers (the 3 target layers whose inputs the
@@ -51,7 +53,7 @@ from edgespec.export.checkpoint import (
 from edgespec.export.eagle3_layouts import EAGLE_ARCHS, LayerIds, read_config, read_weights
 from edgespec.export.hf_to_gguf import StreamedTensor
 from edgespec.plumbing.progress import progress
-from edgespec.runtimes.shared import HeadMismatchError
+from edgespec.runtimes.shared import FC_NORM_KEY, NORM_OUTPUT_KEY, HeadMismatchError
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +127,8 @@ def convert_eagle3(hf_folder: Path, target_gguf: Path, out: Path, *, outtype: st
     part = out.with_name(out.name + ".part")
     writer = gguf.GGUFWriter(str(part), ARCH)
     write_metadata(writer, hf_folder, config, head, layers, target, outtype)
+    for key, values in eagle31_metadata(weights, head).items():
+        writer.add_array(key, values.astype(np.float32).tolist())
     streams: list[tuple[str, Rows, np.dtype]] = []
     for name, rows in tensors.items():
         dtype = np.dtype(OUTTYPES[outtype] if len(rows.shape) == 2 else np.float32)
@@ -176,13 +180,12 @@ def read_head(folder: Path) -> tuple[dict, LayerIds, LazyTensors]:
             f"{folder}: the head has {config['num_hidden_layers']} decoder layers; llama.cpp's "
             "eagle3 runs heads of exactly one (EAGLE-3 as published)"
         )
-    for flag, what in (("fc_norm", "a norm on each hidden state before fc"),
-                       ("norm_output", "a normalized state carried to the next step")):  # fmt: skip
-        if config.get(flag):
-            raise ModelFileError(
-                f"{folder}: {flag} is true (EAGLE-3.1: {what}), which llama.cpp's eagle3 does "
-                "not compute; this head cannot be converted yet"
-            )
+    if config.get("fc_norm") and config.get("norm_before_fc"):
+        raise ModelFileError(
+            f"{folder}: fc_norm and norm_before_fc are both true (a norm on each hidden state "
+            "and one on their concatenation), which no EAGLE-3 trainer combines; keep the one "
+            "the head was trained with"
+        )
     return config, ids, read_weights(folder)
 
 
@@ -225,6 +228,8 @@ class HeadShape:
     head_dim: int
     target_hidden: int  # config's target_hidden_size, else fc.weight's input / 3
     norm_before_fc: bool  # an RMSNorm (input_norm) on the features before fc
+    fc_norm: bool = False  # EAGLE-3.1: an RMSNorm (fc_norm.i) on each of the three features
+    norm_output: bool = False  # EAGLE-3.1: the state carried to the next step is norm's output
 
     @staticmethod
     def of(folder: Path, config: dict, weights: LazyTensors) -> HeadShape:
@@ -240,6 +245,8 @@ class HeadShape:
             config.get("head_dim") or hidden // n_head,
             int(target_hidden),
             bool(config.get("norm_before_fc")),
+            bool(config.get("fc_norm")),
+            bool(config.get("norm_output")),
         )
 
 
@@ -348,6 +355,8 @@ def plan_tensors(
     }
     if head.norm_before_fc:  # llama.cpp loads enc.output_norm exactly when the flag is set
         expected["input_norm.weight"] = (3 * head.target_hidden,)
+    for i in range(3 if head.fc_norm else 0):  # checked here, written as metadata (EAGLE31)
+        expected[f"fc_norm.{i}.weight"] = (head.target_hidden,)
     optional = {
         "lm_head.weight": (target.n_vocab if d2t is None else len(d2t), h),
         "embed_tokens.weight": (target.n_vocab, h),
@@ -371,8 +380,20 @@ def plan_tensors(
                 f"{folder}: tensor {hf_name} has shape {list(weights.shape(hf_name))} but "
                 f"config.json implies {list(shape)}; the checkpoint is inconsistent"
             )
-        plan[gguf_name(hf_name)] = weights.rows(hf_name)
+        if not hf_name.startswith("fc_norm."):
+            plan[gguf_name(hf_name)] = weights.rows(hf_name)
     return plan
+
+
+def eagle31_metadata(weights: LazyTensors, head: HeadShape) -> dict[str, np.ndarray]:
+    """EAGLE-3.1's weights, written as metadata (shared.FC_NORM_KEY): fc_norm.0..2 in the
+    order of the extract layers, and norm.weight, the norm whose output the head carries."""
+    out = {}
+    if head.fc_norm:
+        out[FC_NORM_KEY] = np.concatenate([weights[f"fc_norm.{i}.weight"] for i in range(3)])
+    if head.norm_output:
+        out[NORM_OUTPUT_KEY] = weights["norm.weight"]
+    return out
 
 
 def gguf_name(hf_name: str) -> str:

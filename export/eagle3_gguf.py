@@ -16,6 +16,9 @@ hyperparameters and the target's tokenizer. Tensors, in PyTorch (out, in) layout
     d2t                            int64 [n_draft_vocab]: each output row's target token id,
                                    only where the draft vocabulary is smaller
 
+EAGLE-3.1's weights (fc_norm, the carried state's norm) are metadata arrays, not tensors
+(runtimes/shared.py FC_NORM_KEY): llama.cpp refuses a tensor it does not load.
+
 No token_embd: the decoder borrows the target's (llama_context_params.ctx_other), so n_embd is
 the target's hidden size in every published head.
 """

@@ -12,6 +12,8 @@ head's own fields) and tensors under EAGLE's names (fc, midlayer.*, norm, lm_hea
     speculators (vLLM)        Eagle3Speculator / Eagle3DraftModel  model.safetensors;
                               with the layer in                   layers.0.* for midlayer.*,
                               transformer_layer_config            embed_tokens
+    EAGLE-3.1 (SpecForge      LlamaForCausalLMEagle3, flat, with     model.safetensors; the
+      export, vLLM's fields)  fc_norm and norm_output true           same and fc_norm.{0,1,2}
     transformers 5            rope_parameters for rope_theta and rope_scaling
 
 Every config field is used, held to its one value, or refused by name (USED, ONLY,

@@ -9,8 +9,10 @@ Two graphs, as llama.cpp runs the head (runtimes/llama_heads.py):
                   total_sequence_length, logits_start, past_key_values.0.key/value ->
                   logits [1, rows, n_out] float32 (n_out: the draft vocabulary, head.json's
                   d2t maps its columns to target ids), prenorm [1, rows, n_embd] float32
-                  (the pre-norm state: the next position's g while drafting), present.0.*
+                  (the pre-norm state: the next position's g while drafting; the normed
+                  one for EAGLE-3.1's norm_output), present.0.*
 
+EAGLE-3.1's fc_norm (shared.FC_NORM_KEY) is an RMSNorm on each feature in encode.onnx.
 The decoder normalizes the token embedding (attn_norm) and g (attn_norm_2), attends over
 their concatenation [2 * n_embd] with GroupQueryAttention (its own cache, in place as the
 target's), adds g back, then a Llama MLP; output_norm and the output layer on the kept rows.
@@ -51,7 +53,13 @@ from edgespec.export.onnx_export import (
     swiglu,
 )
 from edgespec.runtimes.onnx_heads import ENCODE_FILE, HEAD_JSON
-from edgespec.runtimes.shared import check_head_arch, check_head_fit
+from edgespec.runtimes.shared import (
+    FC_NORM_KEY,
+    NORM_OUTPUT_KEY,
+    check_head_arch,
+    check_head_fit,
+    eagle31_norms,
+)
 
 HEAD_FORMAT = "edgespec-onnx-head/1"
 # GGUF tensor -> the Hugging Face name attention() and swiglu() read (layer 0)
@@ -120,12 +128,13 @@ def export_head_onnx(
     out_dir.mkdir(parents=True, exist_ok=True)
     dtype = COMPUTES[compute]
     encode = GraphBuilder(quant, dtype, block_size)
-    encode_graph(encode, weights["fc.weight"])
+    encode_graph(encode, weights["fc.weight"], meta["fc_norm"], meta["rms_eps"])
     save(encode, out_dir / ENCODE_FILE)
     with (out_dir / DATA_FILE).open("w+b") as data:
         decode = GraphBuilder(quant, dtype, block_size, data=data)
         config = {"rope_theta": meta["rope_theta"]}
-        decode_graph(decode, info, config, meta["rms_eps"], weights, target)
+        decode_graph(decode, info, config, meta["rms_eps"], weights, target,
+                     carry_normed=meta["norm_output"] is not None)  # fmt: skip
     save(decode, out_dir / MODEL_FILE)
     (out_dir / HEAD_JSON).write_text(json.dumps(asdict(info)) + "\n")
     return info
@@ -190,6 +199,11 @@ def head_metadata(path: Path) -> tuple[Any, dict]:
         "rms_eps": float(field(f"{ARCH}.attention.layer_norm_rms_epsilon")),
         "n_tokens": len(field("tokenizer.ggml.tokens") or []),
     }
+    eagle31 = {key: field(key) for key in (FC_NORM_KEY, NORM_OUTPUT_KEY) if field(key)}
+    n_embd = int(field(f"{ARCH}.embedding_length"))
+    meta["fc_norm"], meta["norm_output"] = eagle31_norms(
+        path.name, eagle31, int(meta["hidden"] or 0), n_embd
+    )
     return reader, meta
 
 
@@ -237,14 +251,22 @@ def output_rows(weights: dict[str, np.ndarray], target: Checkpoint) -> Rows:
     return target.weights.rows(name)
 
 
-def encode_graph(g: GraphBuilder, fc: np.ndarray) -> None:
-    """features [1, n, 3 * n_embd_tgt] float32 -> g [1, n, n_embd] float32."""
+def encode_graph(g: GraphBuilder, fc: np.ndarray, fc_norm: np.ndarray | None, eps: float) -> None:
+    """features [1, n, 3 * n_embd_tgt] float32 -> g [1, n, n_embd] float32; fc_norm
+    [3, n_embd_tgt] (EAGLE-3.1): first an RMSNorm on each feature, a weight row each."""
     from onnx import TensorProto, helper
 
     g.inputs.append(
         helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, "n", fc.shape[1]])
     )
     x = "features" if g.dtype == np.float32 else g.cast("features", g.dtype)
+    if fc_norm is not None:  # [1, n, 3, n_embd_tgt] normed over the last axis, then flat again
+        norm_constants(g, eps)
+        grouped = g.op(
+            "Reshape", x, g.const("grouped", np.array([1, -1, *fc_norm.shape], np.int64))
+        )
+        normed = rms_norm(g, grouped, fc_norm, "fc_norm.weight")
+        x = g.op("Reshape", normed, g.const("flat", np.array([1, -1, fc_norm.size], np.int64)))
     out = g.matmul(x, Rows.of(fc), "fc.weight")
     out = out if g.dtype == np.float32 else g.cast(out, np.float32)
     g.nodes.append(helper.make_node("Identity", [out], ["g"], name="g"))
@@ -258,8 +280,11 @@ def decode_graph(
     eps: float,
     weights: dict[str, np.ndarray],
     target: Checkpoint,
+    *,
+    carry_normed: bool = False,
 ) -> None:
-    """The head's decoder layer, norm and output layer (module docstring)."""
+    """The head's decoder layer, norm and output layer (module docstring); carry_normed
+    (EAGLE-3.1's norm_output): the state output is the norm's, not the layer's."""
     from onnx import TensorProto, helper
 
     d = info.n_embd
@@ -287,7 +312,8 @@ def decode_graph(
     out = g.keep_rows(g.op("Add", ffn_inp, swiglu(g, h, w, "model.layers.0.")))
     normed = rms_norm(g, out, weights["output_norm.weight"], "output_norm.weight")
     logits = g.matmul(normed, output_rows(weights, target), "output.weight")
-    for name, value, width in (("logits", logits, info.n_out), ("prenorm", out, d)):
+    carried = normed if carry_normed else out
+    for name, value, width in (("logits", logits, info.n_out), ("prenorm", carried, d)):
         value = value if g.dtype == np.float32 else g.cast(value, np.float32)
         g.nodes.append(helper.make_node("Identity", [value], [name], name=name))
         g.outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, "rows", width]))

@@ -37,17 +37,19 @@ class Array(list):
         self.length = length
 
 
-def read_metadata(path: Path) -> dict[str, Any]:
+def read_metadata(path: Path, whole: tuple[str, ...] = ()) -> dict[str, Any]:
     """key -> value of a GGUF file's metadata (numbers, strings, arrays of numbers; arrays of
-    strings as an empty Array with their length). ModelFileError on a malformed header."""
+    strings as an empty Array with their length, and long arrays of numbers too, except
+    under the keys in whole). ModelFileError on a malformed header."""
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        return HeaderReader(path, data).read()
+        return HeaderReader(path, data, whole).read()
 
 
 class HeaderReader:
-    def __init__(self, path: Path, data: mmap.mmap) -> None:
+    def __init__(self, path: Path, data: mmap.mmap, whole: tuple[str, ...] = ()) -> None:
         self.path, self.data, self.pos = path, data, 0
         self.endian = "<"
+        self.whole = whole
 
     def fail(self, what: str) -> ModelFileError:
         return ModelFileError(f"cannot load {self.path}: {what}; {FIX}")
@@ -89,7 +91,7 @@ class HeaderReader:
         meta: dict[str, Any] = {}
         for _ in range(n_kv):
             key = self.string()
-            meta[key] = self.value(self.take("I"))
+            meta[key] = self.value(self.take("I"), key in self.whole)
         return meta
 
     def skip_strings(self, n: int) -> None:
@@ -105,7 +107,7 @@ class HeaderReader:
                 return
         raise self.fail("a string array runs past the end of the file")
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int, whole: bool = False) -> Any:
         if kind in SCALARS:
             return self.take(SCALARS[kind])
         if kind == STRING:
@@ -123,7 +125,7 @@ class HeaderReader:
         fmt = SCALARS[item_kind]
         size = struct.calcsize(fmt)
         self.count(n, size, "numbers in an array")
-        if n > 4 * MAX_LAYERS:  # long numeric arrays (token types, scores): length only
+        if n > 4 * MAX_LAYERS and not whole:  # token types, scores: length only
             self.pos += n * size
             return Array([], n)
         items = list(struct.unpack_from(f"{self.endian}{n}{fmt}", self.data, self.pos))

@@ -46,8 +46,18 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.runtimes.gguf_meta import read_metadata
 from edgespec.runtimes.llama_library import check_gguf_file, last_llama_error
-from edgespec.runtimes.shared import KeptFeatures, check_head_arch, check_head_fit, kept_rows
+from edgespec.runtimes.shared import (
+    FC_NORM_KEY,
+    NORM_OUTPUT_KEY,
+    KeptFeatures,
+    check_head_arch,
+    check_head_fit,
+    eagle31_norms,
+    kept_rows,
+    rms_norm_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -304,6 +314,8 @@ class EagleHead(HeadContext):
         self.layers = self.ext.layer_ids(self.model)
         self.n_embd_tgt = target.n_embd
         self.check_fit()
+        self.fc_norm, self.norm_output = self.eagle31_norms()
+        self.eps = float(self.metadata("eagle3.attention.layer_norm_rms_epsilon") or 1e-6)
         params = lib.llama_context_default_params()
         params.n_threads = params.n_threads_batch = n_threads
         params.ctx_other = target.ctx  # the head borrows the target's token embeddings
@@ -323,17 +335,35 @@ class EagleHead(HeadContext):
     def metadata(self, key: str) -> str | None:
         return model_metadata(self.llama, self.model, key)
 
+    def eagle31_norms(self) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """An EAGLE-3.1 head's fc_norm [3, n_embd_tgt] and carried-state norm [n_embd]
+        (shared.FC_NORM_KEY), read from the header: llama.cpp's metadata API skips arrays."""
+        meta = read_metadata(self.path, whole=(FC_NORM_KEY, NORM_OUTPUT_KEY))
+        return eagle31_norms(self.path.name, meta, self.n_embd_tgt, self.n_embd)
+
     def encode(self, features: np.ndarray) -> np.ndarray:
-        """features [n, 3 * n_embd_tgt] float32 -> g [n, n_embd] float32 (the fc layer)."""
+        """features [n, 3 * n_embd_tgt] float32 -> g [n, n_embd] float32 (the fc layer; first
+        each feature through its own RMSNorm where the head has fc_norm)."""
         n, width = features.shape
         assert width == len(self.layers) * self.n_embd_tgt and 0 < n <= self.n_batch
         features = np.ascontiguousarray(features, dtype=np.float32)
+        if self.fc_norm is not None:  # [n, 3, n_embd_tgt], a weight row per feature
+            grouped = features.reshape(n, len(self.layers), self.n_embd_tgt)
+            features = rms_norm_rows(grouped, self.fc_norm, self.eps).reshape(n, width)
         b = self.enc_batch
         self.fill(b, features, None)
         status = self.llama.llama_encode(self.ctx, b)
         if status != 0:
             raise RuntimeError(f"llama_encode of the head failed with status {status}")
         return rows(self.ext.get_embeddings_nextn(self.ctx), n, self.n_embd)  # type: ignore[attr-defined]
+
+    def decode(self, tokens: Sequence[int], g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """HeadContext.decode; an EAGLE-3.1 head (norm_output) carries its state through the
+        final norm, as it was trained (its logits are already that norm's: unchanged)."""
+        logits, state = super().decode(tokens, g)
+        if self.norm_output is not None:
+            state = rms_norm_rows(state, self.norm_output, self.eps)
+        return logits, state
 
     def close(self) -> None:
         if self.ctx:

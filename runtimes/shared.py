@@ -77,6 +77,41 @@ def check_head_fit(
         )
 
 
+# EAGLE-3.1 (vLLM's fc_norm and norm_output fields; speculators' Eagle3 config): two RMSNorms
+# the vendored llama.cpp's eagle3 does not compute. The converter writes their weights as
+# metadata (float32 arrays), never as tensors (llama.cpp refuses a tensor it does not load),
+# and the head applies them around llama.cpp's passes; the ONNX head puts them in its graphs.
+FC_NORM_KEY = "edgespec.eagle3.fc_norm"  # [3 * n_embd_tgt]: fc_norm.0..2, one per feature
+NORM_OUTPUT_KEY = "edgespec.eagle3.norm_output"  # [n_embd]: the head's norm (output_norm)
+
+
+def eagle31_norms(
+    name: str, meta: dict, n_embd_tgt: int, n_embd: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A head's EAGLE-3.1 weights from its metadata (meta: key -> list of floats): fc_norm
+    [3, n_embd_tgt] and the norm whose output it carries [n_embd] (float32; None where the
+    head has none), refused as one line where misshapen or not finite."""
+    out: list[np.ndarray | None] = []
+    for key, shape in ((FC_NORM_KEY, (3, n_embd_tgt)), (NORM_OUTPUT_KEY, (n_embd,))):
+        value = meta.get(key)
+        w = None if value is None else np.asarray(value, dtype=np.float32).reshape(-1)
+        if w is not None and (w.size != int(np.prod(shape)) or not np.isfinite(w).all()):
+            raise ModelFileError(
+                f"{name}: {key} holds {w.size} weights, not {' x '.join(map(str, shape))} "
+                "finite ones; convert the head again (edgespec export --head FOLDER)"
+            )
+        out.append(None if w is None else w.reshape(shape))
+    return out[0], out[1]
+
+
+def rms_norm_rows(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """x [..., m] float32 / sqrt(mean(x^2) + eps) * weight [m], as ggml's rms_norm (the sum
+    of squares in double, the scale and product in float32)."""
+    x64 = x.astype(np.float64)
+    scale = (1.0 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps)).astype(np.float32)
+    return (x * scale) * weight
+
+
 class KeptFeatures:
     """A head's extract layers' hidden states by cache position, [positions, width] float32:
     every pass writes its rows at the positions they took, so rollback needs nothing (rows

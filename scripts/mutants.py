@@ -1841,6 +1841,62 @@ MUTANTS = (
         'name}", {}, {})',
         ("tests/test_eagle3_layouts.py",),
     ),
+    Mutant(  # EAGLE-3.1's per-feature norm not applied before llama.cpp's fc
+        "eagle31-fc-norm-skipped",
+        "edgespec.runtimes.llama_heads:EagleHead.encode",
+        "        if self.fc_norm is not None:",
+        "        if False:",
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # EAGLE-3.1's carried state left pre-norm (EAGLE-3's)
+        "eagle31-carries-prenorm-state",
+        "edgespec.runtimes.llama_heads:EagleHead.decode",
+        "        if self.norm_output is not None:\n",
+        "        if False:\n",
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # fc_norm's weights written in another order than the features'
+        "eagle31-fc-norm-order",
+        "edgespec.export.eagle3_convert:eagle31_metadata",
+        "for i in range(3)])",
+        "for i in (1, 0, 2)])",
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # the carried state through the hidden norm, not the head's final norm
+        "eagle31-carried-through-wrong-norm",
+        "edgespec.export.eagle3_convert:eagle31_metadata",
+        'weights["norm.weight"]',
+        'weights["midlayer.hidden_norm.weight"]',
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # fc_norm and norm_before_fc together converted (both norms applied)
+        "eagle31-both-fc-norms-accepted",
+        "edgespec.export.eagle3_convert:read_head",
+        'if config.get("fc_norm") and config.get("norm_before_fc"):',
+        "if False:",
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # a real head's fc_norm (over 2,048 weights) read as its length only
+        "eagle31-long-array-truncated",
+        "edgespec.runtimes.gguf_meta:HeaderReader.value",
+        "if n > 4 * MAX_LAYERS and not whole:",
+        "if n > 4 * MAX_LAYERS:",
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # the ONNX head's encode graph without fc_norm's nodes
+        "eagle31-onnx-fc-norm-skipped",
+        "edgespec.export.eagle3_onnx:encode_graph",
+        "    if fc_norm is not None:",
+        "    if False:",
+        ("tests/test_eagle3_layouts.py",),
+    ),
+    Mutant(  # the ONNX head carries the pre-norm state for a norm_output head
+        "eagle31-onnx-carries-prenorm-state",
+        "edgespec.export.eagle3_onnx:decode_graph",
+        "carried = normed if carry_normed else out",
+        "carried = out",
+        ("tests/test_eagle3_layouts.py",),
+    ),
 )
 
 

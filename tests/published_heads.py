@@ -118,7 +118,45 @@ def relayout(folder: Path, layout: str, *, layers: list[int] | None = None) -> P
             cfg["eagle_aux_hidden_state_layer_ids"] = layers
         tensors = {n.replace("midlayer.", "layers.0."): a for n, a in tensors.items()}
         save_file(tensors, str(folder / "model.safetensors"))
+    elif layout == "eagle31":
+        cfg = eagle31_config(cfg)
+        save_file({**tensors, **eagle31_tensors(tensors)}, str(folder / "model.safetensors"))
     else:
         raise ValueError(layout)
     (folder / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
     return folder
+
+
+def eagle31_config(cfg: dict) -> dict:
+    """SpecForge's EAGLE-3.1 config (configs/qwen3-30B-A3B-eagle3.1.json), field for field,
+    in the tiny head's sizes: flat, no layer ids, no target_hidden_size."""
+    sizes = ("hidden_size", "intermediate_size", "max_position_embeddings",
+             "num_attention_heads", "num_key_value_heads", "rms_norm_eps", "rope_theta",
+             "vocab_size", "draft_vocab_size")  # fmt: skip
+    return {
+        "architectures": ["LlamaForCausalLMEagle3"], "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": 0, "eos_token_id": 1, "fc_norm": True,
+        "head_dim": 16, "hidden_act": "silu", "initializer_range": 0.02,
+        "max_window_layers": 48, "model_type": "llama", "norm_output": True,
+        "num_hidden_layers": 1, "rope_scaling": None, "sliding_window": None,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+        "transformers_version": "4.53.2", "use_cache": True, "use_sliding_window": False,
+        **{k: cfg[k] for k in sizes},
+    }  # fmt: skip
+
+
+def eagle31_tensors(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What SpecForge's export adds for EAGLE-3.1: fc_norm.{0,1,2} (one RMSNorm per target
+    feature), d2t and t2d (always written; here the identity); the final norm made unequal
+    to ones, so a state carried through the wrong norm shows."""
+    rng = np.random.default_rng(31)
+    width = tensors["fc.weight"].shape[1] // 3
+    n_vocab = tensors["lm_head.weight"].shape[0]
+    out = {f"fc_norm.{i}.weight": (1 + 0.5 * rng.standard_normal(width)).astype(np.float32)
+           for i in range(3)}  # fmt: skip
+    out["norm.weight"] = (1 + 0.3 * rng.standard_normal(len(tensors["norm.weight"]))).astype(
+        np.float32
+    )
+    out["d2t"] = np.zeros(n_vocab, np.int64)
+    out["t2d"] = np.ones(n_vocab, np.bool_)
+    return out

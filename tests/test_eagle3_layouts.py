@@ -17,9 +17,17 @@ from edgespec.export.eagle3_convert import convert_eagle3
 from edgespec.runtimes.shared import HeadMismatchError
 from edgespec.sampling import SamplingParams
 from tests.published_heads import relayout, save_torch_bin, torch_pickle
-from tests.test_eagle import CFG, PROMPT, SEEDED, open_target, put_target_at
+from tests.test_eagle import (
+    CFG,
+    PROMPT,
+    SEEDED,
+    check_output_equals_plain,
+    open_target,
+    plain_reference,
+    put_target_at,
+)
 from tests.test_eagle3_convert import N_VOCAB, gguf_file, write_hf_head
-from tests.tiny_eagle import write_head
+from tests.tiny_eagle import head_weights, reference_draft, write_head
 from tests.tiny_gguf import random_weights, write_gguf
 
 LAYOUTS = {  # layout -> (ids as that publisher writes them, the inputs they name)
@@ -154,12 +162,14 @@ def config_refusal(**config):
 
 IDS = "eagle_aux_hidden_state_layer_ids"
 REFUSALS = [  # (write_hf_head arguments, message; {config}: the head's config.json)
+    (config_refusal(fc_norm=True, eagle_config={"norm_before_fc": True}),
+     "{folder}: fc_norm and norm_before_fc are both true (a norm on each hidden state and one "
+     "on their concatenation), which no EAGLE-3 trainer combines; keep the one the head was "
+     "trained with"),
     (config_refusal(fc_norm=True),
-     "{folder}: fc_norm is true (EAGLE-3.1: a norm on each hidden state before fc), which "
-     "llama.cpp's eagle3 does not compute; this head cannot be converted yet"),
-    (config_refusal(norm_output=True),
-     "{folder}: norm_output is true (EAGLE-3.1: a normalized state carried to the next step), "
-     "which llama.cpp's eagle3 does not compute; this head cannot be converted yet"),
+     "{folder} lacks tensor fc_norm.0.weight; download the head again"),
+    (config_refusal(fc_norm="true"),
+     '{config}: fc_norm is "true", not true or false; correct it in config.json'),
     (config_refusal(quantization_config={"quant_method": "fp8"}),
      "{config}: field quantization_config is not one edgespec's EAGLE-3 converter knows; it "
      "converts only what it can account for (remove the field if it has no bearing on the "
@@ -372,3 +382,124 @@ def test_a_gguf_head_in_another_builds_spelling_is_respelled_and_runs(target, tm
         assert main(args) == 0
         runs.append(json.loads(capsys.readouterr().out))
     assert runs[1]["tokens"] == runs[0]["tokens"]
+
+
+@pytest.fixture(scope="module")
+def eagle31(target, tmp_path_factory) -> tuple[Path, Path]:
+    """SpecForge's EAGLE-3.1 head as its export writes it (published_heads.eagle31_config), and
+    its conversion (f32)."""
+    folder = tmp_path_factory.mktemp("eagle31")
+    embd = random_weights(CFG, N_VOCAB, 0)["token_embd.weight"]
+    hf = relayout(write_hf_head(folder / "hf", layers=None,
+                                tensors={"embed_tokens.weight": embd}), "eagle31")  # fmt: skip
+    return hf, convert_eagle3(hf, target, folder / "h.gguf", outtype="f32")
+
+
+def eagle31_reference(hf: Path, rt, context: list[int], k: int, **flags) -> np.ndarray:
+    """reference_draft with the head's own weights (its fc_norm and final norm): [k, vocab]."""
+    from safetensors.numpy import load_file
+
+    saved = load_file(str(hf / "model.safetensors"))
+    w = {**head_weights(64, N_VOCAB, 7), "output_norm.weight": saved["norm.weight"]}
+    fc_norm = np.stack([saved[f"fc_norm.{i}.weight"] for i in range(3)])
+    embd = random_weights(CFG, N_VOCAB, 0)["token_embd.weight"]
+    features = rt.features(0, len(context) - 1)
+    fc_norm = fc_norm if flags.get("fc_norm", True) else None
+    return reference_draft(w, embd, context, features, CFG, k, fc_norm=fc_norm,
+                           norm_output=flags.get("norm_output", True))  # fmt: skip
+
+
+def head_draft_logits(head, rt, context: list[int], k: int) -> np.ndarray:
+    """The head's logits at each of k greedy draft steps, as HeadDrafter drives it."""
+    head.reset()
+    logits, state = head.decode(context[1:], head.encode(rt.features(0, len(context) - 1)))
+    out = [logits]
+    for _ in range(k - 1):
+        logits, state = head.decode([int(np.argmax(logits))], state[None, :])
+        out.append(logits)
+    return np.array(out)[:, :N_VOCAB]
+
+
+def test_eagle31_converts_and_drafts_as_its_reference(target, eagle31):
+    """fc_norm.{0,1,2} and the carried norm travel as metadata (no tensor llama.cpp would
+    refuse); the head's logits at 4 draft steps equal the numpy EAGLE-3.1 reference within
+    0.05 (float32 states carried against float64 ones: 0.009 at step 1, 0.022 at step 4; the
+    logits' sd is 6), and are over 0.5 from the reference with either norm left out (4 to 19)."""
+    from edgespec.runtimes.shared import FC_NORM_KEY, NORM_OUTPUT_KEY
+
+    hf, out = eagle31
+    tensors, meta = gguf_file(out)
+    assert not any(name.startswith("fc_norm") for name in tensors)
+    assert len(meta[FC_NORM_KEY]) == 3 * 64 and len(meta[NORM_OUTPUT_KEY]) == 64
+    assert meta["eagle3.target_layers"] == [2, 2, 1]  # EAGLE's default: no ids given
+    rt = open_target(target)
+    head = rt.open_head(str(out))
+    tokens = rt.tokenize(PROMPT, special=True)
+    plain = SpeculativeDecoder(rt).generate(tokens, max_tokens=8, speculative=False)
+    context = tokens + plain.tokens
+    put_target_at(rt, context)
+    got = head_draft_logits(head, rt, context, 4)
+    np.testing.assert_allclose(got, eagle31_reference(hf, rt, context, 4), rtol=0, atol=0.05)
+    for flag in ("fc_norm", "norm_output"):
+        other = eagle31_reference(hf, rt, context, 4, **{flag: False})
+        assert np.abs(got - other).max() > 0.5, flag
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_eagle31_output_equals_plain_under_exact(target, eagle31, k):
+    rt = open_target(target)
+    head = rt.open_head(str(eagle31[1]))
+    check_output_equals_plain(rt, head, *plain_reference(rt), k)
+
+
+def test_eagle31_on_onnx_drafts_as_its_reference_and_exact(tmp_path, eagle31):
+    """The ONNX head (fc_norm as nodes in encode.onnx, the normed state as its carried
+    output) drafts the reference's logits within 0.05 and gives plain decoding's output."""
+    pytest.importorskip("onnxruntime")
+    from edgespec.export.checkpoint import read_checkpoint
+    from edgespec.export.eagle3_onnx import export_head_onnx
+    from edgespec.export.onnx_export import export_onnx
+    from edgespec.runtimes.onnxrt import OnnxRuntime
+
+    hf, out = eagle31
+    target = write_gguf(tmp_path / "target.gguf", CFG, random_weights(CFG, N_VOCAB, 0),
+                        pre="gpt-2")  # fmt: skip
+    rt = OnnxRuntime(
+        export_onnx(target, tmp_path / "t", hidden_layers=(2, 2, 1)), n_ctx=256, n_threads=1
+    )
+    export_head_onnx(out, read_checkpoint(target), tmp_path / "head")
+    head = rt.open_head(str(tmp_path / "head"))
+    tokens = rt.tokenize(PROMPT, special=True)
+    plain = SpeculativeDecoder(rt).generate(tokens, max_tokens=8, speculative=False)
+    context = tokens + plain.tokens
+    put_target_at(rt, context)
+    got = head_draft_logits(head, rt, context, 4)
+    np.testing.assert_allclose(got, eagle31_reference(hf, rt, context, 4), rtol=0, atol=0.05)
+    for sp in (SamplingParams(0.0), SEEDED[0]):
+        want = SpeculativeDecoder(rt).generate(tokens, max_tokens=16, sp=sp, speculative=False)
+        spec = SpeculativeDecoder(rt, [HeadDrafter(rt, head)], FixedPolicy("eagle", 4))
+        got_out = spec.generate(tokens, max_tokens=16, sp=sp)
+        assert got_out.tokens == want.tokens, sp
+        assert got_out.stats.n_draft_tokens > 0
+
+
+def test_long_eagle31_arrays_are_read_whole(tmp_path):
+    """A real head's fc_norm (3 x 4096 weights) is longer than the arrays the header reader
+    keeps by default (token scores: length only): read whole under its key, else refused."""
+    import gguf
+
+    from edgespec.runtimes.gguf_meta import read_metadata
+    from edgespec.runtimes.shared import FC_NORM_KEY, eagle31_norms
+
+    weights = np.random.default_rng(0).standard_normal(3 * 4096).astype(np.float32)
+    writer = gguf.GGUFWriter(str(tmp_path / "h.gguf"), "eagle3")
+    writer.add_array(FC_NORM_KEY, weights.tolist())
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file,
+                 writer.write_ti_data_to_file, writer.close):  # fmt: skip
+        step()
+    meta = read_metadata(tmp_path / "h.gguf", whole=(FC_NORM_KEY,))
+    fc_norm, carried = eagle31_norms("h.gguf", meta, 4096, 64)
+    np.testing.assert_array_equal(fc_norm, weights.reshape(3, 4096))
+    assert carried is None
+    with pytest.raises(ModelFileError, match="holds 0 weights, not 3 x 4096 finite ones"):
+        eagle31_norms("h.gguf", read_metadata(tmp_path / "h.gguf"), 4096, 64)

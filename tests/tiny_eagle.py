@@ -97,6 +97,42 @@ def reference_logits(
 ) -> np.ndarray:
     """The EAGLE-3 decoder of src/models/eagle3.cpp in numpy, from position 0: pairs
     (tokens[i], g[i]); embd the target's token embeddings. [n, n_vocab] float64 logits."""
+    return reference_pass(w, embd, tokens, g, cfg)[0]
+
+
+def reference_draft(
+    w: dict[str, np.ndarray],
+    embd: np.ndarray,
+    context: list[int],
+    features: np.ndarray,
+    cfg: TinyConfig,
+    k: int,
+    *,
+    fc_norm: np.ndarray | None = None,
+    norm_output: bool = False,
+) -> np.ndarray:
+    """Greedy drafting of k tokens after context, from the target's features [n - 1, 3 * m]
+    at its positions: [k, n_vocab] float64 logits of each draft step. EAGLE-3.1 as vLLM and
+    speculators define it (speculators' eagle3/core.py): fc_norm [3, m] an RMSNorm per
+    feature before fc; norm_output: the state carried on is the final norm's output."""
+    from tests.numpy_reference import rms_norm
+
+    x = features.astype(np.float64)
+    if fc_norm is not None:
+        x = rms_norm(x.reshape(len(x), 3, -1), fc_norm, cfg.rms_eps).reshape(len(x), -1)
+    g, tokens, out = x @ w["fc.weight"].T, list(context[1:]), []
+    for _ in range(k):
+        logits, h = reference_pass(w, embd, tokens, g, cfg)
+        out.append(logits[-1])
+        carried = rms_norm(h[-1], w["output_norm.weight"], cfg.rms_eps) if norm_output else h[-1]
+        g, tokens = np.vstack([g, carried]), [*tokens, int(np.argmax(logits[-1]))]
+    return np.array(out)
+
+
+def reference_pass(
+    w: dict[str, np.ndarray], embd: np.ndarray, tokens: list[int], g: np.ndarray, cfg: TinyConfig
+) -> tuple[np.ndarray, np.ndarray]:
+    """reference_logits, and the decoder's pre-norm output [n, n_embd] float64."""
     from tests.numpy_reference import rms_norm
 
     n, eps = len(tokens), cfg.rms_eps
@@ -119,4 +155,4 @@ def reference_logits(
     h = rms_norm(ffn_inp, w["blk.0.ffn_norm.weight"], eps)
     gate, up = h @ w["blk.0.ffn_gate.weight"].T, h @ w["blk.0.ffn_up.weight"].T
     out = ffn_inp + (gate / (1 + np.exp(-gate)) * up) @ w["blk.0.ffn_down.weight"].T
-    return rms_norm(out, w["output_norm.weight"], eps) @ w["output.weight"].T
+    return rms_norm(out, w["output_norm.weight"], eps) @ w["output.weight"].T, out

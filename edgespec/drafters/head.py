@@ -10,7 +10,7 @@ cache holds c[:-1], so positions 0..n-2 are known: the last of them, (c[n-1], g[
 llama-server's "deferred boundary row"; here every row is written when a proposal needs it, so
 nothing is deferred. Its logits give the first draft token; each further one is drafted at the
 next position from (the token just drafted, the head's own pre-norm state at the position
-before), as EAGLE-3 was trained.
+before; its final norm's output for an EAGLE-3.1 head), as each was trained.
 
 Rollback: `cached` lists the tokens c[P + 1] of the positions written from the target's
 features. Draft positions (written from the head's own states) are never trusted: the next
