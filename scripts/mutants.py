@@ -1506,7 +1506,7 @@ MUTANTS = (
     ),
     Mutant(  # --drafter mtp refused without the reason the target's layers are unused
         "mtp-refusal-reason-dropped",
-        "load_decoder",
+        "edgespec.loader:load_decoder",
         "pair.target.mtp_refused",
         '""',
         ("tests/test_mtp.py",),
