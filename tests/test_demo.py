@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.app.bench_runs import Run, near_tie
+from edgespec.app.bench_runs import Run, inexact_note, near_tie
 from edgespec.app.cli import main
 from edgespec.app.demo import choose_backend, demo_onnx_bundle, departure_note, modelled_rate
 from edgespec.controller import CostCurve
@@ -87,4 +87,12 @@ def test_the_demo_refuses_no_rounds(capsys):
     assert main(["demo", "--rounds", "0"]) == 2
     assert capsys.readouterr().err.strip() == (
         "edgespec: error: --rounds must be at least 1, got 0"
+    )
+
+
+def test_a_back_end_on_its_fastest_kernels_says_why_answers_may_part():
+    assert inexact_note("LlamaCppRuntime") == (
+        "llama.cpp runs its fastest kernels, which round a logit differently in a one-token "
+        "pass than in a verify pass: at a near tie the answers may part; --exact makes them "
+        "identical, at a cost in speed (docs/exactness.md)"
     )

@@ -483,6 +483,8 @@ def test_under_exact_the_thread_count_moves_no_logit(demo_target_path):
 
     opts = RuntimeOptions(n_ctx=1024, n_threads=2, exact=True, load_aware_threads=False)
     runtime = open_runtime(demo_target_path, opts)
+    assert runtime.batch_invariant  # and by default llama.cpp runs its fastest kernels:
+    assert not open_runtime(demo_target_path, RuntimeOptions(n_ctx=64)).batch_invariant
     text = " ".join(f"item {i}: {i * i % 97} apples," for i in range(200))
     tokens = runtime.tokenize(text, special=False)[:612]
     assert len(tokens) == 612
