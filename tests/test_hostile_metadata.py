@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -269,3 +270,41 @@ def test_bundle_json_fields_of_the_wrong_type_are_named(tmp_path, doc, message):
     with pytest.raises(BundleError) as e:
         read_bundle(tmp_path)
     assert str(e.value) == f"{manifest}: {message}"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"[" * 200_000, "is nested deeper than JSON is read"),
+        (b'{"schema_version": 1, "models": [], "n": ' + b"1" * 100_000 + b"}",
+         "holds an integer of 100,000 digits"),
+        (b"[1, 2]", "is not a JSON object (a list)"),
+        (b'{"schema_version": 1, "models": [' + json.dumps(ENTRY).encode().replace(
+            b'"n_vocab": 279', b'"n_vocab": 1000000000') + b"]}",
+         ": models[0]: field 'n_vocab' must be a whole number from 0 to 16,777,216, got "
+         "1,000,000,000"),
+        (b'{"schema_version": 1, "models": [[1]]}', ": models[0] is not an object"),
+    ],
+    ids=["deep", "long integer", "list", "absurd vocabulary", "list entry"],
+)  # fmt: skip
+def test_a_hostile_bundle_json_is_refused_in_one_line(tmp_path, content, message):
+    from edgespec.bundle import read_bundle
+
+    manifest = tmp_path / "bundle.json"
+    manifest.write_bytes(content)
+    with pytest.raises(BundleError) as e:
+        read_bundle(tmp_path)
+    space = "" if message[0] == ":" else " "
+    assert str(e.value) == f"{manifest}{space}{message}; export the bundle again"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev zero"])
+def test_the_cli_refuses_a_bundle_json_that_is_no_file_at_once(tmp_path, kind):
+    """A FIFO as bundle.json would block the read forever; /dev/zero would fill memory."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    manifest = bundle / "bundle.json"
+    os.mkfifo(manifest) if kind == "fifo" else manifest.symlink_to("/dev/zero")
+    done = run_edgespec(tmp_path, "run", "--target", str(bundle), "--prompt", "hi")
+    what = "a FIFO" if kind == "fifo" else "a character device"
+    assert done.error_line() == f"{manifest} is {what}, not a file; export the bundle again"
