@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.runtimes.gguf_meta import check_eagle_head
 from edgespec.runtimes.llama_library import check_gguf_file, last_llama_error
 from edgespec.runtimes.shared import KeptFeatures, check_head_arch, check_head_fit, kept_rows
 
@@ -401,6 +402,8 @@ class HeadFeatures:
     n_threads: int
     min_width: int
     mtp_layers: int
+    mtp_problem: str | None
+    n_gpu_layers: int
     extracted: list[int]
     kept_for: object
     kept: KeptFeatures | None
@@ -410,6 +413,7 @@ class HeadFeatures:
         check_gguf_file(Path(path))
         arch = model_metadata(self.llama, self.model, "general.architecture")
         check_target_keeps_layer_inputs(arch, self.path.name, Path(path).name)
+        check_eagle_head(Path(path), self.n_ctx, on_cpu=not self.n_gpu_layers)
         head = EagleHead(path, self, n_threads=self.n_threads, last_error=last_llama_error)
         self.check_features_for(tuple(head.layers), Path(path).name)
         for lid in head.layers:
@@ -420,7 +424,8 @@ class HeadFeatures:
 
     def runnable_mtp_layers(self) -> int:
         """The MTP layers this llama.cpp can draft with on this target (MTP_ARCHS)."""
-        if model_metadata(self.llama, self.model, "general.architecture") not in MTP_ARCHS:
+        arch = model_metadata(self.llama, self.model, "general.architecture")
+        if self.mtp_problem or arch not in MTP_ARCHS:
             return 0
         return max(0, int(self.llama.llama_model_n_layer_nextn(self.model)))
 

@@ -98,7 +98,7 @@ def check_head_fits(folder: Path, info: dict, target: Any) -> None:
         name, target_name,
         hidden=info.get("n_embd_tgt"), n_embd_tgt=int(target.info["n_embd"]),
         layers=info["layers"], n_layer_tgt=int(target.info["n_layer"]),
-        n_vocab=info.get("n_vocab"), n_vocab_tgt=target.n_vocab,
+        n_vocab=info["n_vocab"], n_vocab_tgt=target.n_vocab,
     )  # fmt: skip
     if info.get("compute") != target.info.get("compute"):
         raise HeadMismatchError(

@@ -143,8 +143,10 @@ def test_edgespec_home_that_is_a_file_is_refused(tmp_path, models):
     "content, why",
     [
         (b"\0" * 4096, "is not valid JSON (Expecting value: line 1 column 1 (char 0))"),
-        (b'{"models": [1, 2', "is not valid JSON (Expecting ',' delimiter: line 1 column 17 "
-                              "(char 16))"),
+        (
+            b'{"models": [1, 2',
+            "is not valid JSON (Expecting ',' delimiter: line 1 column 17 (char 16))",
+        ),
         (b"[1, 2, 3]", "is not a JSON object (a list)"),
         (b"[" * 100_000, "is nested deeper than JSON is read"),  # raised RecursionError
     ],
