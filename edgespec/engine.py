@@ -180,8 +180,11 @@ class Offers(Sequence[Offer]):
     """Each drafter's Offer for one context, in the policy's order, asked of the drafter when
     the policy first reads it (a policy that reads none, FixedPolicy, costs none)."""
 
-    def __init__(self, drafters: Sequence[Drafter], context: Sequence[int]) -> None:
-        self.drafters, self.context = drafters, context
+    def __init__(
+        self, drafters: Sequence[Drafter], context: Sequence[int], dropped: Sequence[Drafter] = ()
+    ) -> None:
+        """dropped: drafters that failed this request: each offers nothing."""
+        self.drafters, self.context, self.dropped = drafters, context, dropped
         self.known: dict[int, Offer] = {}
 
     def __len__(self) -> int:
@@ -198,12 +201,14 @@ class Offers(Sequence[Offer]):
             raise IndexError(i)
         i %= len(self)
         if i not in self.known:
-            self.known[i] = self.drafters[i].offer(self.context)
+            drafter = self.drafters[i]
+            dropped = any(drafter is d for d in self.dropped)
+            self.known[i] = Offer(0) if dropped else drafter.offer(self.context)
         return self.known[i]
 
     def after_sync(self, synced: Sequence[Drafter]) -> Offers:
         """The offers once `synced` caught up: theirs asked again, the others' kept."""
-        after = Offers(self.drafters, self.context)
+        after = Offers(self.drafters, self.context, self.dropped)
         after.known = {
             i: o for i, o in self.known.items() if not any(self.drafters[i] is d for d in synced)
         }
@@ -242,6 +247,7 @@ class SpeculativeDecoder:
             policy = FixedPolicy(drafters[0].name if drafters else None, 4 if drafters else 0)
         self.policy = policy
         self.eog_ids = target.vocab_info().eog_ids
+        self.dropped: list[Drafter] = []  # drafters that failed this request (guarded)
 
     def generate(self, prompt: str | Sequence[int], **kwargs) -> Result:
         text: list[str] = []
@@ -311,6 +317,7 @@ class SpeculativeDecoder:
         else:
             self.target.reset()
         self.context = tokens  # grows as tokens are emitted: the cache holds its first n_past
+        self.dropped = []
         for i, drafter in enumerate(self.drafters.values()):
             drafter.reset(stream_rng(sp.seed, 1 + i))  # stream 0 is the verifier's
         self.policy.begin(list(self.drafters.values()), max_tokens)
@@ -326,11 +333,23 @@ class SpeculativeDecoder:
         drafters' offers for tokens, in step now, for the policy's plan. The engine is the one
         caller of the drafters (offer, sync, propose, reset); the policy only decides."""
         drafters = list(self.drafters.values())
-        offers = Offers(drafters, tokens)
-        synced = self.policy.to_sync(tokens, offers)
+        offers = Offers(drafters, tokens, self.dropped)
+        synced = [d for d in self.policy.to_sync(tokens, offers) if d not in self.dropped]
         for drafter in synced:
-            drafter.sync(tokens)
+            self.guarded(drafter, drafter.sync, tokens)
         return offers.after_sync(synced)
+
+    def guarded(self, drafter: Drafter, call, *args):
+        """call(*args), or None where it fails: a drafter's failure (NaN logits from a broken
+        head, a pass that errs) must never cost the target's answer, so the drafter is
+        dropped for the rest of the request with one warning and the target decodes on."""
+        try:
+            return call(*args)
+        except Exception as e:  # noqa: BLE001 - whatever a drafter raises, the target goes on
+            self.dropped.append(drafter)
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            log.warning("the %s drafter failed (%s); decoding on without it", drafter.name, why)
+            return None
 
     def reusable(self, tokens: list[int]) -> int:
         """Prompt tokens the target's cache already holds: the common prefix of tokens[:-1]
@@ -361,7 +380,10 @@ class SpeculativeDecoder:
         # drafter chosen, its 0.17 ms (median here) would price a draft model on a GPU (a token
         # in 1-2 ms) about 10-20% dearer than it is
         t0 = self.clock()
-        draft = drafter.propose(tokens, k, sp) if drafter and k > 0 else Draft.empty()
+        if drafter in self.dropped:
+            drafter, k = None, 0
+        proposed = self.guarded(drafter, drafter.propose, tokens, k, sp) if drafter and k else None
+        draft = proposed if proposed is not None else Draft.empty()
         t1 = self.clock()
         rows = [tokens[-1], *draft.tokens.tolist()]
         # greedy reads each row's argmax, sampling its likeliest columns: reduced on the

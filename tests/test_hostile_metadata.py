@@ -411,3 +411,26 @@ def test_mtp_layers_llama_cpp_would_abort_on_are_refused_or_left_out(tmp_path, n
     ]
     plain = run_edgespec(tmp_path, *argv, "--drafter", "none", models=models)
     assert json.loads(auto.stdout)["tokens"] == json.loads(plain.stdout)["tokens"]
+
+
+def test_a_head_that_fails_at_run_time_is_dropped_and_the_target_answers(tmp_path, head_target):
+    """A head with NaN weights under sampling ended the run ("the model's logits hold NaN")
+    although only the draft head was broken: the drafter is dropped for the request with one
+    warning and the output is plain decoding's, token for token."""
+    from tests.tiny_eagle import TARGET, write_head
+
+    models = tmp_path / "models"
+    models.mkdir()
+    head = write_head(models / "head.gguf", TARGET, nan=True)
+    argv = ("run", "--target", str(head_target), "--prompt", "hi", "--max-tokens", "12",
+            "--n-ctx", "64", "--temperature", "0.8", "--seed", "3", "--json")  # fmt: skip
+    plain = run_edgespec(tmp_path, *argv, "--drafter", "none", models=models)
+    done = run_edgespec(tmp_path, *argv, "--head", str(head), "--drafter", "eagle", "--k", "3",
+                        models=models)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.warnings() == [
+        "WARNING edgespec.engine: the eagle drafter failed (the model's logits hold NaN, so no "
+        "token can be drawn; the model file or its back-end is broken: check it with `edgespec "
+        "doctor`); decoding on without it"
+    ]
+    assert json.loads(done.stdout)["tokens"] == json.loads(plain.stdout)["tokens"]

@@ -60,6 +60,7 @@ def write_head(
     arch: str = ARCH,
     more_metadata=None,  # writer -> None: adds or replaces keys (tests of hostile heads)
     drop: tuple[str, ...] = (),  # tensors left out (names, or their beginnings)
+    nan: bool = False,  # fc.weight all NaN: a broken head, whose every draft pass gives NaN
 ) -> Path:
     """hidden: eagle3.target_hidden_size (default the target's n_embd); n_vocab: a vocabulary
     of that many tokens (default the target's): both written wrong to test refusals."""
@@ -83,6 +84,8 @@ def write_head(
     if more_metadata is not None:
         more_metadata(writer)
     weights = head_weights(hidden, len(tokens), seed)
+    if nan:
+        weights["fc.weight"] = np.full_like(weights["fc.weight"], np.nan)
     return write_tensors(writer, {n: a for n, a in weights.items() if not n.startswith(drop)}, path)
 
 
