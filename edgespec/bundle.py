@@ -19,6 +19,7 @@ from typing import Any
 
 from edgespec.errors import BundleError
 from edgespec.plumbing.integrity import stamp_key, stamp_matches, write_stamp
+from edgespec.plumbing.jsonfile import read_json_object
 from edgespec.plumbing.schema import Field, check_fields
 
 SCHEMA_VERSION = 1
@@ -41,9 +42,10 @@ ENTRY_FIELDS = {
     **{name: Field("str") for name in ("role", "format", "path", "quant", "sha256")},
     **{name: Field("str") for name in ("vocab_hash", "arch")},
     "size": Field("int", min=0),
-    "n_vocab": Field("int", min=0),
-    "n_ctx": Field("int", min=0),
+    "n_vocab": Field("int", min=0, max=1 << 24),
+    "n_ctx": Field("int", min=0, max=1 << 26),
 }
+MANIFEST_MAX_BYTES = 16 << 20  # a manifest names a few files; a larger one is not ours
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,8 @@ class Bundle:
 
 
 def is_bundle(path: str | Path) -> bool:
-    return (Path(path) / MANIFEST).is_file()
+    """A folder with a manifest (whatever it is: read_bundle refuses one that is no file)."""
+    return os.path.lexists(Path(path) / MANIFEST)
 
 
 def sha256_path(path: Path) -> str:
@@ -131,14 +134,16 @@ def write_bundle(bundle: Bundle) -> Path:
 def read_bundle(folder: str | Path, *, verify: bool = True) -> Bundle:
     folder = Path(folder)
     manifest = folder / MANIFEST
-    if not manifest.is_file():
-        raise BundleError(f"{folder} is not a bundle: {MANIFEST} is missing; run `edgespec export`")
     try:
-        doc = json.loads(manifest.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise BundleError(f"{manifest} is not valid JSON ({e}); export the bundle again") from None
-    if not isinstance(doc, dict):
-        raise BundleError(f"{manifest}: expected a JSON object at the top")
+        doc = read_json_object(manifest, MANIFEST_MAX_BYTES)
+    except FileNotFoundError:
+        raise BundleError(
+            f"{folder} is not a bundle: {MANIFEST} is missing; run `edgespec export`"
+        ) from None
+    except OSError as e:
+        raise BundleError(f"{manifest} cannot be read ({e.strerror or e})") from None
+    except ValueError as e:
+        raise BundleError(f"{manifest} {e}; export the bundle again") from None
     check_fields(doc, BUNDLE_FIELDS, str(manifest), "export the bundle again", BundleError)
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
@@ -158,7 +163,7 @@ def read_bundle(folder: str | Path, *, verify: bool = True) -> Bundle:
 def parse_entry(manifest: Path, index: int, raw: Any) -> ModelEntry:
     where = f"{manifest}: models[{index}]"
     if not isinstance(raw, dict):
-        raise BundleError(f"{where} is not an object")
+        raise BundleError(f"{where} is not an object; export the bundle again")
     fields = ModelEntry.__dataclass_fields__
     missing = [name for name in fields if name not in raw]
     if missing:

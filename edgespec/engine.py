@@ -184,8 +184,11 @@ class Offers(Sequence[Offer]):
     """Each drafter's Offer for one context, in the policy's order, asked of the drafter when
     the policy first reads it (a policy that reads none, FixedPolicy, costs none)."""
 
-    def __init__(self, drafters: Sequence[Drafter], context: Sequence[int]) -> None:
-        self.drafters, self.context = drafters, context
+    def __init__(
+        self, drafters: Sequence[Drafter], context: Sequence[int], dropped: Sequence[Drafter] = ()
+    ) -> None:
+        """dropped: drafters that failed this request: each offers nothing."""
+        self.drafters, self.context, self.dropped = drafters, context, dropped
         self.known: dict[int, Offer] = {}
 
     def __len__(self) -> int:
@@ -202,12 +205,14 @@ class Offers(Sequence[Offer]):
             raise IndexError(i)
         i %= len(self)
         if i not in self.known:
-            self.known[i] = self.drafters[i].offer(self.context)
+            drafter = self.drafters[i]
+            dropped = any(drafter is d for d in self.dropped)
+            self.known[i] = Offer(0) if dropped else drafter.offer(self.context)
         return self.known[i]
 
     def after_sync(self, synced: Sequence[Drafter]) -> Offers:
         """The offers once `synced` caught up: theirs asked again, the others' kept."""
-        after = Offers(self.drafters, self.context)
+        after = Offers(self.drafters, self.context, self.dropped)
         after.known = {
             i: o for i, o in self.known.items() if not any(self.drafters[i] is d for d in synced)
         }
@@ -249,6 +254,7 @@ class SpeculativeDecoder:
         # where every pass computes two rows or more, a plain step's second row is free: it
         # carries prompt lookup's best guess, however short its match (padding_guess)
         self.guesser = NgramDrafter() if target.min_width > 1 else None
+        self.dropped: list[Drafter] = []  # drafters that failed this request (guarded)
 
     def generate(self, prompt: str | Sequence[int], **kwargs) -> Result:
         text: list[str] = []
@@ -318,6 +324,7 @@ class SpeculativeDecoder:
         else:
             self.target.reset()
         self.context = tokens  # grows as tokens are emitted: the cache holds its first n_past
+        self.dropped = []
         for i, drafter in enumerate(self.drafters.values()):
             drafter.reset(stream_rng(sp.seed, 1 + i))  # stream 0 is the verifier's
         if self.guesser is not None:
@@ -335,11 +342,23 @@ class SpeculativeDecoder:
         drafters' offers for tokens, in step now, for the policy's plan. The engine is the one
         caller of the drafters (offer, sync, propose, reset); the policy only decides."""
         drafters = list(self.drafters.values())
-        offers = Offers(drafters, tokens)
-        synced = self.policy.to_sync(tokens, offers)
+        offers = Offers(drafters, tokens, self.dropped)
+        synced = [d for d in self.policy.to_sync(tokens, offers) if d not in self.dropped]
         for drafter in synced:
-            drafter.sync(tokens)
+            self.guarded(drafter, drafter.sync, tokens)
         return offers.after_sync(synced)
+
+    def guarded(self, drafter: Drafter, call, *args):
+        """call(*args), or None where it fails: a drafter's failure (NaN logits from a broken
+        head, a pass that errs) must never cost the target's answer, so the drafter is
+        dropped for the rest of the request with one warning and the target decodes on."""
+        try:
+            return call(*args)
+        except Exception as e:  # noqa: BLE001 - whatever a drafter raises, the target goes on
+            self.dropped.append(drafter)
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            log.warning("the %s drafter failed (%s); decoding on without it", drafter.name, why)
+            return None
 
     def reusable(self, tokens: list[int]) -> int:
         """Prompt tokens the target's cache already holds: the common prefix of tokens[:-1]
@@ -370,8 +389,11 @@ class SpeculativeDecoder:
         # drafter chosen, its 0.17 ms (median here) would price a draft model on a GPU (a token
         # in 1-2 ms) about 10-20% dearer than it is
         t0 = self.clock()
-        if drafter and k > 0:
-            draft, name = drafter.propose(tokens, k, sp), drafter.name
+        if drafter in self.dropped:
+            drafter, k = None, 0
+        proposed = self.guarded(drafter, drafter.propose, tokens, k, sp) if drafter and k else None
+        if proposed is not None and drafter is not None:
+            draft, name = proposed, drafter.name
         else:
             draft, name = self.padding_guess(tokens, room), GUESS
         t1 = self.clock()

@@ -160,6 +160,14 @@ def load_decoder(
             "--drafter eagle needs a draft head: pass --head HEAD.gguf (an EAGLE-3 head "
             "trained for the target)"
         )
+    problem = pair.target.mtp_problem
+    if spec.drafter == "mtp" and problem:
+        raise EdgespecError(
+            f"--drafter mtp: {problem}; convert the model again with its MTP layers, or choose "
+            "another --drafter"
+        )
+    if spec.drafter == "auto" and problem:
+        log.warning("%s; drafting without its MTP layers", problem)
     if spec.drafter == "mtp" and pair.head is None:  # no EAGLE-3 head opens for mtp
         raise EdgespecError(
             pair.target.mtp_refused

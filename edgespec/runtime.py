@@ -71,6 +71,9 @@ class Runtime(Protocol):
     mtp_layers: int = 0
     # why the target's own MTP layers are left unused where it has some ("": none, or used)
     mtp_refused: str = ""
+    # why the MTP layers its file declares cannot draft (a tensor missing, a count the
+    # back-end refuses): they are then not loaded and mtp_layers is 0; None where none is wrong
+    mtp_problem: str | None = None
     # the most tokens one rollback drops cheaply: None any (a KV cache); a recurrent or
     # hybrid model's state rolls back through its snapshots, this many (0: none, so each
     # rejected draft rebuilds the cache from the tokens: speculation cannot pay)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,14 @@ def read_metadata(path: Path, whole: tuple[str, ...] = ()) -> dict[str, Any]:
     """key -> value of a GGUF file's metadata (numbers, strings, arrays of numbers; arrays of
     strings as an empty Array with their length, and long arrays of numbers too, except
     under the keys in whole). ModelFileError on a malformed header."""
+    return read_header(path, whole)[0]
+
+
+def read_header(path: Path, whole: tuple[str, ...] = ()) -> tuple[dict[str, Any], set[str]]:
+    """The metadata (read_metadata) and the names of the tensors the file holds."""
     with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        return HeaderReader(path, data, whole).read()
+        reader = HeaderReader(path, data, whole)
+        return reader.read(), reader.tensor_names()
 
 
 class HeaderReader:
@@ -86,13 +93,25 @@ class HeaderReader:
             version = struct.unpack(">I", struct.pack("<I", version))[0]
         if version < 2:
             raise self.fail(f"GGUF version {version} is not supported (2 and later are)")
-        self.take("Q")  # tensors: llama.cpp checks their shapes and bounds itself
+        self.n_tensors = self.count(self.take("Q"), 24, "tensors")
         n_kv = self.count(self.take("Q"), 12, "metadata entries")
         meta: dict[str, Any] = {}
         for _ in range(n_kv):
             key = self.string()
             meta[key] = self.value(self.take("I"), key in self.whole)
         return meta
+
+    def tensor_names(self) -> set[str]:
+        """The tensor infos after the metadata: names only (llama.cpp checks their shapes
+        and bounds itself)."""
+        names = set()
+        for _ in range(self.n_tensors):
+            names.add(self.string())
+            n_dims = self.take("I")
+            if n_dims > 4:  # GGML_MAX_DIMS
+                raise self.fail(f"a tensor has {n_dims:,} dimensions")
+            self.pos += 8 * n_dims + 4 + 8  # dims, type, offset
+        return names
 
     def skip_strings(self, n: int) -> None:
         """Step over n strings (a vocabulary: the one loop here that runs 100,000s of times)."""
@@ -133,14 +152,21 @@ class HeaderReader:
         return Array(items, n)
 
 
-def check_gguf_metadata(path: Path, n_ctx: int, on_cpu: bool) -> None:
+def check_gguf_metadata(path: Path, n_ctx: int, on_cpu: bool) -> tuple[dict, set[str]]:
     """Refuse metadata that would abort llama.cpp, and a context whose KV cache cannot fit in
-    free memory (on_cpu: the cache lives in RAM)."""
-    meta = read_metadata(path)
+    free memory (on_cpu: the cache lives in RAM). The header read: (metadata, tensor names)."""
+    meta, tensors = read_header(path)
     arch = meta.get("general.architecture")
     if not isinstance(arch, str):
-        return  # llama.cpp refuses a file without an architecture cleanly
+        return meta, tensors  # llama.cpp refuses a file without an architecture cleanly
+    number = numbers(meta, arch)
+    check_hparams(path, meta, arch, number)
+    if on_cpu and number("attention.head_count"):  # attention (a recurrent model has none)
+        check_kv_memory(path, meta, arch, n_ctx, number)
+    return meta, tensors
 
+
+def numbers(meta: dict[str, Any], arch: str) -> Callable[..., int]:
     def number(key: str, default: int = 0) -> int:
         """A per-model number, or the largest of a per-layer array."""
         value = meta.get(f"{arch}.{key}", default)
@@ -148,9 +174,16 @@ def check_gguf_metadata(path: Path, n_ctx: int, on_cpu: bool) -> None:
             return max(value, default=default)
         return value if isinstance(value, int) and not isinstance(value, bool) else default
 
-    def refuse(what: str) -> ModelFileError:
-        return ModelFileError(f"{path} declares {what}; {FIX}")
+    return number
 
+
+def refusal(path: Path) -> Callable[[str], ModelFileError]:
+    return lambda what: ModelFileError(f"{path} declares {what}; {FIX}")
+
+
+def check_hparams(path: Path, meta: dict[str, Any], arch: str, number) -> None:
+    """llama.cpp's asserts on a model's hyperparameters (llama-model.cpp, load_hparams)."""
+    refuse = refusal(path)
     n_layer = number("block_count")
     if not 0 < n_layer <= MAX_LAYERS:
         raise refuse(f"{n_layer:,} layers ({arch}.block_count); llama.cpp runs 1 to {MAX_LAYERS}")
@@ -173,8 +206,6 @@ def check_gguf_metadata(path: Path, n_ctx: int, on_cpu: bool) -> None:
     rope = meta.get(f"{arch}.rope.scaling.type", "linear")
     if rope not in ROPE_SCALING_TYPES:
         raise refuse(f"RoPE scaling type {rope!r}, not one of {', '.join(ROPE_SCALING_TYPES)}")
-    if on_cpu and n_head:  # attention models (a recurrent one declares no heads)
-        check_kv_memory(path, meta, arch, n_ctx, number)
 
 
 def check_experts(n_expert: int, n_used: int, n_groups: int, n_group_used: int, refuse) -> None:
@@ -226,3 +257,55 @@ def available_memory() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+# MTP (NextN) drafting: llama.cpp asserts these tensors in each MTP graph it builds, and all
+# but these architectures assert a single MTP layer (their graph_mtp in src/models/)
+NEXTN_TENSORS = ("nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight")
+SEVERAL_MTP_LAYERS = frozenset({"hy_v3", "mimo2", "step35"})
+
+
+def mtp_problem(path: Path, meta: dict[str, Any], tensors: set[str]) -> str | None:
+    """Why llama.cpp would abort drafting with the MTP layers a target declares (a count its
+    graph refuses, a tensor a declared layer lacks); None where it would not."""
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str):
+        return None
+    number = numbers(meta, arch)
+    n_mtp, n_layer = number("nextn_predict_layers"), number("block_count")
+    key = f"{arch}.nextn_predict_layers"
+    layers = f"{n_mtp} MTP layer{'s' if n_mtp != 1 else ''} ({key})"
+    if n_mtp > 1 and arch not in SEVERAL_MTP_LAYERS:
+        return f"{path.name} declares {layers}; this llama.cpp runs one"
+    for il in range(n_layer - n_mtp, n_layer):
+        for name in NEXTN_TENSORS:
+            if f"blk.{il}.{name}" not in tensors:
+                return f"{path.name} declares {layers} but holds no blk.{il}.{name}"
+    return None
+
+
+def check_eagle_head(path: Path, n_ctx: int, on_cpu: bool) -> None:
+    """An EAGLE-3 head's GGUF: the target's rules (check_gguf_metadata), its block count the
+    layers its tensors hold, its RoPE dimensions its heads' size (a head with none hung
+    llama.cpp's first pass)."""
+    meta, tensors = check_gguf_metadata(path, n_ctx, on_cpu)
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str):
+        return
+    number, refuse = numbers(meta, arch), refusal(path)
+    blocks = {name.split(".")[1] for name in tensors if name.startswith("blk.")}
+    if blocks != {str(i) for i in range(number("block_count"))}:
+        held = ", ".join(sorted(blocks, key=lambda b: (len(b), b))) or "none"
+        raise refuse(
+            f"{number('block_count'):,} layers ({arch}.block_count) but its tensors hold "
+            f"layers {held}"
+        )
+    head_dim = number("attention.key_length") or number("embedding_length") // max(
+        1, number("attention.head_count")
+    )
+    rope_dims = number("rope.dimension_count", head_dim)
+    if rope_dims != head_dim:
+        raise refuse(
+            f"{rope_dims:,} RoPE dimensions ({arch}.rope.dimension_count) for heads of "
+            f"{head_dim:,}; an EAGLE-3 head rotates whole heads"
+        )

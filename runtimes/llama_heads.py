@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ModelFileError
-from edgespec.runtimes.gguf_meta import read_metadata
+from edgespec.runtimes.gguf_meta import check_eagle_head, read_metadata
 from edgespec.runtimes.llama_library import check_gguf_file, last_llama_error
 from edgespec.runtimes.shared import (
     FC_NORM_KEY,
@@ -442,6 +442,8 @@ class HeadFeatures:
     min_width: int
     mtp_layers: int
     mtp_refused: str
+    mtp_problem: str | None
+    n_gpu_layers: int
     extracted: list[int]
     kept_for: object
     kept: KeptFeatures | None
@@ -451,6 +453,7 @@ class HeadFeatures:
         check_gguf_file(Path(path))
         arch = model_metadata(self.llama, self.model, "general.architecture")
         check_target_keeps_layer_inputs(arch, self.path.name, Path(path).name)
+        check_eagle_head(Path(path), self.n_ctx, on_cpu=not self.n_gpu_layers)
         head = EagleHead(path, self, n_threads=self.n_threads, last_error=last_llama_error)
         self.check_features_for(tuple(head.layers), Path(path).name)
         for lid in head.layers:
@@ -460,10 +463,11 @@ class HeadFeatures:
         return head
 
     def runnable_mtp_layers(self) -> int:
-        """The MTP layers this llama.cpp can draft with on this target (MTP_ARCHS); layers of
-        another architecture are left unused, the reason kept in mtp_refused and logged."""
+        """The MTP layers this llama.cpp can draft with on this target (MTP_ARCHS): none where
+        its file's are broken (mtp_problem); layers of another architecture are left unused,
+        the reason kept in mtp_refused and logged."""
         arch = model_metadata(self.llama, self.model, "general.architecture")
-        n = max(0, int(self.llama.llama_model_n_layer_nextn(self.model)))
+        n = 0 if self.mtp_problem else max(0, int(self.llama.llama_model_n_layer_nextn(self.model)))
         if arch in MTP_ARCHS or not n:
             return n
         reason = MTP_LEFT_OUT.get(arch or "", "edgespec has not tested its MTP graph")

@@ -19,7 +19,7 @@ import numpy as np
 import edgespec.plumbing.interrupts as interrupts
 from edgespec.errors import ModelFileError
 from edgespec.runtime import K_MAX, Runtime, TopRows, VocabInfo, top_of
-from edgespec.runtimes.gguf_meta import check_gguf_metadata
+from edgespec.runtimes.gguf_meta import check_gguf_metadata, mtp_problem
 from edgespec.runtimes.llama_heads import HeadFeatures
 from edgespec.runtimes.llama_library import (
     check_gguf_file,
@@ -141,8 +141,11 @@ class LlamaCppRuntime(LlamaVocabulary, HeadFeatures, Runtime):
         init_backend()
         self.llama = import_llama_cpp()
         n_gpu_layers = self.offloadable(n_gpu_layers)
+        # the Runtime attribute: why the MTP layers it declares cannot draft (then not loaded)
+        self.mtp_problem: str | None = None
         if not vocab_only:  # a vocab-only load reads no hyperparameters
-            check_gguf_metadata(self.path, n_ctx, on_cpu=n_gpu_layers == 0)
+            meta, tensors = check_gguf_metadata(self.path, n_ctx, on_cpu=n_gpu_layers == 0)
+            self.mtp_problem = mtp_problem(self.path, meta, tensors) if options.mtp else None
         self.ctx = None
         self.repack, self.flash_attn = options.repack, options.flash_attn
         self.snapshots = max(1, options.snapshots)
@@ -161,7 +164,7 @@ class LlamaCppRuntime(LlamaVocabulary, HeadFeatures, Runtime):
         self.passes = 0  # decode calls so far: a step's rows are read before the next
         self.min_width = max(1, options.min_width)
         self.n_gpu_layers = n_gpu_layers  # as loaded (0: every layer on the CPU)
-        self.model = self.load_model(n_gpu_layers, vocab_only, options.mtp)
+        self.model = self.load_model(n_gpu_layers, vocab_only, options.mtp and not self.mtp_problem)
         self.keeps_one_graph = n_gpu_layers != 0 and one_graph_build(
             self.llama.llama_print_system_info(), os.environ
         )  # the Runtime capability

@@ -10,7 +10,6 @@ other id at -inf, as llama.cpp's eagle3 graph does.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,9 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.plumbing.jsonfile import read_json_object
+from edgespec.plumbing.schema import Field, check_fields, shown
+from edgespec.runtimes.model_folder import is_id
 from edgespec.runtimes.shared import HeadMismatchError, check_head_fit, zeroed_value
 
 # a head folder's files (export/eagle3_onnx.py writes them; edgespec.pair knows HEAD_JSON)
@@ -27,14 +29,60 @@ ENCODE_FILE = "encode.onnx"
 DECODE_FILE = "model.onnx"
 
 
+HEAD_JSON_MAX_BYTES = 64 << 20  # d2t of a 262,144-token vocabulary is ~2 MiB of text
+FIX = "export the head with its target: edgespec export --format onnx --head HEAD"
+# head.json as read (export/eagle3_onnx.py HeadInfo): types and bounds before any size is used
+HEAD_JSON_FIELDS = {
+    "layers": Field("list"),
+    "n_embd": Field("int", min=1, max=1 << 16),
+    "n_embd_tgt": Field("int", min=1, max=1 << 16),
+    "n_head": Field("int", min=1, max=4096),
+    "n_kv_head": Field("int", min=1, max=4096),
+    "head_dim": Field("int", min=1, max=4096),
+    "n_vocab": Field("int", min=1, max=1 << 24),
+    "n_out": Field("int", min=1, max=1 << 24),
+    "d2t": Field("list", nullable=True),
+    "context_length": Field("int", min=1, max=1 << 24),
+    "compute": Field("str", choices=("fp32", "fp16")),
+}
+
+
 def read_head_json(folder: Path) -> dict:
+    """head.json, every field checked (types, bounds, d2t's ids within the vocabulary)."""
+    path = folder / HEAD_JSON
     try:
-        return json.loads((folder / HEAD_JSON).read_text())
-    except (OSError, ValueError) as e:
+        info = read_json_object(path, HEAD_JSON_MAX_BYTES)
+    except FileNotFoundError:
         raise ModelFileError(
-            f"{folder.name} is not an ONNX draft head (no readable {HEAD_JSON}); export the head "
-            "with its target: edgespec export --format onnx --head HEAD"
-        ) from e
+            f"{folder.name} is not an ONNX draft head (no readable {HEAD_JSON}); {FIX}"
+        ) from None
+    except (OSError, ValueError) as e:
+        why = f"cannot be read ({e.strerror or e})" if isinstance(e, OSError) else str(e)
+        raise ModelFileError(f"{path} {why}; {FIX}") from None
+    check_fields(info, HEAD_JSON_FIELDS, str(path), FIX, ModelFileError)
+    if not all(is_id(i) for i in info["layers"]):
+        raise ModelFileError(f"{path}: field 'layers' must be a list of layer numbers; {FIX}")
+    check_d2t(path, info["d2t"], info["n_out"], info["n_vocab"])
+    return info
+
+
+def check_d2t(path: Path, d2t: list | None, n_out: int, n_vocab: int) -> None:
+    """Each output column's target id: n_out of them, each a token id of the vocabulary."""
+    if d2t is None:
+        if n_out != n_vocab:
+            raise ModelFileError(
+                f"{path}: {n_out:,} output columns but no d2t for a vocabulary of "
+                f"{n_vocab:,}; {FIX}"
+            )
+        return
+    if len(d2t) != n_out:
+        raise ModelFileError(f"{path}: d2t holds {len(d2t):,} ids for {n_out:,} columns; {FIX}")
+    bad = next((i for i in d2t if not (is_id(i) and i < n_vocab)), None)
+    if bad is not None or len(d2t) and len(set(d2t)) != len(d2t):
+        what = "repeats an id" if bad is None else f"holds {shown(bad)}"
+        raise ModelFileError(
+            f"{path}: d2t {what}, not distinct token ids from 0 to {n_vocab - 1:,}; {FIX}"
+        )
 
 
 def check_head_fits(folder: Path, info: dict, target: Any) -> None:
@@ -50,12 +98,38 @@ def check_head_fits(folder: Path, info: dict, target: Any) -> None:
         name, target_name,
         hidden=info.get("n_embd_tgt"), n_embd_tgt=int(target.info["n_embd"]),
         layers=info["layers"], n_layer_tgt=int(target.info["n_layer"]),
-        n_vocab=info.get("n_vocab"), n_vocab_tgt=target.n_vocab,
+        n_vocab=info["n_vocab"], n_vocab_tgt=target.n_vocab,
     )  # fmt: skip
     if info.get("compute") != target.info.get("compute"):
         raise HeadMismatchError(
             f"{name} computes in {info.get('compute')} but {target_name} in "
             f"{target.info.get('compute')}; export the head with its target"
+        )
+
+
+def check_head_sizes(folder: Path, info: dict, decoder, need: int, on_cuda: bool) -> None:
+    """head.json's KV shape and output columns must be the decoder graph's, and its cache
+    (need bytes) must fit in free memory on the CPU, before it is allocated."""
+    from edgespec.runtimes.gguf_meta import available_memory
+
+    key = {i.name: i.shape for i in decoder.get_inputs()}.get("past_key_values.0.key") or []
+    logits = {o.name: o.shape for o in decoder.get_outputs()}.get("logits") or []
+    declared = {
+        "n_kv_head": key[1] if len(key) == 4 else None,
+        "head_dim": key[3] if len(key) == 4 else None,
+        "n_out": logits[-1] if logits else None,
+    }
+    for name, graph in declared.items():
+        if isinstance(graph, int) and info[name] != graph:
+            raise ModelFileError(
+                f"{folder / HEAD_JSON} says {name} {info[name]:,} but the graph has {graph:,}; "
+                f"the folder mixes files of different heads; {FIX}"
+            )
+    free = available_memory()
+    if not on_cuda and free is not None and need > free:
+        raise ModelFileError(
+            f"the draft head {folder} needs {need / 2**30:,.1f} GiB of KV cache and "
+            f"{free / 2**30:,.1f} GiB of memory is free; lower --n-ctx (or free memory)"
         )
 
 
@@ -138,6 +212,8 @@ class OnnxEagleHead:
         )
         shape = (1, int(info["n_kv_head"]), self.n_ctx, int(info["head_dim"]))
         kv_dtype = np.float32 if info["compute"] == "fp32" else np.float16
+        check_head_sizes(folder, info, self.decoder, 2 * int(np.prod(shape)) * kv_dtype().itemsize,
+                         on_cuda=target.on_cuda)  # fmt: skip
         self.kv = {
             kind: zeroed_value(ort, shape, kv_dtype, target.on_cuda) for kind in ("key", "value")
         }

@@ -1897,6 +1897,70 @@ MUTANTS = (
         "carried = out",
         ("tests/test_eagle3_layouts.py",),
     ),
+    Mutant(  # a FIFO, a device or a folder read as a JSON file (a FIFO hung the stores)
+        "json-reads-what-is-no-file",
+        "jsonfile:read_json",
+        "if kind != stat.S_IFREG:",
+        "if kind == stat.S_IFDIR:",
+        ("tests/test_json_files.py",),
+    ),
+    Mutant(
+        "json-reads-past-its-cap",
+        "jsonfile:read_json",
+        "    if len(data) > max_bytes:",
+        "    if False:",
+        ("tests/test_json_files.py",),
+    ),
+    Mutant(
+        "json-integers-unbounded",
+        "bounded_int",
+        "    if n > MAX_INT_DIGITS:",
+        "    if False:",
+        ("tests/test_json_files.py",),
+    ),
+    Mutant(  # head.json's d2t ids beyond the vocabulary indexed past the logits row
+        "head-json-ids-unbounded",
+        "check_d2t",
+        "if not (is_id(i) and i < n_vocab)",
+        "if not is_id(i)",
+        ("tests/test_onnx_head.py::test_a_hostile_head_json_is_refused_in_one_line",),
+    ),
+    Mutant(  # a head's GGUF handed to llama.cpp unchecked: it aborts the process
+        "head-gguf-unchecked",
+        "HeadFeatures.open_head",
+        "        check_eagle_head(Path(path), self.n_ctx, on_cpu=not self.n_gpu_layers)\n",
+        "",
+        (
+            "tests/test_hostile_metadata.py::test_head_metadata_llama_cpp_would_abort_or_hang_on_is_refused",
+        ),
+    ),
+    Mutant(
+        "head-blocks-not-matched-to-tensors",
+        "check_eagle_head",
+        '    if blocks != {str(i) for i in range(number("block_count"))}:',
+        "    if False:",
+        (
+            "tests/test_hostile_metadata.py::test_head_metadata_llama_cpp_would_abort_or_hang_on_is_refused",
+        ),
+    ),
+    Mutant(  # an MTP layer without its tensors: llama.cpp aborts building its graph
+        "mtp-tensors-unchecked",
+        "mtp_problem",
+        '            if f"blk.{il}.{name}" not in tensors:',
+        "            if False:",
+        (
+            "tests/test_hostile_metadata.py::test_mtp_layers_llama_cpp_would_abort_on_are_refused_or_left_out",
+        ),
+    ),
+    Mutant(  # a broken drafter ends the request instead of being dropped
+        "drafter-failure-ends-the-run",
+        "SpeculativeDecoder.guarded",
+        "        except Exception as e:",
+        "        except ArithmeticError as e:",
+        (
+            "tests/test_hostile_metadata.py::test_a_head_that_fails_at_run_time_is_dropped_and_the_target_answers",
+        ),
+    ),
 )
 
 

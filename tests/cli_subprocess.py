@@ -60,10 +60,12 @@ def run_edgespec(
     cwd.mkdir(exist_ok=True)
     before = snapshot(models) if models else {}
     repo = Path(__file__).resolve().parent.parent
+    # the caller's PYTHONPATH first (scripts/mutants.py puts its mutated copy there)
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     environment = {
         **os.environ,
         "EDGESPEC_HOME": str(home),
-        "PYTHONPATH": str(repo),
+        "PYTHONPATH": os.pathsep.join([*path, str(repo)]),
         **(env or {}),
     }
     done = subprocess.run(

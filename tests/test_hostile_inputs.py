@@ -142,10 +142,13 @@ def test_edgespec_home_that_is_a_file_is_refused(tmp_path, models):
 @pytest.mark.parametrize(
     "content, why",
     [
-        (b"\0" * 4096, "Expecting value: line 1 column 1 (char 0)"),
-        (b'{"models": [1, 2', "Expecting ',' delimiter: line 1 column 17 (char 16)"),
-        (b"[1, 2, 3]", "not a JSON object"),
-        (b"[" * 100_000, "nested deeper than JSON is read"),  # raised RecursionError
+        (b"\0" * 4096, "is not valid JSON (Expecting value: line 1 column 1 (char 0))"),
+        (
+            b'{"models": [1, 2',
+            "is not valid JSON (Expecting ',' delimiter: line 1 column 17 (char 16))",
+        ),
+        (b"[1, 2, 3]", "is not a JSON object (a list)"),
+        (b"[" * 100_000, "is nested deeper than JSON is read"),  # raised RecursionError
     ],
 )
 def test_a_corrupt_tune_store_is_ignored_and_measured_again(tmp_path, models, content, why):
@@ -158,11 +161,35 @@ def test_a_corrupt_tune_store_is_ignored_and_measured_again(tmp_path, models, co
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.warnings() == [
-        f"WARNING edgespec.controller.calibrate: ignoring the tune store {store} ({why}); cost "
+        f"WARNING edgespec.controller.calibrate: ignoring the tune store {store}: it {why}; cost "
         "curves will be measured again"
     ]
     curves = json.loads(store.read_text())  # measured again and stored, whole
     assert len(curves) == 1 and len(next(iter(curves.values()))["target_s"]) == 17
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev zero"])
+def test_stores_that_are_no_files_are_ignored_without_hanging(tmp_path, models, kind):
+    """A FIFO at a store's path hung the run (reading it waits for a writer forever), a
+    symlink to /dev/zero read until memory ran out: each store is a cache, ignored with a
+    warning; the run goes on and writes the store afresh."""
+    home = tmp_path / "home"
+    home.mkdir()
+    stores = {"tune": home / "tune.json", "lessons": home / "lessons.json"}
+    what = {"fifo": "a FIFO", "dev zero": "a character device"}[kind]
+    for store in stores.values():
+        if kind == "fifo":
+            os.mkfifo(store)
+        else:
+            store.symlink_to("/dev/zero")
+    done = edgespec(tmp_path, models, *tuned_run(models))
+    assert done.returncode == 0, done.stderr
+    assert done.warnings() == [
+        f"WARNING edgespec.controller.calibrate: ignoring the tune store {stores['tune']}: it is "
+        f"{what}, not a file; cost curves will be measured again",
+        f"WARNING edgespec.controller.lessons: ignoring the lessons store {stores['lessons']}: "
+        f"it is {what}, not a file; the drafters start from their priors",
+    ]
 
 
 @pytest.fixture(scope="module")

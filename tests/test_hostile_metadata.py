@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -269,3 +270,167 @@ def test_bundle_json_fields_of_the_wrong_type_are_named(tmp_path, doc, message):
     with pytest.raises(BundleError) as e:
         read_bundle(tmp_path)
     assert str(e.value) == f"{manifest}: {message}"
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"[" * 200_000, "is nested deeper than JSON is read"),
+        (b'{"schema_version": 1, "models": [], "n": ' + b"1" * 100_000 + b"}",
+         "holds an integer of 100,000 digits"),
+        (b"[1, 2]", "is not a JSON object (a list)"),
+        (b'{"schema_version": 1, "models": [' + json.dumps(ENTRY).encode().replace(
+            b'"n_vocab": 279', b'"n_vocab": 1000000000') + b"]}",
+         ": models[0]: field 'n_vocab' must be a whole number from 0 to 16,777,216, got "
+         "1,000,000,000"),
+        (b'{"schema_version": 1, "models": [[1]]}', ": models[0] is not an object"),
+    ],
+    ids=["deep", "long integer", "list", "absurd vocabulary", "list entry"],
+)  # fmt: skip
+def test_a_hostile_bundle_json_is_refused_in_one_line(tmp_path, content, message):
+    from edgespec.bundle import read_bundle
+
+    manifest = tmp_path / "bundle.json"
+    manifest.write_bytes(content)
+    with pytest.raises(BundleError) as e:
+        read_bundle(tmp_path)
+    space = "" if message[0] == ":" else " "
+    assert str(e.value) == f"{manifest}{space}{message}; export the bundle again"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev zero"])
+def test_the_cli_refuses_a_bundle_json_that_is_no_file_at_once(tmp_path, kind):
+    """A FIFO as bundle.json would block the read forever; /dev/zero would fill memory."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    manifest = bundle / "bundle.json"
+    os.mkfifo(manifest) if kind == "fifo" else manifest.symlink_to("/dev/zero")
+    done = run_edgespec(tmp_path, "run", "--target", str(bundle), "--prompt", "hi")
+    what = "a FIFO" if kind == "fifo" else "a character device"
+    assert done.error_line() == f"{manifest} is {what}, not a file; export the bundle again"
+
+
+# --- a draft head's GGUF and an MTP target's layers ------------------------------------------
+
+
+def replaced(key: str, value, kind: str = "uint32"):
+    """A head's metadata key written again with another value."""
+
+    def more(writer):
+        writer.kv_data[0].pop(key, None)
+        getattr(writer, f"add_{kind}")(key, value)
+
+    return more
+
+
+HOSTILE_HEADS = {
+    "rope scaling": (dict(more_metadata=replaced("eagle3.rope.scaling.type", "sideways", "string")),
+                     "RoPE scaling type 'sideways', not one of none, linear, yarn, longrope"),
+    "1e6 layers": (dict(more_metadata=replaced("eagle3.block_count", 10**6)),
+                   "1,000,000 layers (eagle3.block_count); llama.cpp runs 1 to 512"),
+    "layers not the tensors'": (dict(more_metadata=replaced("eagle3.block_count", 2)),
+                                "2 layers (eagle3.block_count) but its tensors hold layers 0"),
+    "no RoPE dimensions": (dict(more_metadata=replaced("eagle3.rope.dimension_count", 0)),
+                           "0 RoPE dimensions (eagle3.rope.dimension_count) for heads of 16; an "
+                           "EAGLE-3 head rotates whole heads"),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def head_target(tmp_path_factory) -> Path:
+    from tests.tiny_eagle import TARGET
+    from tests.tiny_gguf import random_weights, vocabulary, write_gguf
+
+    folder = tmp_path_factory.mktemp("head-target")
+    weights = random_weights(TARGET, len(vocabulary()[0]), 0)
+    return write_gguf(folder / "target.gguf", TARGET, weights)
+
+
+@pytest.mark.parametrize("name", HOSTILE_HEADS)
+def test_head_metadata_llama_cpp_would_abort_or_hang_on_is_refused(tmp_path, head_target, name):
+    """In a process of its own: unchecked, llama.cpp aborts (134) on the first three and
+    never ends the first pass of the last."""
+    from tests.tiny_eagle import TARGET, write_head
+
+    kwargs, what = HOSTILE_HEADS[name]
+    models = tmp_path / "models"
+    models.mkdir()
+    head = write_head(models / "head.gguf", TARGET, **kwargs)
+    done = run_edgespec(
+        tmp_path, "run", "--target", str(head_target), "--head", str(head), "--prompt", "hi",
+        "--drafter", "eagle", "--k", "2", "--max-tokens", "4", "--n-ctx", "64", models=models,
+    )  # fmt: skip
+    assert done.error_line() == f"{head} declares {what}; {FIX}"
+
+
+def test_export_refuses_a_hostile_head_and_leaves_nothing_behind(tmp_path, head_target):
+    from tests.tiny_eagle import TARGET, write_head
+
+    kwargs, what = HOSTILE_HEADS["rope scaling"]
+    models = tmp_path / "models"
+    models.mkdir()
+    head = write_head(models / "head.gguf", TARGET, **kwargs)
+    out = tmp_path / "out"
+    done = run_edgespec(
+        tmp_path, "export", "--target", str(head_target), "--head", str(head), "--out", str(out),
+        "--target-quant", "q8_0", models=models,
+    )  # fmt: skip
+    assert done.error_line() == f"{head} declares {what}; {FIX}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cwd", "models"]  # no staging left
+
+
+MTP_FIX = "convert the model again with its MTP layers, or choose another --drafter"
+HOSTILE_MTP = {
+    "no MTP block": (dict(drop=("blk.2.",)),
+                     "declares 1 MTP layer (glm4moe.nextn_predict_layers) but holds no "
+                     "blk.2.nextn.eh_proj.weight"),
+    "two MTP layers": (dict(declared=2),
+                       "declares 2 MTP layers (glm4moe.nextn_predict_layers); this llama.cpp "
+                       "runs one"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", HOSTILE_MTP)
+def test_mtp_layers_llama_cpp_would_abort_on_are_refused_or_left_out(tmp_path, name):
+    """--drafter mtp: refused in one line; --drafter auto: a warning, and plain decoding's
+    tokens (unchecked, llama.cpp aborted building the MTP graph under both)."""
+    from tests.tiny_mtp import write_mtp_target
+
+    kwargs, what = HOSTILE_MTP[name]
+    models = tmp_path / "models"
+    models.mkdir()
+    path = write_mtp_target(models / "glm.gguf", **kwargs)
+    argv = ("run", "--target", str(path), "--prompt", "hi", "--max-tokens", "6", "--n-ctx", "64",
+            "--json")  # fmt: skip
+    done = run_edgespec(tmp_path, *argv, "--drafter", "mtp", "--k", "2", models=models)
+    assert done.error_line() == f"--drafter mtp: {path.name} {what}; {MTP_FIX}"
+    auto = run_edgespec(tmp_path, *argv, models=models)
+    assert auto.returncode == 0, auto.stderr
+    assert auto.warnings() == [
+        f"WARNING edgespec.loader: {path.name} {what}; drafting without its MTP layers"
+    ]
+    plain = run_edgespec(tmp_path, *argv, "--drafter", "none", models=models)
+    assert json.loads(auto.stdout)["tokens"] == json.loads(plain.stdout)["tokens"]
+
+
+def test_a_head_that_fails_at_run_time_is_dropped_and_the_target_answers(tmp_path, head_target):
+    """A head with NaN weights under sampling ended the run ("the model's logits hold NaN")
+    although only the draft head was broken: the drafter is dropped for the request with one
+    warning and the output is plain decoding's, token for token."""
+    from tests.tiny_eagle import TARGET, write_head
+
+    models = tmp_path / "models"
+    models.mkdir()
+    head = write_head(models / "head.gguf", TARGET, nan=True)
+    argv = ("run", "--target", str(head_target), "--prompt", "hi", "--max-tokens", "12",
+            "--n-ctx", "64", "--temperature", "0.8", "--seed", "3", "--json")  # fmt: skip
+    plain = run_edgespec(tmp_path, *argv, "--drafter", "none", models=models)
+    done = run_edgespec(tmp_path, *argv, "--head", str(head), "--drafter", "eagle", "--k", "3",
+                        models=models)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.warnings() == [
+        "WARNING edgespec.engine: the eagle drafter failed (the model's logits hold NaN, so no "
+        "token can be drawn; the model file or its back-end is broken: check it with `edgespec "
+        "doctor`); decoding on without it"
+    ]
+    assert json.loads(done.stdout)["tokens"] == json.loads(plain.stdout)["tokens"]

@@ -121,12 +121,14 @@ def test_a_long_lived_process_writes_its_lessons_at_most_every_thirty_seconds(ho
 @pytest.mark.parametrize(
     "content, why",
     [
-        (b"\0" * 64, "Expecting value: line 1 column 1 (char 0)"),
-        (b"[1, 2]", "not a JSON object"),
-        (b"\xff{}", "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"),
-        (b"[" * 100_000, "nested deeper than JSON is read"),
+        (b"\0" * 64, "is not valid JSON (Expecting value: line 1 column 1 (char 0))"),
+        (b"[1, 2]", "is not a JSON object (a list)"),
+        (b"\xff{}", "is not UTF-8 text"),
+        (b"[" * 100_000, "is nested deeper than JSON is read"),
+        (b'{"pair": ' + b"7" * 100_000 + b"}", "holds an integer of 100,000 digits"),
+        (b" " * (lessons.STORE_MAX_BYTES + 1), f"is larger than {lessons.STORE_MAX_BYTES:,} bytes"),
     ],
-    ids=["zeros", "array", "not utf-8", "nested"],
+    ids=["zeros", "array", "not utf-8", "nested", "long integer", "too large"],
 )  # fmt: skip
 def test_a_corrupt_store_is_ignored_once_and_written_afresh(home, caplog, content, why):
     lessons_path().write_bytes(content)
@@ -135,7 +137,8 @@ def test_a_corrupt_store_is_ignored_once_and_written_afresh(home, caplog, conten
         assert store.recall() == {}
         assert LessonStore("other").recall() == {}
     assert caplog.messages == [
-        f"ignoring the lessons store {lessons_path()} ({why}); the drafters start from their priors"
+        f"ignoring the lessons store {lessons_path()}: it {why}; the drafters start from their "
+        "priors"
     ]
     store.keep({"ngram": Lesson(4, {"3": (2, 4)})})
     assert LessonStore("pair").recall() == {"ngram": Lesson(4, {"3": (2, 4)})}

@@ -196,3 +196,51 @@ def test_a_head_with_a_norm_flag_is_refused(folders, tmp_path):
                r"yet; draft with it on a llama\.cpp target$")  # fmt: skip
     with pytest.raises(ModelFileError, match=refusal):
         export_head_onnx(head, read_checkpoint(folders[2].with_name("target.gguf")), tmp_path / "o")
+
+
+def spoiled_head(folders, tmp_path: Path, change: dict | None = None, text: str | None = None):
+    """A copy of the head folder whose head.json has fields changed, or is text."""
+    import json
+    import shutil
+
+    folder = tmp_path / "spoiled"
+    shutil.copytree(folders[1], folder)
+    info = json.loads((folder / "head.json").read_text())
+    (folder / "head.json").write_text(text if text is not None else json.dumps(info | change))
+    return folder
+
+
+HEAD_FIX = "export the head with its target: edgespec export --format onnx --head HEAD"
+
+
+@pytest.mark.parametrize(
+    "change, text, message",
+    [
+        (None, "[" * 200_000, "head.json is nested deeper than JSON is read"),
+        (None, '{"n_embd": ' + "9" * 100_000 + "}", "head.json holds an integer of 100,000 digits"),
+        (None, "[1, 2]", "head.json is not a JSON object (a list)"),
+        ({"layers": {"0": 1}}, None, "head.json: field 'layers' must be a list, got an object "
+                                     "{'0': 1}"),
+        ({"n_kv_head": 10**9}, None, "head.json: field 'n_kv_head' must be a whole number from 1 "
+                                     "to 4,096, got 1,000,000,000"),
+        ({"head_dim": "16"}, None, "head.json: field 'head_dim' must be a whole number from 1 to "
+                                   "4,096, got a string '16'"),
+        ({"n_out": 2, "d2t": [0, 10**6]}, None, "head.json: d2t holds 1000000, not distinct token "
+                                                "ids from 0 to 278"),
+        ({"n_out": 2, "d2t": [-1, 3]}, None, "head.json: d2t holds -1, not distinct token ids "
+                                             "from 0 to 278"),
+        ({"n_out": 2, "d2t": [3, 3]}, None, "head.json: d2t repeats an id, not distinct token "
+                                            "ids from 0 to 278"),
+        ({"n_out": 3, "d2t": [0, 1]}, None, "head.json: d2t holds 2 ids for 3 columns"),
+        ({"n_kv_head": 4}, None, "head.json says n_kv_head 4 but the graph has 2; the folder "
+                                 "mixes files of different heads"),
+    ],
+    ids=["deep", "long integer", "list", "layers object", "kv heads", "string", "id too large",
+         "negative id", "repeated id", "d2t short", "kv heads not the graph's"],
+)  # fmt: skip
+def test_a_hostile_head_json_is_refused_in_one_line(folders, tmp_path, change, text, message):
+    folder = spoiled_head(folders, tmp_path, change, text)
+    target = OnnxRuntime(folders[0], n_ctx=64, n_threads=1)
+    with pytest.raises(ModelFileError) as e:
+        target.open_head(str(folder))
+    assert str(e.value) == f"{folder}/{message}; {HEAD_FIX}"

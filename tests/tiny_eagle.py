@@ -58,6 +58,9 @@ def write_head(
     hidden: int | None = None,
     n_vocab: int | None = None,
     arch: str = ARCH,
+    more_metadata=None,  # writer -> None: adds or replaces keys (tests of hostile heads)
+    drop: tuple[str, ...] = (),  # tensors left out (names, or their beginnings)
+    nan: bool = False,  # fc.weight all NaN: a broken head, whose every draft pass gives NaN
 ) -> Path:
     """hidden: eagle3.target_hidden_size (default the target's n_embd); n_vocab: a vocabulary
     of that many tokens (default the target's): both written wrong to test refusals."""
@@ -78,7 +81,12 @@ def write_head(
     writer.add_token_types(types)
     writer.add_token_merges([m for m in merges if m.replace(" ", "") in tokens])
     writer.add_eos_token_id(tokens.index("<|im_end|>") if "<|im_end|>" in tokens else 0)
-    return write_tensors(writer, head_weights(hidden, len(tokens), seed), path)
+    if more_metadata is not None:
+        more_metadata(writer)
+    weights = head_weights(hidden, len(tokens), seed)
+    if nan:
+        weights["fc.weight"] = np.full_like(weights["fc.weight"], np.nan)
+    return write_tensors(writer, {n: a for n, a in weights.items() if not n.startswith(drop)}, path)
 
 
 def rope_adjacent(x: np.ndarray, theta: float) -> np.ndarray:

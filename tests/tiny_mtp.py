@@ -66,18 +66,23 @@ def mtp_weights(cfg: TinyConfig, n_vocab: int, seed: int) -> dict[str, np.ndarra
 
 
 def write_mtp_target(path: Path, cfg: TinyConfig = TARGET, *, seed: int = 0,
-                     mtp_layers: int = 1) -> Path:  # fmt: skip
-    """The tiny glm4moe target; mtp_layers=0 writes the trunk alone (no MTP layer)."""
+                     mtp_layers: int = 1, declared: int | None = None,
+                     drop: tuple[str, ...] = ()) -> Path:  # fmt: skip
+    """The tiny glm4moe target; mtp_layers=0 writes the trunk alone (no MTP layer).
+    declared: the nextn_predict_layers written (default mtp_layers); drop: tensors left out, by
+    name or its beginning (both to test refusals)."""
     import gguf
 
     tokens, types, merges = vocabulary()
     tensors = mtp_weights(cfg, len(tokens), seed)
     if not mtp_layers:
         tensors = {n: a for n, a in tensors.items() if not n.startswith(f"blk.{cfg.n_layer}.")}
+    tensors = {n: a for n, a in tensors.items() if not n.startswith(drop)}
+    declared = mtp_layers if declared is None else declared
     writer = gguf.GGUFWriter(str(path), ARCH)
     add_hparams(writer, cfg, "edgespec-tiny-mtp", n_layer=cfg.n_layer + mtp_layers)
     writer.add_head_count_kv(cfg.n_head_kv)
-    writer.add_uint32(f"{ARCH}.nextn_predict_layers", mtp_layers)
+    writer.add_uint32(f"{ARCH}.nextn_predict_layers", declared)
     writer.add_expert_count(N_EXPERT)
     writer.add_expert_used_count(N_EXPERT_USED)
     writer.add_expert_shared_count(1)

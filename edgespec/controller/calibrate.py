@@ -315,11 +315,11 @@ def read_tune_store() -> dict:
     path = tune_store_path()
     try:
         return read_store(path, TUNE_STORE_MAX_BYTES)
-    except (OSError, ValueError) as e:
+    except ValueError as e:
         if path not in _warned_stores:  # once: reading, then rewriting it, says the same
             _warned_stores.add(path)
             log.warning(
-                "ignoring the tune store %s (%s); cost curves will be measured again", path, e
+                "ignoring the tune store %s: it %s; cost curves will be measured again", path, e
             )
         return {}
 

@@ -189,11 +189,11 @@ def read_lessons() -> dict:
     path = lessons_path()
     try:
         return read_store(path, STORE_MAX_BYTES)
-    except (OSError, ValueError) as e:
+    except ValueError as e:
         if path not in _warned:
             _warned.add(path)
             log.warning(
-                "ignoring the lessons store %s (%s); the drafters start from their priors",
+                "ignoring the lessons store %s: it %s; the drafters start from their priors",
                 path,
                 e,
             )

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from edgespec.plumbing.jsonfile import read_json_object
+
 
 def edgespec_home() -> Path:
     """The folder; refused when it exists as something other than a folder."""
@@ -28,20 +30,16 @@ def edgespec_home() -> Path:
 
 
 def read_store(path: Path, max_bytes: int) -> dict:
-    """A store kept in the home (the tune store, the lessons): its JSON object, {} where the
-    file does not exist; ValueError saying why it cannot be one (over max_bytes, not UTF-8,
-    not JSON, nested deeper than json reads, not an object), OSError where it cannot be read."""
-    if not path.exists():
-        return {}
-    if path.stat().st_size > max_bytes:
-        raise ValueError(f"larger than {max_bytes >> 20} MiB")
+    """A store kept in the home (the tune store, the lessons): its JSON object, {} where
+    nothing is at path; ValueError completing "it ..." with why it cannot be one (a FIFO, a
+    device or a folder, over max_bytes, not UTF-8, not JSON, nested too deeply, not an
+    object, unreadable)."""
     try:
-        store = json.loads(path.read_bytes())
-    except RecursionError:
-        raise ValueError("nested deeper than JSON is read") from None
-    if not isinstance(store, dict):
-        raise ValueError("not a JSON object")
-    return store
+        return read_json_object(path, max_bytes)
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (or a file above it)
+        return {}
+    except OSError as e:
+        raise ValueError(f"cannot be read ({e.strerror or e})") from None
 
 
 def write_store(path: Path, store: dict) -> None:
