@@ -1827,6 +1827,20 @@ MUTANTS = (
         'name}", {}, {})',
         ("tests/test_eagle3_layouts.py",),
     ),
+    Mutant(  # run and serve read demo-target as a file name again
+        "run-ignores-model-names",
+        "model_args",
+        "str(resolve_model(target))",
+        "target",
+        ("tests/test_cli.py",),
+    ),
+    Mutant(  # a first calibration sits silent again
+        "calibration-unannounced",
+        "cost_curve",
+        "        announce(",
+        "        (lambda line: None)(",
+        ("tests/test_progress.py",),
+    ),
 )
 
 
