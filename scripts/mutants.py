@@ -1841,6 +1841,20 @@ MUTANTS = (
         "        (lambda line: None)(",
         ("tests/test_progress.py",),
     ),
+    Mutant(  # a raw-text prompt goes through the chat template after all
+        "bench-raw-text-as-chat",
+        "Bench.prompt_tokens",
+        "if prompt.text is not None:",
+        "if False:",
+        ("tests/test_bench.py",),
+    ),
+    Mutant(  # a line with both a chat and raw text is read as the chat
+        "suite-both-kinds-accepted",
+        "parse_line",
+        '("messages" in obj) == ("prompt" in obj)',
+        '"messages" not in obj and "prompt" not in obj',
+        ("tests/test_suites.py",),
+    ),
 )
 
 
