@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.export.families import FAMILIES, GGUF_ARCHS, HF_ARCHS
 
-HF_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-GGUF_ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 REQUIRED_CONFIG_KEYS = (
     "hidden_size",
@@ -50,7 +49,7 @@ HF_LAYER_TENSORS = (
     "input_layernorm.weight", "post_attention_layernorm.weight",
     "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
-    "self_attn.o_proj.weight",
+    "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
 )  # fmt: skip
 HF_MODEL_TENSORS = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
@@ -340,6 +339,41 @@ def unpermute_from_interleaved_rope(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+# a GGUF's rope_freqs tensor as a rope_scaling entry: {"rope_type": this, "factors": [...]}
+GGUF_FREQ_FACTORS = "gguf_rope_freqs"
+
+
+def scale_inv_freq(inv_freq: np.ndarray, scaling: dict | None) -> np.ndarray:
+    """HF's "linear" and "llama3" RoPE scaling, and llama.cpp's per-frequency divisors (a
+    GGUF's rope_freqs tensor, which its converter writes for llama3); others are refused
+    rather than guessed."""
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind == "default":
+        return inv_freq
+    assert scaling is not None
+    if kind == "linear":
+        return inv_freq / scaling["factor"]
+    if kind == GGUF_FREQ_FACTORS:
+        return inv_freq / np.asarray(scaling["factors"], np.float64)
+    if kind == "llama3":
+        factor, low, high = (
+            scaling["factor"],
+            scaling["low_freq_factor"],
+            scaling["high_freq_factor"],
+        )
+        old_ctx = scaling["original_max_position_embeddings"]
+        wavelen = 2 * np.pi / inv_freq
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        mid = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+        scaled = np.where(wavelen > old_ctx / low, inv_freq / factor, inv_freq)
+        is_mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
+        return np.where(is_mid, mid, scaled)
+    raise ModelFileError(
+        f"rope_scaling type {kind!r} is not supported by the ONNX exporter (default, linear, "
+        "llama3 are); export to GGUF instead"
+    )
+
+
 # --- GGUF ----------------------------------------------------------------------------------
 
 
@@ -353,7 +387,7 @@ def read_gguf_checkpoint(path: Path) -> Checkpoint:
             f"{', '.join(GGUF_ARCHS)})"
         )
     tokens = list(meta.get("tokenizer.ggml.tokens") or [])
-    config = gguf_config(path, meta, arch, len(tokens))
+    config = gguf_config(path, reader, meta, arch, len(tokens))
     tokenizer_json = gguf_tokenizer_json(path, reader, meta, tokens)
     add_bos = bool(meta.get("tokenizer.ggml.add_bos_token"))
     tok_config: dict[str, object] = {"add_bos_token": add_bos}
@@ -394,19 +428,14 @@ class GgufMetadata:
         return None if field is None else field.contents()
 
 
-def gguf_config(path: Path, meta: GgufMetadata, arch: str, n_vocab: int) -> dict:
+def gguf_config(path: Path, reader, meta: GgufMetadata, arch: str, n_vocab: int) -> dict:
     def need(key: str):
         value = meta.get(f"{arch}.{key}")
         if value is None:
             raise ModelFileError(f"{path}: metadata {arch}.{key} is missing; not a complete GGUF")
         return value
 
-    scaling = meta.get(f"{arch}.rope.scaling.type")
-    if scaling not in (None, "none"):
-        raise ModelFileError(
-            f"{path}: RoPE scaling {scaling!r} in a GGUF is not supported by the ONNX exporter; "
-            "export from the HF checkpoint folder instead"
-        )
+    scaling = gguf_rope_scaling(path, reader, meta, arch)
     n_head = need("attention.head_count")
     return {
         "architectures": [GGUF_ARCHS[arch]],
@@ -419,9 +448,32 @@ def gguf_config(path: Path, meta: GgufMetadata, arch: str, n_vocab: int) -> dict
         "max_position_embeddings": need("context_length"),
         "rms_norm_eps": need("attention.layer_norm_rms_epsilon"),
         "rope_theta": meta.get(f"{arch}.rope.freq_base") or 10000.0,
+        "rope_scaling": scaling,
         "vocab_size": n_vocab,
         "use_sliding_window": False,
     }
+
+
+def gguf_rope_scaling(path: Path, reader, meta: GgufMetadata, arch: str) -> dict | None:
+    """The GGUF's RoPE scaling as an HF rope_scaling entry: linear (a factor), or the
+    per-frequency divisors llama.cpp's converter writes as the rope_freqs tensor for Llama
+    3.x's llama3 scaling; any other kind is refused by name."""
+    kind = meta.get(f"{arch}.rope.scaling.type")
+    freqs = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    if kind in (None, "none") and freqs is None:
+        return None
+    if freqs is not None and kind in (None, "none"):
+        from edgespec.quant.gguf_quant import read_rows
+
+        factors = read_rows(path, freqs, 0, int(freqs.shape[-1])).reshape(-1)
+        return {"rope_type": GGUF_FREQ_FACTORS, "factors": [float(f) for f in factors]}
+    if kind == "linear" and freqs is None:
+        return {"rope_type": "linear", "factor": float(meta.get(f"{arch}.rope.scaling.factor"))}
+    raise ModelFileError(
+        f"{path}: RoPE scaling {kind!r}{' with rope_freqs' if freqs is not None else ''} in a "
+        "GGUF is not supported by the ONNX exporter (linear and Llama 3's rope_freqs are); "
+        "export from the HF checkpoint folder instead"
+    )
 
 
 def quantized(reader) -> bool:
@@ -437,7 +489,8 @@ class GgufWeights(LazyTensors):
     def __init__(self, path: Path, reader, arch: str, config: dict) -> None:
         import gguf
 
-        self.path, self.config, self.permute = path, config, arch == "llama"
+        family = FAMILIES[GGUF_ARCHS[arch]]
+        self.path, self.config, self.permute = path, config, family.permuted_qk
         arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
         names = gguf.TensorNameMap(arch_id, config["num_hidden_layers"])
         wanted = list(HF_MODEL_TENSORS) + [

@@ -45,8 +45,15 @@ from typing import BinaryIO
 
 import numpy as np
 
-from edgespec.errors import ModelFileError
-from edgespec.export.checkpoint import Checkpoint, LazyTensors, Rows, read_checkpoint, special_id
+from edgespec.export.checkpoint import (
+    Checkpoint,
+    LazyTensors,
+    Rows,
+    read_checkpoint,
+    scale_inv_freq,
+    special_id,
+)
+from edgespec.export.families import FAMILIES, Family, family
 from edgespec.plumbing.progress import progress
 from edgespec.quant.reference import ErrorSum, TensorError, error_summary
 from edgespec.runtimes.shared import check_logit_ranges
@@ -66,8 +73,6 @@ DATA_ALIGN = 4096  # page-aligned offsets let ONNX Runtime map the weights inste
 DATA_MIN_BYTES = 1024  # smaller constants stay inside model.onnx
 BLOCK_BYTES = 64 << 20  # float32 rows of a weight read, quantized and written at a time
 MAX_BLOCK = 128  # logits per block of first_max (Qwen2's 151,936: 1,187 blocks)
-ARCH_NAMES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
-              "Qwen2ForCausalLM": "qwen2"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -247,7 +252,7 @@ def model_info(
     )
     window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
     return ModelInfo(
-        arch=ARCH_NAMES[config["architectures"][0]],
+        arch=family(config).arch,
         n_layer=config["num_hidden_layers"],
         n_head=n_head,
         n_kv_head=config.get("num_key_value_heads", n_head),
@@ -294,6 +299,7 @@ class GraphBuilder:
         self.outputs: list = []
         self.count = 0
         self.errors: list[TensorError] = []  # each stored matmul weight's
+        self.family: Family = FAMILIES["LlamaForCausalLM"]  # the model's (build_decoder)
 
     def name(self, hint: str) -> str:
         self.count += 1
@@ -582,6 +588,7 @@ def build_decoder(
     from onnx import TensorProto, helper
 
     eps = float(config.get("rms_norm_eps", 1e-6))
+    g.family = family(config)
     g.inputs += g.step_inputs(info)
     g.prepare(info, config)
     norm_constants(g, eps)
@@ -697,14 +704,18 @@ def attention(g: GraphBuilder, h: str, info: ModelInfo, w: LazyTensors, i: int) 
     from onnx import helper
 
     p = f"model.layers.{i}.self_attn."
-    x = qkv_projection(g, h, w, p)
+    qkv = [qkv_projection(g, h, w, p), "", ""]  # packed: GroupQueryAttention splits it
+    if g.family.qk_norm:
+        q, k, v = split_qkv(g, qkv[0], info, p)
+        q = normed_heads(g, q, info.n_head, info.head_dim, w, p + "q_norm.weight")
+        qkv = [q, normed_heads(g, k, info.n_kv_head, info.head_dim, w, p + "k_norm.weight"), v]
     past = [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
     present = [f"present.{i}.key", f"present.{i}.value"]
     out = g.name(p + "gqa")
     g.nodes.append(
         helper.make_node(
             "GroupQueryAttention",
-            [x, "", "", *past, "seqlens_k", "total_sequence_length", "cos_cache", "sin_cache"],
+            [*qkv, *past, "seqlens_k", "total_sequence_length", "cos_cache", "sin_cache"],
             [out, *present], name=out, domain="com.microsoft",
             num_heads=info.n_head, kv_num_heads=info.n_kv_head, do_rotary=1,
             rotary_interleaved=0, scale=1.0 / math.sqrt(info.head_dim),
@@ -726,6 +737,24 @@ def qkv_projection(g: GraphBuilder, h: str, w: LazyTensors, p: str) -> str:
     return x
 
 
+def split_qkv(g: GraphBuilder, qkv: str, info: ModelInfo, p: str) -> list[str]:
+    """q [1, n, nh hd], k and v [1, n, nkv hd] of the packed projection."""
+    from onnx import helper
+
+    nh, nkv, hd = info.n_head, info.n_kv_head, info.head_dim
+    sizes = g.const(g.name("qkv_sizes"), np.array([nh * hd, nkv * hd, nkv * hd]))
+    parts = [g.name(f"{p}{n}") for n in "qkv"]
+    g.nodes.append(helper.make_node("Split", [qkv, sizes], parts, axis=-1))
+    return parts
+
+
+def normed_heads(g: GraphBuilder, x: str, n_heads: int, hd: int, w: LazyTensors, name: str) -> str:
+    """x [1, n, heads hd] with each head RMS-normed by the [hd] weight (Qwen3's q/k norms)."""
+    heads = g.op("Reshape", x, g.const(g.name("heads"), np.array([1, -1, n_heads, hd])))
+    normed = rms_norm(g, heads, w[name], name)
+    return g.op("Reshape", normed, g.const(g.name("flat"), np.array([1, -1, n_heads * hd])))
+
+
 def swiglu(g: GraphBuilder, h: str, w: LazyTensors, p: str) -> str:
     gate = g.matmul(h, w.rows(p + "mlp.gate_proj.weight"), p + "gate_proj")
     up = g.matmul(h, w.rows(p + "mlp.up_proj.weight"), p + "up_proj")
@@ -740,30 +769,3 @@ def rope_caches(config: dict, head_dim: int, n_pos: int) -> tuple[np.ndarray, np
     inv_freq = scale_inv_freq(inv_freq, config.get("rope_scaling"))
     angles = np.arange(n_pos, dtype=np.float64)[:, None] * inv_freq[None, :]
     return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-
-
-def scale_inv_freq(inv_freq: np.ndarray, scaling: dict | None) -> np.ndarray:
-    """HF's "linear" and "llama3" RoPE scaling; others are refused rather than guessed."""
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
-    if kind == "default":
-        return inv_freq
-    assert scaling is not None
-    if kind == "linear":
-        return inv_freq / scaling["factor"]
-    if kind == "llama3":
-        factor, low, high = (
-            scaling["factor"],
-            scaling["low_freq_factor"],
-            scaling["high_freq_factor"],
-        )
-        old_ctx = scaling["original_max_position_embeddings"]
-        wavelen = 2 * np.pi / inv_freq
-        smooth = (old_ctx / wavelen - low) / (high - low)
-        mid = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-        scaled = np.where(wavelen > old_ctx / low, inv_freq / factor, inv_freq)
-        is_mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
-        return np.where(is_mid, mid, scaled)
-    raise ModelFileError(
-        f"rope_scaling type {kind!r} is not supported by the ONNX exporter (default, linear, "
-        "llama3 are); export to GGUF instead"
-    )

@@ -36,7 +36,9 @@ from edgespec.export.onnx_export import (
     GraphBuilder,
     ModelInfo,
     qkv_projection,
+    rms_norm,
     rope_caches,
+    split_qkv,
 )
 from edgespec.quant.reference import ErrorSum
 
@@ -96,16 +98,16 @@ class StandardGraphBuilder(GraphBuilder):
 
     def attend(self, h: str, info: ModelInfo, w: LazyTensors, i: int) -> str:
         """softmax(q k^T / sqrt(hd) + mask) v over the buffer with this step's rows written."""
-        from onnx import helper
 
         nh, nkv, hd = info.n_head, info.n_kv_head, info.head_dim
         p = f"model.layers.{i}.self_attn."
-        qkv = qkv_projection(self, h, w, p)
-        sizes = self.const(self.name("qkv_sizes"), np.array([nh * hd, nkv * hd, nkv * hd]))
-        q, k, v = (self.name(f"{p}{n}") for n in "qkv")
-        self.nodes.append(helper.make_node("Split", [qkv, sizes], [q, k, v], axis=-1))
-        q = self.heads_first(self.rotate(self.split_heads(q, nh, hd)))  # [1, nh, n, hd]
-        k = self.heads_first(self.rotate(self.split_heads(k, nkv, hd)))  # [1, nkv, n, hd]
+        q, k, v = split_qkv(self, qkv_projection(self, h, w, p), info, p)
+        q, k = self.split_heads(q, nh, hd), self.split_heads(k, nkv, hd)
+        if self.family.qk_norm:
+            q, k = (rms_norm(self, x, w[p + f"{n}_norm.weight"], p + f"{n}_norm.weight")
+                    for x, n in ((q, "q"), (k, "k")))  # fmt: skip
+        q = self.heads_first(self.rotate(q))  # [1, nh, n, hd]
+        k = self.heads_first(self.rotate(k))  # [1, nkv, n, hd]
         v = self.heads_first(self.split_heads(v, nkv, hd))
         keys = self.scatter(f"past_key_values.{i}.key", k, f"present.{i}.key", info)
         values = self.scatter(f"past_key_values.{i}.value", v, f"present.{i}.value", info)

@@ -1,4 +1,4 @@
-"""Tiny Hugging Face checkpoint folders (Llama, Mistral, Qwen2) made in the test run.
+"""Tiny Hugging Face checkpoint folders (Llama, Mistral, Qwen2, Qwen3) made in the test run.
 
 A real byte-level BPE tokenizer trained with the `tokenizers` library on a small corpus, and
 random float32 weights under the HF tensor names, written as model.safetensors.
@@ -23,7 +23,13 @@ CORPUS = [
     "import numpy as np\nx = np.zeros((3, 4), dtype=np.float32)\n",
 ] * 20
 HF_ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-           "qwen2": "Qwen2ForCausalLM"}  # fmt: skip
+           "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}  # fmt: skip
+# Qwen3's config.json fields beyond Llama's, as Qwen/Qwen3-0.6B publishes them (head_dim is
+# not hidden_size / heads there: 128 against 1024 / 16)
+QWEN3_FIELDS = {"attention_bias": False, "attention_dropout": 0.0, "hidden_act": "silu",
+                "max_window_layers": 28, "rope_scaling": None, "sliding_window": None,
+                "use_sliding_window": False, "tie_word_embeddings": True,
+                "torch_dtype": "bfloat16"}  # fmt: skip
 
 
 def make_tokenizer(folder: Path, vocab_size: int = 384) -> int:
@@ -69,7 +75,7 @@ def make_tiny_hf(
 
     n_vocab = make_tokenizer(folder)
     rng = np.random.default_rng(seed)
-    hd = n_embd // n_head
+    hd = n_embd // n_head if arch != "qwen3" else 2 * n_embd // n_head  # Qwen3: wider heads
 
     def w(*shape: int, scale: float = 1.0) -> np.ndarray:
         return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
@@ -79,8 +85,15 @@ def make_tiny_hf(
         "model.norm.weight": (1 + 0.1 * rng.standard_normal(n_embd)).astype(np.float32),
         "lm_head.weight": w(n_vocab, n_embd, scale=4.0),
     }
+    if arch == "qwen3":  # tied: the output layer is the embedding
+        del tensors["lm_head.weight"]
     for i in range(n_layer):
         p = f"model.layers.{i}."
+        if arch == "qwen3":
+            for name in ("q_norm", "k_norm"):
+                tensors[p + f"self_attn.{name}.weight"] = (
+                    1 + 0.2 * rng.standard_normal(hd)
+                ).astype(np.float32)
         tensors |= {
             p + "input_layernorm.weight": (1 + 0.1 * rng.standard_normal(n_embd)).astype(
                 np.float32
@@ -107,6 +120,8 @@ def make_tiny_hf(
         "max_position_embeddings": 512, "rope_theta": rope_theta, "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False, "eos_token_id": 2,
     }  # fmt: skip
+    if arch == "qwen3":
+        config |= QWEN3_FIELDS | {"head_dim": hd}
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
 

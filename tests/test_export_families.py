@@ -1,0 +1,99 @@
+"""ONNX export of each family export/families.py names beyond Llama/Qwen2 (which
+test_onnx.py covers): a tiny checkpoint in the publisher's layout, exported in both flavours,
+its fp32 logits held to the float64 numpy reference of the family's forward pass (max |diff|
+< 1e-4 on logits of O(10): float32 rounding, measured ~2e-5), and its float32 GGUF, where
+llama.cpp reads the family, to llama.cpp's logits (< 0.02: llama.cpp's f16 KV cache, as
+test_export_hf.py) and to the ONNX export of the HF folder (< 1e-5: the same weights)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import numpy_reference
+from tests.tiny_hf import make_tiny_hf
+
+pytest.importorskip("onnxruntime", reason="the ONNX back-end needs onnxruntime (edgespec[onnx])")
+pytest.importorskip("onnx", reason="the ONNX exporter needs onnx (edgespec[onnx])")
+
+from edgespec.export.onnx_export import export_onnx  # noqa: E402
+from edgespec.export.onnx_standard import StandardGraphBuilder  # noqa: E402
+from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
+from edgespec.runtimes.onnxrt_standard import StandardOnnxRuntime  # noqa: E402
+
+TOKENS = [5, 17, 42, 99, 150, 7, 33, 250, 12, 64]
+FAMILIES = ["qwen3"]
+# Llama 3.1's rope_scaling fields, its original context cut so that ten tokens feel it
+LLAMA3_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8, "rope_type": "llama3"}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def checkpoint(request, tmp_path_factory) -> Path:
+    return make_tiny_hf(tmp_path_factory.mktemp(request.param), arch=request.param, seed=3)
+
+
+def test_fp32_logits_match_the_numpy_reference_in_both_flavours(checkpoint, tmp_path):
+    ref = numpy_reference.forward(checkpoint, TOKENS)
+    ort = OnnxRuntime(export_onnx(checkpoint, tmp_path / "ort"), n_ctx=64)
+    standard = export_onnx(checkpoint, tmp_path / "std", builder=StandardGraphBuilder)
+    for got in (ort.forward(TOKENS), StandardOnnxRuntime(standard, n_ctx=64).forward(TOKENS)):
+        assert got.shape == ref.shape
+        assert np.abs(got - ref).max() < 1e-4
+
+
+def test_its_gguf_gives_llama_cpps_logits_and_the_same_onnx_graph(checkpoint, tmp_path):
+    pytest.importorskip("llama_cpp")
+    from edgespec.export.hf_to_gguf import convert_hf_to_gguf
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    gguf = convert_hf_to_gguf(checkpoint, tmp_path / "m.gguf", outtype="f32")
+    ref = numpy_reference.forward(checkpoint, TOKENS)
+    assert np.abs(LlamaCppRuntime(gguf, n_ctx=64).forward(TOKENS) - ref).max() < 0.02
+    from_gguf = OnnxRuntime(export_onnx(gguf, tmp_path / "g"), n_ctx=64).forward(TOKENS)
+    from_hf = OnnxRuntime(export_onnx(checkpoint, tmp_path / "h"), n_ctx=64).forward(TOKENS)
+    assert np.abs(from_gguf - from_hf).max() < 1e-5
+
+
+def test_a_llama_3_gguf_keeps_its_rope_freqs(tmp_path):
+    """Llama 3.1's llama3 RoPE scaling becomes llama.cpp's rope_freqs tensor in the GGUF, and
+    the ONNX export of that GGUF applies it (the scaling, made to matter at ten tokens, moves
+    the logits by far more than the bound)."""
+    pytest.importorskip("llama_cpp")
+    from edgespec.export.hf_to_gguf import convert_hf_to_gguf
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    hf = make_tiny_hf(tmp_path / "hf", arch="llama", seed=4, n_head=2, n_head_kv=1)
+    plain = numpy_reference.forward(hf, TOKENS)
+    config = json.loads((hf / "config.json").read_text())
+    config["rope_scaling"] = LLAMA3_SCALING
+    (hf / "config.json").write_text(json.dumps(config))
+    ref = numpy_reference.forward(hf, TOKENS)
+    assert np.abs(ref - plain).max() > 0.5
+    gguf = convert_hf_to_gguf(hf, tmp_path / "m.gguf", outtype="f32")
+    assert np.abs(LlamaCppRuntime(gguf, n_ctx=64).forward(TOKENS) - ref).max() < 0.02
+    got = OnnxRuntime(export_onnx(gguf, tmp_path / "onnx"), n_ctx=64).forward(TOKENS)
+    assert np.abs(got - ref).max() < 1e-4
+
+
+def test_a_gguf_rope_scaling_the_exporter_does_not_compute_is_refused(tmp_path):
+    pytest.importorskip("gguf")
+    from edgespec.errors import ModelFileError
+    from edgespec.export.checkpoint import read_checkpoint
+    from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf
+
+    def yarn(writer) -> None:
+        writer.add_string("llama.rope.scaling.type", "yarn")
+
+    cfg = TinyConfig()
+    weights = random_weights(cfg, len(vocabulary()[0]), 0)
+    path = write_gguf(tmp_path / "y.gguf", cfg, weights, more_metadata=yarn, pre="gpt-2")
+    with pytest.raises(ModelFileError) as e:
+        read_checkpoint(path)
+    assert str(e.value) == (
+        f"{path}: RoPE scaling 'yarn' in a GGUF is not supported by the ONNX exporter (linear "
+        "and Llama 3's rope_freqs are); export from the HF checkpoint folder instead"
+    )
