@@ -47,6 +47,7 @@ SIZED_DTYPES = {**SAFETENSORS_DTYPES, **SAFETENSORS_INT_DTYPES}  # checked again
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
 HF_LAYER_TENSORS = (
     "input_layernorm.weight", "post_attention_layernorm.weight",
+    "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight",
     "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
     "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
@@ -437,7 +438,7 @@ def gguf_config(path: Path, reader, meta: GgufMetadata, arch: str, n_vocab: int)
 
     scaling = gguf_rope_scaling(path, reader, meta, arch)
     n_head = need("attention.head_count")
-    return {
+    config = {
         "architectures": [GGUF_ARCHS[arch]],
         "num_hidden_layers": need("block_count"),
         "hidden_size": need("embedding_length"),
@@ -452,6 +453,10 @@ def gguf_config(path: Path, reader, meta: GgufMetadata, arch: str, n_vocab: int)
         "vocab_size": n_vocab,
         "use_sliding_window": False,
     }
+    family = FAMILIES[GGUF_ARCHS[arch]]
+    if family.gguf_fields is not None:
+        config |= family.gguf_fields(lambda key: meta.get(f"{arch}.{key}"), config)
+    return config
 
 
 def gguf_rope_scaling(path: Path, reader, meta: GgufMetadata, arch: str) -> dict | None:
@@ -491,6 +496,7 @@ class GgufWeights(LazyTensors):
 
         family = FAMILIES[GGUF_ARCHS[arch]]
         self.path, self.config, self.permute = path, config, family.permuted_qk
+        self.norm_offset = np.float32(family.norm_offset)  # llama.cpp stores Gemma's 1 + w
         arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
         names = gguf.TensorNameMap(arch_id, config["num_hidden_layers"])
         wanted = list(HF_MODEL_TENSORS) + [
@@ -511,6 +517,8 @@ class GgufWeights(LazyTensors):
     def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
         if self.permute and name.endswith(("q_proj.weight", "k_proj.weight")):
             return self.read_unpermuted(name, start, stop)
+        if name.endswith("norm.weight"):
+            return self.read_stored(name, start, stop) - self.norm_offset
         return self.read_stored(name, start, stop)
 
     def read_stored(self, name: str, start: int, stop: int) -> np.ndarray:

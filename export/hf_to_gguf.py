@@ -38,6 +38,7 @@ class ArchSpec:
     gguf_arch: str  # name in gguf.MODEL_ARCH_NAMES
     permute_qk: bool  # HF halves-RoPE -> llama.cpp interleaved RoPE
     pre_tokenizer: str  # llama.cpp's tokenizer.ggml.pre for byte-level BPE of this family
+    norm_shift: float = 0.0  # added to every norm weight (Gemma's 1 + w, as llama.cpp keeps it)
 
 
 ARCHS = {  # the architectures export/checkpoint.py reads (HF_ARCHS)
@@ -45,6 +46,7 @@ ARCHS = {  # the architectures export/checkpoint.py reads (HF_ARCHS)
     "MistralForCausalLM": ArchSpec("llama", True, "llama-bpe"),
     "Qwen2ForCausalLM": ArchSpec("qwen2", False, "qwen2"),
     "Qwen3ForCausalLM": ArchSpec("qwen3", False, "qwen2"),
+    "Gemma3ForCausalLM": ArchSpec("gemma3", False, "default", norm_shift=1.0),
 }
 
 
@@ -72,6 +74,8 @@ def convert_hf_to_gguf(hf_dir: Path, out_path: Path, *, outtype: str = "f16") ->
             if name.endswith("attn_k.weight"):
                 heads = config.get("num_key_value_heads", heads)
             rows = Rows.of(permute_for_interleaved_rope(rows.read(0, rows.shape[0]), heads))
+        if spec.norm_shift and name.endswith("norm.weight"):
+            rows = Rows.of(rows.read(0, rows.shape[0]) + np.float32(spec.norm_shift))
         dtype = np.dtype(np.float16 if outtype == "f16" and len(rows.shape) == 2 else np.float32)
         writer.add_tensor_info(name, rows.shape, dtype, dtype.itemsize * rows.nbytes // 4)
         tensors.append((rows, dtype))
@@ -132,7 +136,24 @@ def write_hparams(writer, config: dict, outtype: str) -> None:
     writer.add_value_length(head_dim)
     writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
     writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
+    if config["architectures"][0] == "Gemma3ForCausalLM":
+        check_gemma3(config, head_dim)
+        writer.add_sliding_window(config["sliding_window"])
     writer.add_file_type(1 if outtype == "f16" else 0)
+
+
+def check_gemma3(config: dict, head_dim: int) -> None:
+    """llama.cpp's gemma3 keeps in code what a config may say otherwise: refused where it does."""
+    layers = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+              for i in range(config["num_hidden_layers"])]  # fmt: skip
+    wanted = {"layer_types": layers, "query_pre_attn_scalar": head_dim,
+              "rope_local_base_freq": 10000.0}  # fmt: skip
+    for key, value in wanted.items():
+        if config.get(key, value) != value:
+            raise ModelFileError(
+                f"{key} is {config[key]!r}, where llama.cpp's gemma3 computes {value!r}; this "
+                "Gemma 3 cannot be converted to GGUF (export it to ONNX instead)"
+            )
 
 
 def rope_tensors(writer, config: dict) -> list[tuple[str, Rows]]:

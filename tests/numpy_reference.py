@@ -85,3 +85,46 @@ def forward(folder: Path, tokens: list[int]) -> np.ndarray:
         x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])  # tied where absent
     return rms_norm(x, w["model.norm.weight"], eps) @ head.T
+
+
+def gemma3_forward(folder: Path, tokens: list[int]) -> np.ndarray:
+    """[len(tokens), n_vocab] float64 logits of a Gemma 3 text checkpoint: norms scale by
+    1 + w, the embedding by sqrt(hidden_size), q and k normed per head, sandwich norms around
+    both branches, GeGLU (tanh GELU), sliding layers attending to their last `sliding_window`
+    positions with RoPE base rope_local_base_freq, full layers with rope_theta."""
+    cfg, w = load(folder)
+    n_head, n_kv, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["rms_norm_eps"]
+
+    def norm(x: np.ndarray, name: str) -> np.ndarray:
+        return rms_norm(x, 1.0 + w[name], eps)
+
+    n = len(tokens)
+    x = w["model.embed_tokens.weight"][tokens] * np.sqrt(cfg["hidden_size"])
+    pos = np.arange(n)
+    causal = pos[None, :] <= pos[:, None]
+    window = causal & (pos[:, None] - pos[None, :] < cfg["sliding_window"])
+    for i, kind in enumerate(cfg["layer_types"]):
+        p = f"model.layers.{i}."
+        local = kind == "sliding_attention"
+        theta = cfg["rope_local_base_freq"] if local else cfg["rope_theta"]
+        h = norm(x, p + "input_layernorm.weight")
+
+        def proj(name: str, heads: int, h=h, p=p) -> np.ndarray:
+            y = (h @ w[p + f"self_attn.{name}_proj.weight"].T).reshape(n, heads, -1)
+            y = y.transpose(1, 0, 2)
+            return norm(y, p + f"self_attn.{name}_norm.weight") if name != "v" else y
+
+        q, k, v = rope(proj("q", n_head), theta), rope(proj("k", n_kv), theta), proj("v", n_kv)
+        k, v = np.repeat(k, n_head // n_kv, axis=0), np.repeat(v, n_head // n_kv, axis=0)
+        scores = q @ k.transpose(0, 2, 1) * cfg["query_pre_attn_scalar"] ** -0.5
+        scores = np.where(window if local else causal, scores, -np.inf)
+        att = np.exp(scores - scores.max(-1, keepdims=True))
+        att /= att.sum(-1, keepdims=True)
+        out = (att @ v).transpose(1, 0, 2).reshape(n, -1) @ w[p + "self_attn.o_proj.weight"].T
+        x = x + norm(out, p + "post_attention_layernorm.weight")
+        h = norm(x, p + "pre_feedforward_layernorm.weight")
+        gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
+        gelu = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate**3)))
+        out = (gelu * up) @ w[p + "mlp.down_proj.weight"].T
+        x = x + norm(out, p + "post_feedforward_layernorm.weight")
+    return norm(x, "model.norm.weight") @ w["model.embed_tokens.weight"].T
