@@ -539,15 +539,23 @@ class GgufWeights(LazyTensors):
 
 
 def gguf_tokenizer_json(path: Path, reader, meta: GgufMetadata, tokens: list[str]) -> str:
-    """A `tokenizers` tokenizer.json equivalent to the GGUF's byte-level BPE vocabulary."""
+    """A `tokenizers` tokenizer.json equivalent to the GGUF's vocabulary: byte-level BPE, or
+    SentencePiece (export/spm_tokenizer.py)."""
     model, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre")
+    types = list(meta.get("tokenizer.ggml.token_type"))
+    if model == "llama":
+        from edgespec.export.spm_tokenizer import spm_tokenizer_json
+
+        scores = [float(x) for x in meta.get("tokenizer.ggml.scores")]
+        prefix = meta.get("tokenizer.ggml.add_space_prefix")
+        return spm_tokenizer_json(tokens, scores, types, bos_template(meta, tokens),
+                                  add_space_prefix=prefix is None or bool(prefix))  # fmt: skip
     if model != "gpt2" or (pre not in PRE_TOKENIZER_REGEX and pre != "gpt-2"):
         raise ModelFileError(
-            f"{path}: tokenizer {model}/{pre} cannot be rebuilt for ONNX (byte-level BPE with "
-            f"pre-tokenizer gpt-2, {', '.join(PRE_TOKENIZER_REGEX)} can); export from the HF "
-            "checkpoint folder, whose tokenizer.json travels as it is"
+            f"{path}: tokenizer {model}/{pre} cannot be rebuilt for ONNX (SentencePiece, and "
+            f"byte-level BPE with pre-tokenizer gpt-2, {', '.join(PRE_TOKENIZER_REGEX)} can); "
+            "export from the HF checkpoint folder, whose tokenizer.json travels as it is"
         )
-    types = list(meta.get("tokenizer.ggml.token_type"))
     merges_field = reader.fields.get("tokenizer.ggml.merges")
     merges = [] if merges_field is None else list(merges_field.contents())
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
@@ -563,18 +571,7 @@ def gguf_tokenizer_json(path: Path, reader, meta: GgufMetadata, tokens: list[str
         for i, (text, kind) in enumerate(zip(tokens, types))
         if kind in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
     ]  # fmt: skip
-    post_processor: dict = byte_level
-    bos = meta.get("tokenizer.ggml.bos_token_id")
-    if meta.get("tokenizer.ggml.add_bos_token") and bos is not None:
-        post_processor = {
-            "type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": tokens[bos], "type_id": 0}},
-                       {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"Sequence": {"id": "A", "type_id": 0}},
-                     {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {tokens[bos]: {"id": tokens[bos], "ids": [bos],
-                                             "tokens": [tokens[bos]]}},
-        }  # fmt: skip
+    post_processor = bos_template(meta, tokens) or byte_level
     return json.dumps({
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": {"type": "NFC"} if pre == "qwen2" else None,
@@ -589,3 +586,19 @@ def gguf_tokenizer_json(path: Path, reader, meta: GgufMetadata, tokens: list[str
                             if k in (TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED)},
                   "merges": merges},
     }, ensure_ascii=False)  # fmt: skip
+
+
+def bos_template(meta: GgufMetadata, tokens: list[str]) -> dict | None:
+    """The post-processor that adds BOS where the GGUF says to (add_bos_token); else None."""
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    if not meta.get("tokenizer.ggml.add_bos_token") or bos is None:
+        return None
+    return {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": tokens[bos], "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {tokens[bos]: {"id": tokens[bos], "ids": [bos],
+                                         "tokens": [tokens[bos]]}},
+    }  # fmt: skip

@@ -114,3 +114,55 @@ def test_a_gguf_rope_scaling_the_exporter_does_not_compute_is_refused(tmp_path):
         f"{path}: RoPE scaling 'yarn' in a GGUF is not supported by the ONNX exporter (linear "
         "and Llama 3's rope_freqs are); export from the HF checkpoint folder instead"
     )
+
+
+def write_spm_gguf(path: Path, add_space_prefix: bool) -> Path:
+    """A tiny Llama GGUF with a SentencePiece vocabulary (tokenizer.ggml.model "llama", as
+    Gemma and Llama 2 ship): specials, the 256 byte tokens, and pieces with scores that make
+    the merge order matter."""
+    import gguf
+
+    from tests.tiny_gguf import TinyConfig, add_hparams, random_weights, write_tensors
+
+    pieces = list("\u2581abdehilnorstw,.") + [
+        "th", "he", "\u2581t", "\u2581th", "\u2581the", "an", "nd", "\u2581a", "\u2581and",
+        "or", "wo", "\u2581w", "\u2581wor", "ld", "rld", "\u2581world", "is", "\u2581is", "er",
+    ]  # fmt: skip
+    rng = np.random.default_rng(0)
+    tokens = ["<pad>", "</s>", "<s>", "<unk>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    types = [3, 3, 3, 2] + [6] * 256 + [1] * len(pieces)
+    scores = [0.0] * 260 + [float(-len(p) * 0.1 - rng.random()) for p in pieces]
+    cfg = TinyConfig()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    add_hparams(writer, cfg, "edgespec-tiny-spm")
+    writer.add_head_count_kv(cfg.n_head_kv)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(2)
+    writer.add_eos_token_id(1)
+    writer.add_unk_token_id(3)
+    writer.add_add_bos_token(True)
+    writer.add_add_space_prefix(add_space_prefix)
+    return write_tensors(writer, random_weights(cfg, len(tokens), 0), path)
+
+
+@pytest.mark.parametrize("add_space_prefix", [False, True])
+def test_a_sentencepiece_gguf_tokenizes_as_llama_cpp_after_export(tmp_path, add_space_prefix):
+    pytest.importorskip("llama_cpp")
+    from edgespec.runtimes.llamacpp import LlamaCppRuntime
+
+    gguf = write_spm_gguf(tmp_path / "spm.gguf", add_space_prefix)
+    llama_cpp = LlamaCppRuntime(gguf, n_ctx=64)
+    onnx = OnnxRuntime(export_onnx(gguf, tmp_path / "onnx"), n_ctx=64)
+    texts = [
+        "the world and the answer",
+        " is the  world, or is it.",
+        "Tallinn \u00fcn\u00efc\u00f6d\u00e9 \U0001f680",
+        "</s>the",
+    ]
+    for text in texts:
+        assert onnx.tokenize(text, special=True) == llama_cpp.tokenize(text, special=True)
+    ids = llama_cpp.tokenize(texts[1], special=False)
+    assert onnx.detokenize(ids) == llama_cpp.detokenize(ids)
