@@ -25,6 +25,7 @@ import numpy as np
 
 from edgespec.errors import ModelFileError
 from edgespec.export.families import FAMILIES, GGUF_ARCHS, HF_ARCHS
+from edgespec.export.rope import GGUF_FREQ_FACTORS
 
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 REQUIRED_CONFIG_KEYS = (
@@ -338,41 +339,6 @@ def unpermute_from_interleaved_rope(w: np.ndarray, n_head: int) -> np.ndarray:
     """The inverse of permute_for_interleaved_rope: llama.cpp's pairs back to HF's halves."""
     rows = w.shape[0]
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-# a GGUF's rope_freqs tensor as a rope_scaling entry: {"rope_type": this, "factors": [...]}
-GGUF_FREQ_FACTORS = "gguf_rope_freqs"
-
-
-def scale_inv_freq(inv_freq: np.ndarray, scaling: dict | None) -> np.ndarray:
-    """HF's "linear" and "llama3" RoPE scaling, and llama.cpp's per-frequency divisors (a
-    GGUF's rope_freqs tensor, which its converter writes for llama3); others are refused
-    rather than guessed."""
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
-    if kind == "default":
-        return inv_freq
-    assert scaling is not None
-    if kind == "linear":
-        return inv_freq / scaling["factor"]
-    if kind == GGUF_FREQ_FACTORS:
-        return inv_freq / np.asarray(scaling["factors"], np.float64)
-    if kind == "llama3":
-        factor, low, high = (
-            scaling["factor"],
-            scaling["low_freq_factor"],
-            scaling["high_freq_factor"],
-        )
-        old_ctx = scaling["original_max_position_embeddings"]
-        wavelen = 2 * np.pi / inv_freq
-        smooth = (old_ctx / wavelen - low) / (high - low)
-        mid = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-        scaled = np.where(wavelen > old_ctx / low, inv_freq / factor, inv_freq)
-        is_mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
-        return np.where(is_mid, mid, scaled)
-    raise ModelFileError(
-        f"rope_scaling type {kind!r} is not supported by the ONNX exporter (default, linear, "
-        "llama3 are); export to GGUF instead"
-    )
 
 
 # --- GGUF ----------------------------------------------------------------------------------

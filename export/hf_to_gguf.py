@@ -24,9 +24,9 @@ from edgespec.export.checkpoint import (
     Rows,
     permute_for_interleaved_rope,
     read_hf_checkpoint,
-    scale_inv_freq,
     special_id,
 )
+from edgespec.export.rope import scale_inv_freq
 from edgespec.plumbing.progress import progress
 
 log = logging.getLogger(__name__)

@@ -50,10 +50,10 @@ from edgespec.export.checkpoint import (
     LazyTensors,
     Rows,
     read_checkpoint,
-    scale_inv_freq,
     special_id,
 )
 from edgespec.export.families import FAMILIES, Family, family
+from edgespec.export.rope import rope_caches, rope_configs
 from edgespec.plumbing.progress import progress
 from edgespec.quant.reference import ErrorSum, TensorError, error_summary
 from edgespec.runtimes.shared import check_logit_ranges
@@ -805,21 +805,3 @@ def gelu_tanh(g: GraphBuilder, x: str) -> str:
     inner = g.op("Add", x, g.op("Mul", g.op("Mul", g.op("Mul", x, x), x), c("k", 0.044715)))
     t = g.op("Tanh", g.op("Mul", inner, c("root", math.sqrt(2 / math.pi))))
     return g.op("Mul", g.op("Mul", x, c("half", 0.5)), g.op("Add", t, c("one", 1.0)))
-
-
-def rope_configs(config: dict, local: list[bool]) -> dict[str, dict]:
-    """The RoPE of the global layers (""), and of the sliding ones ("_local": their own base,
-    unscaled, as Gemma 3's), each as the config rope_caches reads."""
-    configs = {"": config}
-    if any(local):
-        configs["_local"] = {"rope_theta": config["rope_local_base_freq"], "rope_scaling": None}
-    return configs
-
-
-def rope_caches(config: dict, head_dim: int, n_pos: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin [n_pos, head_dim/2] float32 of HF's rotate-half RoPE, scaling applied."""
-    theta = float(config.get("rope_theta", 10000.0))
-    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    inv_freq = scale_inv_freq(inv_freq, config.get("rope_scaling"))
-    angles = np.arange(n_pos, dtype=np.float64)[:, None] * inv_freq[None, :]
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)

@@ -166,3 +166,29 @@ def test_a_sentencepiece_gguf_tokenizes_as_llama_cpp_after_export(tmp_path, add_
         assert onnx.tokenize(text, special=True) == llama_cpp.tokenize(text, special=True)
     ids = llama_cpp.tokenize(texts[1], special=False)
     assert onnx.detokenize(ids) == llama_cpp.detokenize(ids)
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_speculative_output_is_plain_decodings_under_exact(checkpoint, tmp_path, sampled):
+    """Greedy and seeded: prompt lookup and a draft model leave the output as it is, under
+    --exact's padded passes."""
+    from edgespec.backends import EXACT_ONNX
+    from edgespec.controller import FixedPolicy
+    from edgespec.drafters import ModelDrafter, NgramDrafter
+    from edgespec.engine import SpeculativeDecoder
+    from edgespec.runtimes.onnxrt import OnnxOptions
+    from edgespec.sampling import SamplingParams
+    from tests.tiny_hf import noisy_copy
+
+    exact = OnnxOptions(**EXACT_ONNX)
+    target = OnnxRuntime(export_onnx(checkpoint, tmp_path / "t"), n_ctx=256, options=exact)
+    draft_hf = noisy_copy(checkpoint, tmp_path / "draft_hf")
+    draft = OnnxRuntime(export_onnx(draft_hf, tmp_path / "d"), n_ctx=256, options=exact)
+    sp = SamplingParams(temperature=0.8, seed=3) if sampled else SamplingParams()
+    tokens = [5, 17, 42, 99, 5, 17, 42, 150, 7, 5, 17]
+    plain = SpeculativeDecoder(target).generate(tokens, max_tokens=30, sp=sp, speculative=False)
+    for kind, drafter in (("ngram", NgramDrafter()), ("model", ModelDrafter(draft))):
+        policy = FixedPolicy(kind, 4)
+        out = SpeculativeDecoder(target, [drafter], policy).generate(tokens, max_tokens=30, sp=sp)
+        assert out.tokens == plain.tokens, kind
+        assert out.stats.n_draft_tokens > 0
