@@ -194,21 +194,25 @@ def test_speculative_output_is_plain_decodings_under_exact(checkpoint, tmp_path,
         assert out.stats.n_draft_tokens > 0
 
 
+NOT_COMPUTED = ", which the ONNX exporter does not compute for gemma3; export to GGUF instead"
+
+
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("final_logit_softcapping", 30.0, "config.json: final_logit_softcapping is 30.0, which the ONNX "
-         "exporter does not compute for gemma3; export to GGUF instead"),
-        ("attn_logit_softcapping", 50.0, "config.json: attn_logit_softcapping is 50.0, which the ONNX "
-         "exporter does not compute for gemma3; export to GGUF instead"),
-        ("use_bidirectional_attention", True, "config.json: use_bidirectional_attention is True, which the "
-         "ONNX exporter does not compute for gemma3; export to GGUF instead"),
-        ("hidden_activation", "gelu", "config.json: activation 'gelu' is not gemma3's gelu_pytorch_tanh, "
-         "the one the ONNX exporter computes for it; export to GGUF instead"),
-        ("layer_types", ["sliding_attention"] * 5 + ["chunked_attention"], "layer_types "
-         "['sliding_attention', 'sliding_attention', 'sliding_attention', 'sliding_attention', "
-         "'sliding_attention', 'chunked_attention'] is not one of sliding_attention / "
-         "full_attention per layer; check config.json"),
+        ("final_logit_softcapping", 30.0,
+         "config.json: final_logit_softcapping is 30.0" + NOT_COMPUTED),
+        ("attn_logit_softcapping", 50.0,
+         "config.json: attn_logit_softcapping is 50.0" + NOT_COMPUTED),
+        ("use_bidirectional_attention", True,
+         "config.json: use_bidirectional_attention is True" + NOT_COMPUTED),
+        ("hidden_activation", "gelu",
+         "config.json: activation 'gelu' is not gemma3's gelu_pytorch_tanh, the one the ONNX "
+         "exporter computes for it; export to GGUF instead"),
+        ("layer_types", ["sliding_attention"] * 5 + ["chunked_attention"],
+         "layer_types ['sliding_attention', 'sliding_attention', 'sliding_attention', "
+         "'sliding_attention', 'sliding_attention', 'chunked_attention'] is not one of "
+         "sliding_attention / full_attention per layer; check config.json"),
     ],
 )  # fmt: skip
 def test_a_gemma3_field_the_graph_does_not_compute_is_refused(tmp_path, field, value, message):
