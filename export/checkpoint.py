@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.export.families import FAMILIES, GGUF_ARCHS, HF_ARCHS
+from edgespec.export.rope import GGUF_FREQ_FACTORS
 
-HF_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-GGUF_ARCHS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 REQUIRED_CONFIG_KEYS = (
     "hidden_size",
@@ -48,9 +48,10 @@ SIZED_DTYPES = {**SAFETENSORS_DTYPES, **SAFETENSORS_INT_DTYPES}  # checked again
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
 HF_LAYER_TENSORS = (
     "input_layernorm.weight", "post_attention_layernorm.weight",
+    "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight",
     "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
-    "self_attn.o_proj.weight",
+    "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
 )  # fmt: skip
 HF_MODEL_TENSORS = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
@@ -353,7 +354,7 @@ def read_gguf_checkpoint(path: Path) -> Checkpoint:
             f"{', '.join(GGUF_ARCHS)})"
         )
     tokens = list(meta.get("tokenizer.ggml.tokens") or [])
-    config = gguf_config(path, meta, arch, len(tokens))
+    config = gguf_config(path, reader, meta, arch, len(tokens))
     tokenizer_json = gguf_tokenizer_json(path, reader, meta, tokens)
     add_bos = bool(meta.get("tokenizer.ggml.add_bos_token"))
     tok_config: dict[str, object] = {"add_bos_token": add_bos}
@@ -394,21 +395,16 @@ class GgufMetadata:
         return None if field is None else field.contents()
 
 
-def gguf_config(path: Path, meta: GgufMetadata, arch: str, n_vocab: int) -> dict:
+def gguf_config(path: Path, reader, meta: GgufMetadata, arch: str, n_vocab: int) -> dict:
     def need(key: str):
         value = meta.get(f"{arch}.{key}")
         if value is None:
             raise ModelFileError(f"{path}: metadata {arch}.{key} is missing; not a complete GGUF")
         return value
 
-    scaling = meta.get(f"{arch}.rope.scaling.type")
-    if scaling not in (None, "none"):
-        raise ModelFileError(
-            f"{path}: RoPE scaling {scaling!r} in a GGUF is not supported by the ONNX exporter; "
-            "export from the HF checkpoint folder instead"
-        )
+    scaling = gguf_rope_scaling(path, reader, meta, arch)
     n_head = need("attention.head_count")
-    return {
+    config = {
         "architectures": [GGUF_ARCHS[arch]],
         "num_hidden_layers": need("block_count"),
         "hidden_size": need("embedding_length"),
@@ -419,9 +415,36 @@ def gguf_config(path: Path, meta: GgufMetadata, arch: str, n_vocab: int) -> dict
         "max_position_embeddings": need("context_length"),
         "rms_norm_eps": need("attention.layer_norm_rms_epsilon"),
         "rope_theta": meta.get(f"{arch}.rope.freq_base") or 10000.0,
+        "rope_scaling": scaling,
         "vocab_size": n_vocab,
         "use_sliding_window": False,
     }
+    family = FAMILIES[GGUF_ARCHS[arch]]
+    if family.gguf_fields is not None:
+        config |= family.gguf_fields(lambda key: meta.get(f"{arch}.{key}"), config)
+    return config
+
+
+def gguf_rope_scaling(path: Path, reader, meta: GgufMetadata, arch: str) -> dict | None:
+    """The GGUF's RoPE scaling as an HF rope_scaling entry: linear (a factor), or the
+    per-frequency divisors llama.cpp's converter writes as the rope_freqs tensor for Llama
+    3.x's llama3 scaling; any other kind is refused by name."""
+    kind = meta.get(f"{arch}.rope.scaling.type")
+    freqs = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    if kind in (None, "none") and freqs is None:
+        return None
+    if freqs is not None and kind in (None, "none"):
+        from edgespec.quant.gguf_quant import read_rows
+
+        factors = read_rows(path, freqs, 0, int(freqs.shape[-1])).reshape(-1)
+        return {"rope_type": GGUF_FREQ_FACTORS, "factors": [float(f) for f in factors]}
+    if kind == "linear" and freqs is None:
+        return {"rope_type": "linear", "factor": float(meta.get(f"{arch}.rope.scaling.factor"))}
+    raise ModelFileError(
+        f"{path}: RoPE scaling {kind!r}{' with rope_freqs' if freqs is not None else ''} in a "
+        "GGUF is not supported by the ONNX exporter (linear and Llama 3's rope_freqs are); "
+        "export from the HF checkpoint folder instead"
+    )
 
 
 def quantized(reader) -> bool:
@@ -437,7 +460,9 @@ class GgufWeights(LazyTensors):
     def __init__(self, path: Path, reader, arch: str, config: dict) -> None:
         import gguf
 
-        self.path, self.config, self.permute = path, config, arch == "llama"
+        family = FAMILIES[GGUF_ARCHS[arch]]
+        self.path, self.config, self.permute = path, config, family.permuted_qk
+        self.norm_offset = np.float32(family.norm_offset)  # llama.cpp stores Gemma's 1 + w
         arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
         names = gguf.TensorNameMap(arch_id, config["num_hidden_layers"])
         wanted = list(HF_MODEL_TENSORS) + [
@@ -458,6 +483,8 @@ class GgufWeights(LazyTensors):
     def read_rows(self, name: str, start: int, stop: int) -> np.ndarray:
         if self.permute and name.endswith(("q_proj.weight", "k_proj.weight")):
             return self.read_unpermuted(name, start, stop)
+        if name.endswith("norm.weight"):
+            return self.read_stored(name, start, stop) - self.norm_offset
         return self.read_stored(name, start, stop)
 
     def read_stored(self, name: str, start: int, stop: int) -> np.ndarray:
@@ -478,15 +505,23 @@ class GgufWeights(LazyTensors):
 
 
 def gguf_tokenizer_json(path: Path, reader, meta: GgufMetadata, tokens: list[str]) -> str:
-    """A `tokenizers` tokenizer.json equivalent to the GGUF's byte-level BPE vocabulary."""
+    """A `tokenizers` tokenizer.json equivalent to the GGUF's vocabulary: byte-level BPE, or
+    SentencePiece (export/spm_tokenizer.py)."""
     model, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre")
+    types = list(meta.get("tokenizer.ggml.token_type"))
+    if model == "llama":
+        from edgespec.export.spm_tokenizer import spm_tokenizer_json
+
+        scores = [float(x) for x in meta.get("tokenizer.ggml.scores")]
+        prefix = meta.get("tokenizer.ggml.add_space_prefix")
+        return spm_tokenizer_json(tokens, scores, types, bos_template(meta, tokens),
+                                  add_space_prefix=prefix is None or bool(prefix))  # fmt: skip
     if model != "gpt2" or (pre not in PRE_TOKENIZER_REGEX and pre != "gpt-2"):
         raise ModelFileError(
-            f"{path}: tokenizer {model}/{pre} cannot be rebuilt for ONNX (byte-level BPE with "
-            f"pre-tokenizer gpt-2, {', '.join(PRE_TOKENIZER_REGEX)} can); export from the HF "
-            "checkpoint folder, whose tokenizer.json travels as it is"
+            f"{path}: tokenizer {model}/{pre} cannot be rebuilt for ONNX (SentencePiece, and "
+            f"byte-level BPE with pre-tokenizer gpt-2, {', '.join(PRE_TOKENIZER_REGEX)} can); "
+            "export from the HF checkpoint folder, whose tokenizer.json travels as it is"
         )
-    types = list(meta.get("tokenizer.ggml.token_type"))
     merges_field = reader.fields.get("tokenizer.ggml.merges")
     merges = [] if merges_field is None else list(merges_field.contents())
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
@@ -502,18 +537,7 @@ def gguf_tokenizer_json(path: Path, reader, meta: GgufMetadata, tokens: list[str
         for i, (text, kind) in enumerate(zip(tokens, types))
         if kind in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
     ]  # fmt: skip
-    post_processor: dict = byte_level
-    bos = meta.get("tokenizer.ggml.bos_token_id")
-    if meta.get("tokenizer.ggml.add_bos_token") and bos is not None:
-        post_processor = {
-            "type": "TemplateProcessing",
-            "single": [{"SpecialToken": {"id": tokens[bos], "type_id": 0}},
-                       {"Sequence": {"id": "A", "type_id": 0}}],
-            "pair": [{"Sequence": {"id": "A", "type_id": 0}},
-                     {"Sequence": {"id": "B", "type_id": 1}}],
-            "special_tokens": {tokens[bos]: {"id": tokens[bos], "ids": [bos],
-                                             "tokens": [tokens[bos]]}},
-        }  # fmt: skip
+    post_processor = bos_template(meta, tokens) or byte_level
     return json.dumps({
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": {"type": "NFC"} if pre == "qwen2" else None,
@@ -528,3 +552,19 @@ def gguf_tokenizer_json(path: Path, reader, meta: GgufMetadata, tokens: list[str
                             if k in (TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED)},
                   "merges": merges},
     }, ensure_ascii=False)  # fmt: skip
+
+
+def bos_template(meta: GgufMetadata, tokens: list[str]) -> dict | None:
+    """The post-processor that adds BOS where the GGUF says to (add_bos_token); else None."""
+    bos = meta.get("tokenizer.ggml.bos_token_id")
+    if not meta.get("tokenizer.ggml.add_bos_token") or bos is None:
+        return None
+    return {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": tokens[bos], "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {tokens[bos]: {"id": tokens[bos], "ids": [bos],
+                                         "tokens": [tokens[bos]]}},
+    }  # fmt: skip

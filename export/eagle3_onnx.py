@@ -48,9 +48,9 @@ from edgespec.export.onnx_export import (
     GraphBuilder,
     ModelInfo,
     attention,
+    gated_mlp,
     norm_constants,
     rms_norm,
-    swiglu,
 )
 from edgespec.runtimes.onnx_heads import ENCODE_FILE, HEAD_JSON
 from edgespec.runtimes.shared import (
@@ -62,7 +62,7 @@ from edgespec.runtimes.shared import (
 )
 
 HEAD_FORMAT = "edgespec-onnx-head/1"
-# GGUF tensor -> the Hugging Face name attention() and swiglu() read (layer 0)
+# GGUF tensor -> the Hugging Face name attention() and gated_mlp() read (layer 0)
 LAYER_NAMES = {
     "blk.0.attn_q.weight": "model.layers.0.self_attn.q_proj.weight",
     "blk.0.attn_k.weight": "model.layers.0.self_attn.k_proj.weight",
@@ -93,7 +93,7 @@ class HeadInfo:
 
 
 class HeadTensors(LazyTensors):
-    """The head's layer weights under the names attention() and swiglu() read, q and k back in
+    """The head's layer weights under the names attention() and gated_mlp() read, q and k back in
     Hugging Face's row order."""
 
     def __init__(self, weights: dict[str, np.ndarray], n_head: int, n_kv_head: int) -> None:
@@ -309,7 +309,7 @@ def decode_graph(
     o_proj = g.matmul(attn, w.rows("model.layers.0.self_attn.o_proj.weight"), "o_proj")
     ffn_inp = g.op("Add", o_proj, state)
     h = rms_norm(g, ffn_inp, weights["blk.0.ffn_norm.weight"], "ffn_norm.weight")
-    out = g.keep_rows(g.op("Add", ffn_inp, swiglu(g, h, w, "model.layers.0.")))
+    out = g.keep_rows(g.op("Add", ffn_inp, gated_mlp(g, h, w, "model.layers.0.")))
     normed = rms_norm(g, out, weights["output_norm.weight"], "output_norm.weight")
     logits = g.matmul(normed, output_rows(weights, target), "output.weight")
     carried = normed if carry_normed else out

@@ -1,4 +1,4 @@
-"""Hugging Face checkpoint folder (Llama, Mistral, Qwen2) -> float GGUF.
+"""Hugging Face checkpoint folder (Llama, Mistral, Qwen2, Qwen3) -> float GGUF.
 
 The gguf package does the writing and the tensor-name mapping; this module only decides what
 goes in: hyperparameters from config.json, weights and tokenizer as export/checkpoint.py reads
@@ -26,6 +26,7 @@ from edgespec.export.checkpoint import (
     read_hf_checkpoint,
     special_id,
 )
+from edgespec.export.rope import scale_inv_freq
 from edgespec.plumbing.progress import progress
 
 log = logging.getLogger(__name__)
@@ -37,12 +38,15 @@ class ArchSpec:
     gguf_arch: str  # name in gguf.MODEL_ARCH_NAMES
     permute_qk: bool  # HF halves-RoPE -> llama.cpp interleaved RoPE
     pre_tokenizer: str  # llama.cpp's tokenizer.ggml.pre for byte-level BPE of this family
+    norm_shift: float = 0.0  # added to every norm weight (Gemma's 1 + w, as llama.cpp keeps it)
 
 
 ARCHS = {  # the architectures export/checkpoint.py reads (HF_ARCHS)
     "LlamaForCausalLM": ArchSpec("llama", True, "llama-bpe"),
     "MistralForCausalLM": ArchSpec("llama", True, "llama-bpe"),
     "Qwen2ForCausalLM": ArchSpec("qwen2", False, "qwen2"),
+    "Qwen3ForCausalLM": ArchSpec("qwen3", False, "qwen2"),
+    "Gemma3ForCausalLM": ArchSpec("gemma3", False, "default", norm_shift=1.0),
 }
 
 
@@ -57,7 +61,7 @@ def convert_hf_to_gguf(hf_dir: Path, out_path: Path, *, outtype: str = "f16") ->
     write_hparams(writer, config, outtype)
     write_tokenizer(writer, ckpt, spec)
     names = gguf.TensorNameMap(arch, config["num_hidden_layers"])
-    tensors = []  # (GGUF name, rows as written, dtype)
+    tensors: list[tuple[Rows, np.dtype]] = []  # (rows as written, dtype)
     for hf_name in ckpt.weights:
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
@@ -70,9 +74,14 @@ def convert_hf_to_gguf(hf_dir: Path, out_path: Path, *, outtype: str = "f16") ->
             if name.endswith("attn_k.weight"):
                 heads = config.get("num_key_value_heads", heads)
             rows = Rows.of(permute_for_interleaved_rope(rows.read(0, rows.shape[0]), heads))
+        if spec.norm_shift and name.endswith("norm.weight"):
+            rows = Rows.of(rows.read(0, rows.shape[0]) + np.float32(spec.norm_shift))
         dtype = np.dtype(np.float16 if outtype == "f16" and len(rows.shape) == 2 else np.float32)
         writer.add_tensor_info(name, rows.shape, dtype, dtype.itemsize * rows.nbytes // 4)
         tensors.append((rows, dtype))
+    for name, rows in rope_tensors(writer, config):
+        writer.add_tensor_info(name, rows.shape, np.dtype(np.float32), rows.nbytes)
+        tensors.append((rows, np.dtype(np.float32)))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
@@ -123,9 +132,53 @@ def write_hparams(writer, config: dict, outtype: str) -> None:
     writer.add_head_count(n_head)
     writer.add_head_count_kv(config.get("num_key_value_heads", n_head))
     writer.add_rope_dimension_count(head_dim)
+    writer.add_key_length(head_dim)  # Qwen3's heads are wider than hidden_size / heads
+    writer.add_value_length(head_dim)
     writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
     writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
+    if config["architectures"][0] == "Gemma3ForCausalLM":
+        check_gemma3(config, head_dim)
+        writer.add_sliding_window(config["sliding_window"])
     writer.add_file_type(1 if outtype == "f16" else 0)
+
+
+def check_gemma3(config: dict, head_dim: int) -> None:
+    """llama.cpp's gemma3 keeps in code what a config may say otherwise: refused where it does."""
+    layers = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+              for i in range(config["num_hidden_layers"])]  # fmt: skip
+    wanted = {"layer_types": layers, "query_pre_attn_scalar": head_dim,
+              "rope_local_base_freq": 10000.0}  # fmt: skip
+    for key, value in wanted.items():
+        if config.get(key, value) != value:
+            raise ModelFileError(
+                f"{key} is {config[key]!r}, where llama.cpp's gemma3 computes {value!r}; this "
+                "Gemma 3 cannot be converted to GGUF (export it to ONNX instead)"
+            )
+
+
+def rope_tensors(writer, config: dict) -> list[tuple[str, Rows]]:
+    """The config's RoPE scaling as llama.cpp reads it: linear in the metadata, Llama 3's
+    llama3 as the rope_freqs tensor (a divisor per frequency); another kind is refused."""
+    import gguf
+
+    scaling = config.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(scaling["factor"]))
+    if kind not in ("default", "linear", "llama3"):
+        raise ModelFileError(
+            f"rope_scaling type {kind!r} cannot be converted to GGUF by edgespec (default, "
+            "linear, llama3 can); use llama.cpp's convert_hf_to_gguf.py"
+        )
+    if kind != "llama3":
+        return []
+    n_head = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // n_head
+    theta = float(config.get("rope_theta", 10000.0))
+    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    factors = (inv_freq / scale_inv_freq(inv_freq, scaling)).astype(np.float32)
+    return [("rope_freqs.weight", Rows.of(factors))]
 
 
 def write_tokenizer(writer, ckpt: Checkpoint, spec: ArchSpec) -> None:

@@ -45,8 +45,15 @@ from typing import BinaryIO
 
 import numpy as np
 
-from edgespec.errors import ModelFileError
-from edgespec.export.checkpoint import Checkpoint, LazyTensors, Rows, read_checkpoint, special_id
+from edgespec.export.checkpoint import (
+    Checkpoint,
+    LazyTensors,
+    Rows,
+    read_checkpoint,
+    special_id,
+)
+from edgespec.export.families import FAMILIES, Family, family
+from edgespec.export.rope import rope_caches, rope_configs
 from edgespec.plumbing.progress import progress
 from edgespec.quant.reference import ErrorSum, TensorError, error_summary
 from edgespec.runtimes.shared import check_logit_ranges
@@ -66,8 +73,6 @@ DATA_ALIGN = 4096  # page-aligned offsets let ONNX Runtime map the weights inste
 DATA_MIN_BYTES = 1024  # smaller constants stay inside model.onnx
 BLOCK_BYTES = 64 << 20  # float32 rows of a weight read, quantized and written at a time
 MAX_BLOCK = 128  # logits per block of first_max (Qwen2's 151,936: 1,187 blocks)
-ARCH_NAMES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
-              "Qwen2ForCausalLM": "qwen2"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -246,8 +251,10 @@ def model_info(
         for r in ("bos", "eos")
     )
     window = config.get("sliding_window") if config.get("use_sliding_window", True) else None
+    if family(config).local_layers:  # the graph computes the window: nothing to cap
+        window = None
     return ModelInfo(
-        arch=ARCH_NAMES[config["architectures"][0]],
+        arch=family(config).arch,
         n_layer=config["num_hidden_layers"],
         n_head=n_head,
         n_kv_head=config.get("num_key_value_heads", n_head),
@@ -294,6 +301,9 @@ class GraphBuilder:
         self.outputs: list = []
         self.count = 0
         self.errors: list[TensorError] = []  # each stored matmul weight's
+        self.family: Family = FAMILIES["LlamaForCausalLM"]  # the model's (build_decoder)
+        self.config: dict = {}  # its HF config
+        self.local: list[bool] = []  # which layers are sliding-window ones
 
     def name(self, hint: str) -> str:
         self.count += 1
@@ -482,9 +492,10 @@ class GraphBuilder:
 
     def prepare(self, info: ModelInfo, config: dict) -> None:
         """Constants every layer's attention reads (here: GroupQueryAttention's RoPE caches)."""
-        cos, sin = rope_caches(config, info.head_dim, info.context_length)
-        self.const("cos_cache", cos.astype(self.dtype))
-        self.const("sin_cache", sin.astype(self.dtype))
+        for suffix, cfg in rope_configs(config, self.local).items():
+            cos, sin = rope_caches(cfg, info.head_dim, info.context_length)
+            self.const("cos_cache" + suffix, cos.astype(self.dtype))
+            self.const("sin_cache" + suffix, sin.astype(self.dtype))
 
     def attend(self, h: str, info: ModelInfo, w: LazyTensors, i: int) -> str:
         return attention(self, h, info, w, i)
@@ -582,21 +593,22 @@ def build_decoder(
     from onnx import TensorProto, helper
 
     eps = float(config.get("rms_norm_eps", 1e-6))
+    g.family, g.config = family(config), config
+    g.family.check(config, "config.json")
+    g.local = g.family.sliding(config)
     g.inputs += g.step_inputs(info)
     g.prepare(info, config)
     norm_constants(g, eps)
     x = g.gather(w.rows("model.embed_tokens.weight"), "input_ids", "model.embed_tokens.weight")
+    if g.family.embed_scale:
+        root: np.ndarray = np.array(math.sqrt(info.n_embd), np.float32).astype(g.dtype)
+        x = g.op("Mul", x, g.const("embed_scale", root))
     layer_inputs: dict[int, str] = {}
     for i in progress(range(info.n_layer), desc, unit="layer"):
         layer_inputs[i] = x
-        p = f"model.layers.{i}."
-        h = rms_norm(g, x, w[p + "input_layernorm.weight"], p + "input_layernorm.weight")
-        attn = g.attend(h, info, w, i)
-        x = g.op("Add", x, g.matmul(attn, w.rows(p + "self_attn.o_proj.weight"), p + "o_proj"))
-        h = rms_norm(g, x, w[p + "post_attention_layernorm.weight"], p + "post_norm.weight")
-        x = g.op("Add", x, swiglu(g, h, w, p))
+        x = decoder_layer(g, x, info, w, i)
     x = g.keep_rows(x)
-    x = rms_norm(g, x, w["model.norm.weight"], "model.norm.weight")
+    x = norm(g, x, w, "model.norm.weight")
     tied = "lm_head.weight" not in w
     head = w.rows("model.embed_tokens.weight" if tied else "lm_head.weight")
     if info.logit_ranges is not None:  # the input embedding keeps every row
@@ -612,6 +624,28 @@ def build_decoder(
         top_outputs(g, logits, head.shape[0])
     if info.hidden_layers:
         hidden_states(g, [layer_inputs[i] for i in info.hidden_layers], info.n_embd)
+
+
+def decoder_layer(g: GraphBuilder, x: str, info: ModelInfo, w: LazyTensors, i: int) -> str:
+    """x + attention, then + the gated MLP, each branch's input normed (and, with sandwich
+    norms, its output: Gemma's post_attention and post_feedforward norms)."""
+    p = f"model.layers.{i}."
+    sandwich = g.family.sandwich_norms
+    attn = g.attend(norm(g, x, w, p + "input_layernorm.weight"), info, w, i)
+    out = g.matmul(attn, w.rows(p + "self_attn.o_proj.weight"), p + "o_proj")
+    if sandwich:
+        out = norm(g, out, w, p + "post_attention_layernorm.weight")
+    x = g.op("Add", x, out)
+    pre = "pre_feedforward_layernorm" if sandwich else "post_attention_layernorm"
+    out = gated_mlp(g, norm(g, x, w, p + pre + ".weight"), w, p)
+    if sandwich:
+        out = norm(g, out, w, p + "post_feedforward_layernorm.weight")
+    return g.op("Add", x, out)
+
+
+def norm(g: GraphBuilder, x: str, w: LazyTensors, name: str) -> str:
+    """rms_norm by the named weight, plus the family's offset (Gemma scales by 1 + w)."""
+    return rms_norm(g, x, w[name] + np.float32(g.family.norm_offset), name)
 
 
 def hidden_states(g: GraphBuilder, layer_inputs: Sequence[str], n_embd: int) -> None:
@@ -697,17 +731,26 @@ def attention(g: GraphBuilder, h: str, info: ModelInfo, w: LazyTensors, i: int) 
     from onnx import helper
 
     p = f"model.layers.{i}.self_attn."
-    x = qkv_projection(g, h, w, p)
+    qkv = [qkv_projection(g, h, w, p), "", ""]  # packed: GroupQueryAttention splits it
+    if g.family.qk_norm:
+        q, k, v = split_qkv(g, qkv[0], info, p)
+        q = normed_heads(g, q, info.n_head, info.head_dim, w, p + "q_norm.weight")
+        qkv = [q, normed_heads(g, k, info.n_kv_head, info.head_dim, w, p + "k_norm.weight"), v]
     past = [f"past_key_values.{i}.key", f"past_key_values.{i}.value"]
     present = [f"present.{i}.key", f"present.{i}.value"]
     out = g.name(p + "gqa")
+    # a sliding-window layer: its own RoPE, and a window ORT's local_window_size counts as HF's
+    # sliding_window does (a query sees its last `window` positions, itself included)
+    local = bool(g.local) and g.local[i]
+    rope = ["cos_cache_local", "sin_cache_local"] if local else ["cos_cache", "sin_cache"]
     g.nodes.append(
         helper.make_node(
             "GroupQueryAttention",
-            [x, "", "", *past, "seqlens_k", "total_sequence_length", "cos_cache", "sin_cache"],
+            [*qkv, *past, "seqlens_k", "total_sequence_length", *rope],
             [out, *present], name=out, domain="com.microsoft",
             num_heads=info.n_head, kv_num_heads=info.n_kv_head, do_rotary=1,
-            rotary_interleaved=0, scale=1.0 / math.sqrt(info.head_dim),
+            rotary_interleaved=0, scale=g.family.attention_scale(g.config, info.head_dim),
+            local_window_size=g.config["sliding_window"] if local else -1,
         )
     )  # fmt: skip
     shape: list[str | int] = [1, info.n_kv_head, "max_sequence_length", info.head_dim]
@@ -726,44 +769,39 @@ def qkv_projection(g: GraphBuilder, h: str, w: LazyTensors, p: str) -> str:
     return x
 
 
-def swiglu(g: GraphBuilder, h: str, w: LazyTensors, p: str) -> str:
+def split_qkv(g: GraphBuilder, qkv: str, info: ModelInfo, p: str) -> list[str]:
+    """q [1, n, nh hd], k and v [1, n, nkv hd] of the packed projection."""
+    from onnx import helper
+
+    nh, nkv, hd = info.n_head, info.n_kv_head, info.head_dim
+    sizes = g.const(g.name("qkv_sizes"), np.array([nh * hd, nkv * hd, nkv * hd]))
+    parts = [g.name(f"{p}{n}") for n in "qkv"]
+    g.nodes.append(helper.make_node("Split", [qkv, sizes], parts, axis=-1))
+    return parts
+
+
+def normed_heads(g: GraphBuilder, x: str, n_heads: int, hd: int, w: LazyTensors, name: str) -> str:
+    """x [1, n, heads hd] with each head RMS-normed by the [hd] weight (Qwen3's q/k norms)."""
+    heads = g.op("Reshape", x, g.const(g.name("heads"), np.array([1, -1, n_heads, hd])))
+    normed = norm(g, heads, w, name)
+    return g.op("Reshape", normed, g.const(g.name("flat"), np.array([1, -1, n_heads * hd])))
+
+
+def gated_mlp(g: GraphBuilder, h: str, w: LazyTensors, p: str) -> str:
+    """down(act(gate(h)) * up(h)): SwiGLU, or GeGLU with GELU's tanh form (Gemma)."""
     gate = g.matmul(h, w.rows(p + "mlp.gate_proj.weight"), p + "gate_proj")
     up = g.matmul(h, w.rows(p + "mlp.up_proj.weight"), p + "up_proj")
-    act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
-    return g.matmul(act, w.rows(p + "mlp.down_proj.weight"), p + "down_proj")
+    act = gelu_tanh(g, gate) if g.family.gate == "gelu_tanh" else silu(g, gate)
+    return g.matmul(g.op("Mul", act, up), w.rows(p + "mlp.down_proj.weight"), p + "down_proj")
 
 
-def rope_caches(config: dict, head_dim: int, n_pos: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin [n_pos, head_dim/2] float32 of HF's rotate-half RoPE, scaling applied."""
-    theta = float(config.get("rope_theta", 10000.0))
-    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    inv_freq = scale_inv_freq(inv_freq, config.get("rope_scaling"))
-    angles = np.arange(n_pos, dtype=np.float64)[:, None] * inv_freq[None, :]
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+def silu(g: GraphBuilder, x: str) -> str:
+    return g.op("Mul", x, g.op("Sigmoid", x))
 
 
-def scale_inv_freq(inv_freq: np.ndarray, scaling: dict | None) -> np.ndarray:
-    """HF's "linear" and "llama3" RoPE scaling; others are refused rather than guessed."""
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
-    if kind == "default":
-        return inv_freq
-    assert scaling is not None
-    if kind == "linear":
-        return inv_freq / scaling["factor"]
-    if kind == "llama3":
-        factor, low, high = (
-            scaling["factor"],
-            scaling["low_freq_factor"],
-            scaling["high_freq_factor"],
-        )
-        old_ctx = scaling["original_max_position_embeddings"]
-        wavelen = 2 * np.pi / inv_freq
-        smooth = (old_ctx / wavelen - low) / (high - low)
-        mid = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-        scaled = np.where(wavelen > old_ctx / low, inv_freq / factor, inv_freq)
-        is_mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
-        return np.where(is_mid, mid, scaled)
-    raise ModelFileError(
-        f"rope_scaling type {kind!r} is not supported by the ONNX exporter (default, linear, "
-        "llama3 are); export to GGUF instead"
-    )
+def gelu_tanh(g: GraphBuilder, x: str) -> str:
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in standard operators."""
+    c = lambda name, v: g.const(g.name(name), np.array(v, np.float32).astype(g.dtype))  # noqa: E731
+    inner = g.op("Add", x, g.op("Mul", g.op("Mul", g.op("Mul", x, x), x), c("k", 0.044715)))
+    t = g.op("Tanh", g.op("Mul", inner, c("root", math.sqrt(2 / math.pi))))
+    return g.op("Mul", g.op("Mul", x, c("half", 0.5)), g.op("Add", t, c("one", 1.0)))

@@ -26,8 +26,6 @@ TensorRT optimization-profile point and one CUDA graph.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from edgespec.export.checkpoint import LazyTensors, Rows
@@ -35,8 +33,11 @@ from edgespec.export.onnx_export import (
     BLOCK_BYTES,
     GraphBuilder,
     ModelInfo,
+    norm,
     qkv_projection,
     rope_caches,
+    rope_configs,
+    split_qkv,
 )
 from edgespec.quant.reference import ErrorSum
 
@@ -51,7 +52,7 @@ class StandardGraphBuilder(GraphBuilder):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.rope: dict[str, str] = {}
-        self.positions = self.mask = ""
+        self.positions = self.mask = self.mask_local = ""
         self.const("zero_axis", np.array([0], np.int64))
         self.const("score_zero", np.array(0.0, np.float32))
         self.const("score_masked", np.array(MASKED, np.float32))
@@ -68,7 +69,6 @@ class StandardGraphBuilder(GraphBuilder):
     def prepare(self, info: ModelInfo, config: dict) -> None:
         """Per step, once for every layer: the positions of the new rows, their RoPE cos/sin,
         and the causal mask over the whole buffer [group * n, capacity] float32."""
-        cos, sin = rope_caches(config, info.head_dim, info.context_length)
         i64 = lambda name, v: self.const(name, np.array(v, np.int64))  # noqa: E731
         i64("idx1", [1])
         i64("idx2", [2])
@@ -77,17 +77,25 @@ class StandardGraphBuilder(GraphBuilder):
         width = self.op("Gather", self.op("Shape", "input_ids"), "idx1", axis=0)  # [1] n
         steps = self.range32(width)  # [n] int32
         self.positions = self.op("Add", "position", steps)  # [n] int32
-        for name, table in (("cos", cos), ("sin", sin)):
-            rows = self.op("Gather", self.const(f"{name}_cache", table.astype(self.dtype)),
-                           self.positions, axis=0)  # fmt: skip
-            self.rope[name] = self.op("Unsqueeze", rows, "idx1")  # [n, 1, hd/2]
+        for suffix, cfg in rope_configs(config, self.local).items():
+            cos, sin = rope_caches(cfg, info.head_dim, info.context_length)
+            for name, table in (("cos", cos), ("sin", sin)):
+                rows = self.op("Gather", self.const(f"{name}_cache{suffix}",
+                               table.astype(self.dtype)), self.positions, axis=0)  # fmt: skip
+                self.rope[name + suffix] = self.op("Unsqueeze", rows, "idx1")  # [n, 1, hd/2]
         past0 = self.op("Shape", "past_key_values.0.key")
-        slots = self.range32(self.op("Gather", past0, "idx2", axis=0))  # [C] int32
-        visible = self.op("LessOrEqual", self.op("Unsqueeze", slots, "zero_axis"),
-                          self.op("Unsqueeze", self.positions, "idx1"))  # fmt: skip  # [n, C]
-        bias = self.op("Where", visible, "score_zero", "score_masked")
-        group = info.n_head // info.n_kv_head
-        self.mask = self.op("Tile", bias, i64("mask_tiles", [group, 1]))  # [group * n, C]
+        slots = self.op("Unsqueeze", self.range32(self.op("Gather", past0, "idx2", axis=0)),
+                        "zero_axis")  # fmt: skip  # [1, C] int32
+        rows = self.op("Unsqueeze", self.positions, "idx1")  # [n, 1]
+        visible = self.op("LessOrEqual", slots, rows)  # [n, C]
+        tiles = i64("mask_tiles", [info.n_head // info.n_kv_head, 1])
+        self.mask = self.op("Tile", self.op("Where", visible, "score_zero", "score_masked"), tiles)
+        if any(self.local):  # a sliding layer sees its last `window` positions
+            window = self.const("window", np.array(config["sliding_window"], np.int32))
+            recent = self.op("Less", self.op("Sub", rows, slots), window)
+            near = self.op("And", visible, recent)
+            self.mask_local = self.op("Tile", self.op("Where", near, "score_zero",
+                                                      "score_masked"), tiles)  # fmt: skip
 
     def range32(self, length: str) -> str:
         """0, 1, ..., length - 1 as int32, from a [1] int64 length (a Shape element)."""
@@ -96,26 +104,29 @@ class StandardGraphBuilder(GraphBuilder):
 
     def attend(self, h: str, info: ModelInfo, w: LazyTensors, i: int) -> str:
         """softmax(q k^T / sqrt(hd) + mask) v over the buffer with this step's rows written."""
-        from onnx import helper
 
         nh, nkv, hd = info.n_head, info.n_kv_head, info.head_dim
         p = f"model.layers.{i}.self_attn."
-        qkv = qkv_projection(self, h, w, p)
-        sizes = self.const(self.name("qkv_sizes"), np.array([nh * hd, nkv * hd, nkv * hd]))
-        q, k, v = (self.name(f"{p}{n}") for n in "qkv")
-        self.nodes.append(helper.make_node("Split", [qkv, sizes], [q, k, v], axis=-1))
-        q = self.heads_first(self.rotate(self.split_heads(q, nh, hd)))  # [1, nh, n, hd]
-        k = self.heads_first(self.rotate(self.split_heads(k, nkv, hd)))  # [1, nkv, n, hd]
+        q, k, v = split_qkv(self, qkv_projection(self, h, w, p), info, p)
+        q, k = self.split_heads(q, nh, hd), self.split_heads(k, nkv, hd)
+        if self.family.qk_norm:
+            q, k = (norm(self, x, w, p + f"{n}_norm.weight") for x, n in ((q, "q"), (k, "k")))
+        local = bool(self.local) and self.local[i]
+        suffix = "_local" if local else ""
+        q = self.heads_first(self.rotate(q, suffix))  # [1, nh, n, hd]
+        k = self.heads_first(self.rotate(k, suffix))  # [1, nkv, n, hd]
         v = self.heads_first(self.split_heads(v, nkv, hd))
         keys = self.scatter(f"past_key_values.{i}.key", k, f"present.{i}.key", info)
         values = self.scatter(f"past_key_values.{i}.value", v, f"present.{i}.value", info)
         grouped = self.const(self.name("grouped"), np.array([1, nkv, -1, hd]))
         q = self.op("Reshape", q, grouped)  # [1, nkv, group * n, hd]: head h = kv * group + j
         scores = self.op("MatMul", q, self.op("Transpose", keys, perm=[0, 1, 3, 2]))
-        scale = self.const(self.name("scale"), np.array(1 / math.sqrt(hd), np.float32))
+        factor = self.family.attention_scale(self.config, hd)
+        scale = self.const(self.name("scale"), np.array(factor, np.float32))
         if self.dtype != np.float32:  # scores and softmax in float32 (fp16 sums overflow)
             scores = self.cast(scores, np.float32)
-        probs = self.op("Softmax", self.op("Add", self.op("Mul", scores, scale), self.mask),
+        mask = self.mask_local if local else self.mask
+        probs = self.op("Softmax", self.op("Add", self.op("Mul", scores, scale), mask),
                         axis=-1)  # fmt: skip
         if self.dtype != np.float32:
             probs = self.cast(probs, self.dtype)
@@ -130,13 +141,13 @@ class StandardGraphBuilder(GraphBuilder):
     def heads_first(self, x: str) -> str:  # [1, n, heads, hd] -> [1, heads, n, hd]
         return self.op("Transpose", x, perm=[0, 2, 1, 3])
 
-    def rotate(self, x: str) -> str:
+    def rotate(self, x: str, suffix: str = "") -> str:
         """HF rotate-half RoPE on x [1, n, heads, hd]: (x1 cos - x2 sin, x2 cos + x1 sin)."""
         from onnx import helper
 
         x1, x2 = self.name("x1"), self.name("x2")
         self.nodes.append(helper.make_node("Split", [x], [x1, x2], axis=-1, num_outputs=2))
-        cos, sin = self.rope["cos"], self.rope["sin"]
+        cos, sin = self.rope["cos" + suffix], self.rope["sin" + suffix]
         first = self.op("Sub", self.op("Mul", x1, cos), self.op("Mul", x2, sin))
         second = self.op("Add", self.op("Mul", x2, cos), self.op("Mul", x1, sin))
         return self.op("Concat", first, second, axis=-1)

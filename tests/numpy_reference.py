@@ -1,5 +1,5 @@
-"""A plain float64 numpy forward pass of a Llama/Mistral/Qwen2 HF checkpoint: the reference
-that llama.cpp's (and ONNX Runtime's) logits are compared with."""
+"""A plain float64 numpy forward pass of a Llama/Mistral/Qwen2/Qwen3 HF checkpoint: the
+reference that llama.cpp's (and ONNX Runtime's) logits are compared with."""
 
 from __future__ import annotations
 
@@ -21,10 +21,31 @@ def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
 
 
-def rope(x: np.ndarray, theta: float) -> np.ndarray:
+def llama3_scaled(inv_freq: np.ndarray, s: dict) -> np.ndarray:
+    """Llama 3.1's rope_scaling, as its paper's code writes it: long wavelengths divided by
+    the factor, short ones kept, a smooth blend between."""
+    out = []
+    for f in inv_freq:
+        wavelen = 2 * np.pi / f
+        old = s["original_max_position_embeddings"]
+        if wavelen < old / s["high_freq_factor"]:
+            out.append(f)
+        elif wavelen > old / s["low_freq_factor"]:
+            out.append(f / s["factor"])
+        else:
+            smooth = (old / wavelen - s["low_freq_factor"]) / (
+                s["high_freq_factor"] - s["low_freq_factor"]
+            )
+            out.append((1 - smooth) * f / s["factor"] + smooth * f)
+    return np.array(out)
+
+
+def rope(x: np.ndarray, theta: float, scaling: dict | None = None) -> np.ndarray:
     """HF RoPE: rotate the two halves of each head. x: [n_head, n, head_dim]."""
     n, hd = x.shape[1], x.shape[2]
     inv_freq = theta ** (-np.arange(0, hd, 2) / hd)  # [hd/2]
+    if scaling:  # llama3 only
+        inv_freq = llama3_scaled(inv_freq, scaling)
     angles = np.arange(n)[:, None] * inv_freq[None, :]  # [n, hd/2]
     cos, sin = np.cos(angles), np.sin(angles)
     x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
@@ -46,9 +67,13 @@ def forward(folder: Path, tokens: list[int]) -> np.ndarray:
         def proj(name: str, heads: int, h=h, p=p) -> np.ndarray:
             y = h @ w[p + f"self_attn.{name}_proj.weight"].T
             y = y + w.get(p + f"self_attn.{name}_proj.bias", 0.0)
-            return y.reshape(n, heads, -1).transpose(1, 0, 2)  # [heads, n, hd]
+            y = y.reshape(n, heads, -1).transpose(1, 0, 2)  # [heads, n, hd]
+            norm = w.get(p + f"self_attn.{name}_norm.weight")  # Qwen3: each head normed
+            return y if norm is None else rms_norm(y, norm, eps)
 
-        q, k, v = rope(proj("q", n_head), theta), rope(proj("k", n_kv), theta), proj("v", n_kv)
+        scaling = cfg.get("rope_scaling")
+        q, k = rope(proj("q", n_head), theta, scaling), rope(proj("k", n_kv), theta, scaling)
+        v = proj("v", n_kv)
         k, v = np.repeat(k, n_head // n_kv, axis=0), np.repeat(v, n_head // n_kv, axis=0)
         scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1]) + mask
         att = np.exp(scores - scores.max(-1, keepdims=True))
@@ -58,4 +83,48 @@ def forward(folder: Path, tokens: list[int]) -> np.ndarray:
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
         gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
         x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
-    return rms_norm(x, w["model.norm.weight"], eps) @ w["lm_head.weight"].T
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])  # tied where absent
+    return rms_norm(x, w["model.norm.weight"], eps) @ head.T
+
+
+def gemma3_forward(folder: Path, tokens: list[int]) -> np.ndarray:
+    """[len(tokens), n_vocab] float64 logits of a Gemma 3 text checkpoint: norms scale by
+    1 + w, the embedding by sqrt(hidden_size), q and k normed per head, sandwich norms around
+    both branches, GeGLU (tanh GELU), sliding layers attending to their last `sliding_window`
+    positions with RoPE base rope_local_base_freq, full layers with rope_theta."""
+    cfg, w = load(folder)
+    n_head, n_kv, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["rms_norm_eps"]
+
+    def norm(x: np.ndarray, name: str) -> np.ndarray:
+        return rms_norm(x, 1.0 + w[name], eps)
+
+    n = len(tokens)
+    x = w["model.embed_tokens.weight"][tokens] * np.sqrt(cfg["hidden_size"])
+    pos = np.arange(n)
+    causal = pos[None, :] <= pos[:, None]
+    window = causal & (pos[:, None] - pos[None, :] < cfg["sliding_window"])
+    for i, kind in enumerate(cfg["layer_types"]):
+        p = f"model.layers.{i}."
+        local = kind == "sliding_attention"
+        theta = cfg["rope_local_base_freq"] if local else cfg["rope_theta"]
+        h = norm(x, p + "input_layernorm.weight")
+
+        def proj(name: str, heads: int, h=h, p=p) -> np.ndarray:
+            y = (h @ w[p + f"self_attn.{name}_proj.weight"].T).reshape(n, heads, -1)
+            y = y.transpose(1, 0, 2)
+            return norm(y, p + f"self_attn.{name}_norm.weight") if name != "v" else y
+
+        q, k, v = rope(proj("q", n_head), theta), rope(proj("k", n_kv), theta), proj("v", n_kv)
+        k, v = np.repeat(k, n_head // n_kv, axis=0), np.repeat(v, n_head // n_kv, axis=0)
+        scores = q @ k.transpose(0, 2, 1) * cfg["query_pre_attn_scalar"] ** -0.5
+        scores = np.where(window if local else causal, scores, -np.inf)
+        att = np.exp(scores - scores.max(-1, keepdims=True))
+        att /= att.sum(-1, keepdims=True)
+        out = (att @ v).transpose(1, 0, 2).reshape(n, -1) @ w[p + "self_attn.o_proj.weight"].T
+        x = x + norm(out, p + "post_attention_layernorm.weight")
+        h = norm(x, p + "pre_feedforward_layernorm.weight")
+        gate, up = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
+        gelu = 0.5 * gate * (1 + np.tanh(np.sqrt(2 / np.pi) * (gate + 0.044715 * gate**3)))
+        out = (gelu * up) @ w[p + "mlp.down_proj.weight"].T
+        x = x + norm(out, p + "post_feedforward_layernorm.weight")
+    return norm(x, "model.norm.weight") @ w["model.embed_tokens.weight"].T

@@ -326,3 +326,26 @@ def test_bench_gives_auto_the_draft_confidence_asked_for(tiny_pair, capsys):
         )
     with pytest.raises(EdgespecError, match=r"--draft-confidence must be in \[0, 1\)"):
         Bench(pair, draft_confidence=1.0)
+
+
+def test_a_base_model_is_benched_on_raw_text(capsys, tmp_path):
+    """No chat template: a raw-text suite runs, each prompt tokenized as `run` tokenizes it."""
+    pytest.importorskip("llama_cpp")
+    from edgespec.app.bench_runs import Bench
+    from edgespec.pair import open_pair
+    from tests.tiny_gguf import TinyConfig, random_weights, vocabulary, write_gguf
+
+    cfg = TinyConfig()
+    weights = random_weights(cfg, len(vocabulary()[0]), 3)
+    base = write_gguf(tmp_path / "base.gguf", cfg, weights, chat_template=None, add_bos=True)
+    suite = tmp_path / "raw.jsonl"
+    lines = [{"id": f"story-{i}", "prompt": f"the {i} the the"} for i in (1, 2)]
+    suite.write_text("\n".join(json.dumps(x) for x in lines))
+    code = main(["bench", "--target", str(base), "--suite", str(suite), "--methods",
+                 "plain,ngram", "--k", "2", "--max-tokens", "4", "--threads", "1", "--n-ctx",
+                 "256"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    bench = Bench(open_pair(base, None, RuntimeOptions(n_ctx=256)))
+    raw = load_suite(str(suite))[0]
+    assert bench.prompt_tokens(raw) == bench.target.tokenize("the 1 the the", special=True)
+    assert bench.prompt_tokens(raw)[0] == bench.target.vocab_info().bos_id

@@ -295,7 +295,10 @@ def test_the_help_states_the_k_rule_and_what_a_target_may_be(capsys):
         main(["run", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "N: every step drafts N tokens (needs --drafter model, eagle or ngram)" in help_text
-    assert "a .gguf file, a bundle folder (edgespec export) or an ONNX folder" in help_text
+    assert (
+        "a .gguf file, a bundle folder (edgespec export), an ONNX folder or a name `edgespec "
+        "models list` shows (demo-target)" in help_text
+    )
 
 
 def test_device_rules_live_in_runtime_options():
@@ -331,4 +334,50 @@ def test_n_gpu_layers_is_refused_for_an_onnx_model(capsys, tmp_path):
     assert one_error_line(err) == (
         f"{tmp_path} is an ONNX model: --n-gpu-layers is for GGUF models (llama.cpp); "
         "run it on the GPU with --device cuda"
+    )
+
+
+@pytest.fixture
+def named_tiny_pair(tmp_path, monkeypatch, tiny_pair):
+    """The tiny pair registered under the demo pair's names, fetched into a home of its own."""
+    import hashlib
+    import shutil
+
+    from edgespec.app import models
+
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    (tmp_path / "models").mkdir()
+    paths = []
+    for name, source in zip(("demo-target", "demo-draft"), tiny_pair):
+        data = source.read_bytes()
+        spec = models.ModelSpec(name, "tiny", "x-part", "1", 1, hashlib.sha256(data).hexdigest(),
+                                len(data))  # fmt: skip
+        monkeypatch.setitem(models.MODELS, name, spec)
+        paths.append(shutil.copy(source, tmp_path / "models" / spec.filename))
+    return paths
+
+
+def test_run_takes_the_names_models_knows(capsys, named_tiny_pair):
+    code, out, err = run_cli(capsys, "run", "--target", "demo-target", "--draft", "demo-draft",
+                             "--prompt", "hi", "--max-tokens", "4", "--json", "--no-lessons",
+                             "--drafter", "model", "--k", "2")  # fmt: skip
+    assert code == 0, err
+    assert len(json.loads(out)["tokens"]) == 4
+
+
+def test_serve_takes_the_names_models_knows(capsys, named_tiny_pair):
+    code, out, err = run_cli(capsys, "serve", "--target", "demo-target", "--draft", "demo-draft",
+                             "--print-handoff", "llama-server")  # fmt: skip
+    assert code == 0, err
+    target, draft = named_tiny_pair
+    assert f"-m {target} " in out and f"--model-draft {draft} " in out
+
+
+def test_a_name_not_fetched_says_how_to_fetch_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    code, _, err = run_cli(capsys, "run", "--target", "demo-target", "--prompt", "hi")
+    assert code == 2
+    assert one_error_line(err) == (
+        f"model demo-target is not fetched yet ({tmp_path / 'models' / 'demo-target.gguf'} "
+        "missing); run `edgespec models fetch demo`"
     )

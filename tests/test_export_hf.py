@@ -77,7 +77,8 @@ def test_missing_files_and_unknown_architectures(tmp_path):
         convert_hf_to_gguf(tmp_path, tmp_path / "x.gguf")
     assert str(e.value) == (
         f"{tmp_path}: architecture GPT2LMHeadModel is not supported; supported: "
-        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM"
+        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+        "Gemma3ForCausalLM"
     )
 
 

@@ -186,9 +186,9 @@ def test_a_gguf_tokenizer_without_an_hf_equivalent_is_refused(tiny_pair, tmp_pat
     with pytest.raises(ModelFileError) as e:
         export_onnx(tiny_pair[0], tmp_path / "o")
     assert str(e.value) == (
-        f"{tiny_pair[0]}: tokenizer gpt2/default cannot be rebuilt for ONNX (byte-level BPE "
-        "with pre-tokenizer gpt-2, qwen2, llama-bpe can); export from the HF checkpoint folder, "
-        "whose tokenizer.json travels as it is"
+        f"{tiny_pair[0]}: tokenizer gpt2/default cannot be rebuilt for ONNX (SentencePiece, and "
+        "byte-level BPE with pre-tokenizer gpt-2, qwen2, llama-bpe can); export from the HF "
+        "checkpoint folder, whose tokenizer.json travels as it is"
     )
 
 

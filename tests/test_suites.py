@@ -32,11 +32,32 @@ def test_custom_jsonl(tmp_path):
     assert (prompt.id, prompt.max_tokens) == ("a", 9)
 
 
+ONE_OF = 'line 2: give exactly one of "messages" (a chat) and "prompt" (raw text for a base model)'
+
+
+def test_a_raw_text_line_keeps_its_text_as_it_is():
+    from edgespec.app.suites import parse_jsonl
+
+    line = json.dumps({"id": "story-1", "prompt": "<s>Once upon\n", "max_tokens": 7})
+    (prompt,) = parse_jsonl(line, "mine.jsonl")
+    assert (prompt.id, prompt.text, prompt.messages, prompt.max_tokens) == (
+        "story-1", "<s>Once upon\n", (), 7
+    )  # fmt: skip
+    assert prompt.category == "story"
+
+
 @pytest.mark.parametrize(
     "line, message",
     [
         ("{oops", "line 2: not valid JSON (Expecting property name enclosed in double quotes)"),
-        ('{"messages": []}', 'line 2: needs an "id" string and a "messages" list'),
+        ('{"messages": []}', 'line 2: needs an "id" string'),
+        ('{"id": "x"}', ONE_OF),
+        ('{"id": "x", "prompt": "a", "messages": [{"role": "user", "content": "b"}]}', ONE_OF),
+        ('{"id": "x", "prompt": ""}', 'line 2: "prompt" must be non-empty text'),
+        (
+            '{"id": "x", "prompt": "a", "max_tokens": 0}',
+            'line 2: "max_tokens" must be a whole number >= 1',
+        ),
         ('{"id": "x", "messages": []}', 'line 2: "messages" must be a non-empty list'),
         (
             '{"id": "x", "messages": [{"role": "bot", "content": "x"}]}',

@@ -1,4 +1,4 @@
-"""Tiny Hugging Face checkpoint folders (Llama, Mistral, Qwen2) made in the test run.
+"""Tiny Hugging Face checkpoint folders (Llama, Mistral, Qwen2, Qwen3) made in the test run.
 
 A real byte-level BPE tokenizer trained with the `tokenizers` library on a small corpus, and
 random float32 weights under the HF tensor names, written as model.safetensors.
@@ -23,7 +23,24 @@ CORPUS = [
     "import numpy as np\nx = np.zeros((3, 4), dtype=np.float32)\n",
 ] * 20
 HF_ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-           "qwen2": "Qwen2ForCausalLM"}  # fmt: skip
+           "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+           "gemma3": "Gemma3ForCausalLM"}  # fmt: skip
+# Qwen3's config.json fields beyond Llama's, as Qwen/Qwen3-0.6B publishes them (head_dim is
+# not hidden_size / heads there: 128 against 1024 / 16)
+QWEN3_FIELDS = {"attention_bias": False, "attention_dropout": 0.0, "hidden_act": "silu",
+                "max_window_layers": 28, "rope_scaling": None, "sliding_window": None,
+                "use_sliding_window": False, "tie_word_embeddings": True,
+                "torch_dtype": "bfloat16"}  # fmt: skip
+# google/gemma-3-270m's config.json fields beyond Llama's (its window cut to 4 tokens and its
+# pattern to llama.cpp's: five sliding layers, then a global one)
+GEMMA3_FIELDS = {"_sliding_window_pattern": 6, "attention_bias": False,
+                 "attn_logit_softcapping": None, "final_logit_softcapping": None,
+                 "hidden_activation": "gelu_pytorch_tanh", "model_type": "gemma3_text",
+                 "rope_local_base_freq": 10000.0,
+                 "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": 4,
+                 "use_bidirectional_attention": False, "torch_dtype": "bfloat16",
+                 "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}  # fmt: skip
+WIDE_HEADS = {"qwen3": 2, "gemma3": 2}  # head_dim / (hidden_size / heads), as published
 
 
 def make_tokenizer(folder: Path, vocab_size: int = 384) -> int:
@@ -69,7 +86,7 @@ def make_tiny_hf(
 
     n_vocab = make_tokenizer(folder)
     rng = np.random.default_rng(seed)
-    hd = n_embd // n_head
+    hd = WIDE_HEADS.get(arch, 1) * n_embd // n_head
 
     def w(*shape: int, scale: float = 1.0) -> np.ndarray:
         return (rng.standard_normal(shape) * scale / np.sqrt(shape[-1])).astype(np.float32)
@@ -79,8 +96,21 @@ def make_tiny_hf(
         "model.norm.weight": (1 + 0.1 * rng.standard_normal(n_embd)).astype(np.float32),
         "lm_head.weight": w(n_vocab, n_embd, scale=4.0),
     }
+    if arch in WIDE_HEADS:  # tied: the output layer is the embedding
+        del tensors["lm_head.weight"]
+    offset = 0.0 if arch == "gemma3" else 1.0  # Gemma's norms scale by 1 + w
+
+    def norm(n: int) -> np.ndarray:
+        return (offset + 0.2 * rng.standard_normal(n)).astype(np.float32)
+
     for i in range(n_layer):
         p = f"model.layers.{i}."
+        if arch in WIDE_HEADS:
+            tensors[p + "self_attn.q_norm.weight"] = norm(hd)
+            tensors[p + "self_attn.k_norm.weight"] = norm(hd)
+        if arch == "gemma3":
+            for name in ("pre_feedforward_layernorm", "post_feedforward_layernorm"):
+                tensors[p + name + ".weight"] = norm(n_embd)
         tensors |= {
             p + "input_layernorm.weight": (1 + 0.1 * rng.standard_normal(n_embd)).astype(
                 np.float32
@@ -107,6 +137,10 @@ def make_tiny_hf(
         "max_position_embeddings": 512, "rope_theta": rope_theta, "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False, "eos_token_id": 2,
     }  # fmt: skip
+    if arch == "qwen3":
+        config |= QWEN3_FIELDS | {"head_dim": hd}
+    if arch == "gemma3":
+        config |= GEMMA3_FIELDS | {"head_dim": hd, "query_pre_attn_scalar": hd}
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
 

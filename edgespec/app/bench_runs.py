@@ -317,6 +317,9 @@ class Bench:
         self.last_results: list[Result] = []
 
     def prompt_tokens(self, prompt: Prompt) -> list[int]:
+        """A chat through the model's template; raw text as `edgespec run` reads it."""
+        if prompt.text is not None:
+            return self.decoder.prompt_tokens(prompt.text)
         return chat_tokens(self.target, prompt.messages)
 
     def policy(self, method: str, k: int | None) -> Policy:

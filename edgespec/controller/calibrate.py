@@ -27,7 +27,7 @@ from edgespec.errors import BundleError, EdgespecError
 from edgespec.pair import ModelPair, open_pair
 from edgespec.plumbing.machine import device_description
 from edgespec.plumbing.paths import edgespec_home, read_store, write_store
-from edgespec.plumbing.progress import progress
+from edgespec.plumbing.progress import announce, progress
 from edgespec.runtime import MAX_VERIFY_WIDTH, Runtime
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def samples_per_width(n_max: int, reps: int) -> dict[int, int]:
 
 
 def measure_curve(
-    runtime: Runtime, n_max: int = 9, prefix: int = 128, reps: int = 3
+    runtime: Runtime, n_max: int = 9, prefix: int = 128, reps: int = 3, name: str = "target"
 ) -> list[float]:
     """Seconds for n = 1..n_max tokens after a prefix of `prefix` tokens (random ids), the
     prefix shortened so that the widest pass fits in the runtime's context.
@@ -89,7 +89,7 @@ def measure_curve(
     one_token: list[float] = []
     ratios: dict[int, list[float]] = {n: [] for n in samples}
     rounds = max(samples.values(), default=reps)
-    for r in progress(range(rounds), "calibrating", unit="round", total=rounds):
+    for r in progress(range(rounds), f"timing the {name}", unit="round", total=rounds):
         due = [n for n in samples if samples[n] > r]
         rng.shuffle(due)
         for n in due or [1]:  # n_max = 1: one-token passes alone
@@ -117,6 +117,11 @@ def cost_curve(
             if curve is not None and len(curve.target_s) >= n_max:
                 log.info("cost curve from the %s: %s", source, describe(curve))
                 return curve
+        announce(
+            f"calibrating: timing passes of 1..{n_max} tokens through these models on this "
+            f"device, which the controller prices drafts by; once, then kept in "
+            f"{tune_store_path()}"
+        )
     curve = calibrate(pair.target, pair.draft, n_max)
     store_tuned(key, curve)
     return curve
@@ -173,7 +178,11 @@ def calibrate(target: Runtime, draft: Runtime | None, n_max: int = 9) -> CostCur
     target_s = [target_s[0]] + [max(t, target_s[0]) for t in target_s[1:]]
     draft_s = 0.0
     if draft is not None:  # one token a pass where it keeps one graph (ModelDrafter)
-        draft_s = steady_one_token(draft) if draft.keeps_one_graph else measure_curve(draft, 2)[0]
+        draft_s = (
+            steady_one_token(draft)
+            if draft.keeps_one_graph
+            else measure_curve(draft, 2, name="draft")[0]
+        )
     curve = CostCurve(target_s, draft_s, switch_s=switch_s)
     log.info("calibrated in %.1fs: %s", time.perf_counter() - t0, describe(curve))
     return curve

@@ -4,11 +4,22 @@ otherwise, so logs and pipes stay clean. tqdm is imported only when a bar is sho
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def announce(line: str) -> None:
+    """One line on stderr before a slow step, for the person at a terminal (the bar that follows
+    says how far it is); logged at info level otherwise, so logs and pipes stay clean."""
+    if sys.stderr.isatty():
+        print(f"edgespec: {line}", file=sys.stderr, flush=True)
+    else:
+        log.info("%s", line)
 
 
 def progress(

@@ -13,6 +13,7 @@ from edgespec.app.options import (
     add_runtime_args,
     add_spec_args,
     context_size,
+    model_args,
     runtime_options,
     spec_options,
     warn_context_cut,
@@ -90,7 +91,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
 def model_paths(args: argparse.Namespace) -> tuple[str, str | None]:
     if bool(args.bundle) == bool(args.target):
         raise EdgespecError("give a bundle folder or --target MODEL (one of them)")
-    return args.bundle or args.target, args.draft
+    return model_args(args.bundle or args.target, args.draft)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
