@@ -5,7 +5,7 @@ for token against its own plain decoding. Prints a table per suite and writes JS
 
     python bench/exact_cost.py --target ~/.cache/edgespec/demo-onnx --suite edit --suite chat
         [--draft DRAFT.gguf] [--limit 8] [--max-tokens 128] [--exact-kernels default|on]
-        [--json out.json]
+        [--temperature 0.7 --top-p 0.9 --seed 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from edgespec.app.bench_runs import Bench, machine_info, machine_line
 from edgespec.app.suites import load_suite
 from edgespec.backends import RuntimeOptions
 from edgespec.pair import open_pair
+from edgespec.sampling import SamplingParams
 
 METHODS = ("plain", "auto")
 
@@ -56,13 +57,17 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--exact-kernels", choices=("default", "on"), default="default")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json")
     args = ap.parse_args()
+    sp = SamplingParams(args.temperature, top_p=args.top_p, seed=args.seed)
     exact = None if args.exact_kernels == "default" else True
     configs = {"exact": RuntimeOptions(exact=exact), "fastest": RuntimeOptions(exact=False)}
-    benches = {c: Bench(open_pair(args.target, args.draft, o), 8) for c, o in configs.items()}
+    benches = {c: Bench(open_pair(args.target, args.draft, o), 8, sp) for c, o in configs.items()}
     print(machine_line(machine_info()))
-    report = {"machine": machine_info(), "suites": {}}
+    report = {"machine": machine_info(), "sampling": repr(sp), "suites": {}}
     for suite in args.suite or ["edit"]:
         prompts = load_suite(suite, args.limit)
         found = measure(benches, prompts, args.max_tokens)
