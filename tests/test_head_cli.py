@@ -182,8 +182,8 @@ def test_a_hugging_face_head_folder_is_refused_by_run_and_converted_by_export(
     capsys, files, tmp_path
 ):
     """run and serve take a GGUF head and say how to convert a folder; export converts it
-    (export/eagle3_convert.py, tests/test_eagle3_convert.py), refusing one without weights
-    before it writes a bundle."""
+    (export/eagle3_convert.py, tests/test_eagle3_convert.py), refusing an incomplete one
+    (here its config lacks the head's sizes) before it writes a bundle."""
     folder = tmp_path / "EAGLE3-head"
     folder.mkdir()
     (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
@@ -196,7 +196,8 @@ def test_a_hugging_face_head_folder_is_refused_by_run_and_converted_by_export(
     out = tmp_path / "bundle"
     argv = ["--target", target, "--head", str(folder), "--out", str(out)]
     assert error_line(capsys, *argv, command="export") == (
-        f"{folder} has no *.safetensors; download the head's weights"
+        f"{folder / 'config.json'} lacks hidden_size (a whole number > 0); download the head's "
+        "config again"
     )
     assert not out.exists()
 
