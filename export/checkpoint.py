@@ -441,16 +441,18 @@ def gguf_config(path: Path, reader, meta: GgufMetadata, arch: str, n_vocab: int)
 
 
 def gguf_rope_scaling(path: Path, reader, meta: GgufMetadata, arch: str) -> dict | None:
-    """The GGUF's RoPE scaling as an HF rope_scaling entry: linear (a factor), or the
+    """The GGUF's RoPE scaling as an HF rope_scaling entry: linear (a factor), the
     per-frequency divisors llama.cpp's converter writes as the rope_freqs tensor for Llama
-    3.x's llama3 scaling; any other kind is refused by name."""
+    3.x's llama3 scaling, or Phi-3's longrope (its two factor tensors and attention factor);
+    any other kind is refused by name."""
     kind = meta.get(f"{arch}.rope.scaling.type")
     by_name = {t.name: t for t in reader.tensors}
     freqs = by_name.get("rope_freqs.weight")
     if kind in (None, "none") and "rope_factors_short.weight" in by_name:  # Phi-3's longrope
-        return {"rope_type": "longrope", "attention_factor": meta.get(f"{arch}.rope.scaling.attn_factor"),
-                **{f"{w}_factor": read_factors(path, by_name[f"rope_factors_{w}.weight"])
-                   for w in ("short", "long")}}  # fmt: skip
+        factors = {f"{w}_factor": read_factors(path, by_name[f"rope_factors_{w}.weight"])
+                   for w in ("short", "long")}  # fmt: skip
+        attention = meta.get(f"{arch}.rope.scaling.attn_factor")
+        return {"rope_type": "longrope", "attention_factor": attention, **factors}
     if kind in (None, "none") and freqs is None:
         return None
     if freqs is not None and kind in (None, "none"):

@@ -82,9 +82,11 @@ def context_limit(config: dict) -> int:
     """The longest context the graph computes as the model does. longrope: its original one,
     where HF and llama.cpp use the short factors; past it both switch every position, cached
     keys included, to the long factors, which a graph with fixed RoPE tables cannot do."""
+    limit = None
     if scaling_kind(config.get("rope_scaling")) == "longrope":
-        return int(config["original_max_position_embeddings"])
-    return int(config.get("max_position_embeddings", 4096))
+        limit = config.get("original_max_position_embeddings")
+    limit = limit or config.get("max_position_embeddings", 4096)
+    return int(limit)
 
 
 def rope_notes(config: dict) -> list[str]:
