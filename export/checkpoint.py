@@ -492,7 +492,7 @@ class GgufWeights(LazyTensors):
         arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
         names = gguf.TensorNameMap(arch_id, config["num_hidden_layers"])
         # a fused family's gguf names its parts' names too (up_proj is ffn_up): fused ones only
-        layer = HF_LAYER_TENSORS
+        layer: tuple[str, ...] = HF_LAYER_TENSORS
         if family.fused:
             parts = {part for fused in FUSED_PARTS.values() for part in fused}
             layer = tuple(FUSED_PARTS) + tuple(t for t in layer if t not in parts)

@@ -154,8 +154,8 @@ class StandardGraphBuilder(GraphBuilder):
         half = self.pairs[suffix]
         if 2 * half < self.head_dim:
             parts.append(self.name("unturned"))
-            sizes = np.array([half, half, self.head_dim - 2 * half])
-            sizes = self.const(self.name("rope_parts"), sizes)
+            widths = np.array([half, half, self.head_dim - 2 * half])
+            sizes = self.const(self.name("rope_parts"), widths)
             self.nodes.append(helper.make_node("Split", [x, sizes], parts, axis=-1))
         else:
             self.nodes.append(helper.make_node("Split", [x], parts, axis=-1, num_outputs=2))

@@ -241,8 +241,8 @@ def test_phi4_minis_rope_is_computed_and_cuts_the_context(tmp_path):
     hf = make_tiny_hf(tmp_path / "hf", arch="phi4mini", seed=3, **SHAPES["phi4mini"])
     ref = numpy_reference.phi3_forward(hf, TOKENS)
     config = json.loads((hf / "config.json").read_text())
-    (hf / "config.json").write_text(json.dumps(config | {"rope_scaling": None,
-                                                         "partial_rotary_factor": 1.0}))  # fmt: skip
+    plain = config | {"rope_scaling": None, "partial_rotary_factor": 1.0}
+    (hf / "config.json").write_text(json.dumps(plain))
     assert np.abs(numpy_reference.phi3_forward(hf, TOKENS) - ref).max() > 1.0
     (hf / "config.json").write_text(json.dumps(config))
     from edgespec.export.checkpoint import read_checkpoint
