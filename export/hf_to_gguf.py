@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +43,35 @@ class ArchSpec:
     permute_qk: bool  # HF halves-RoPE -> llama.cpp interleaved RoPE
     pre_tokenizer: str  # llama.cpp's tokenizer.ggml.pre for byte-level BPE of this family
     norm_shift: float = 0.0  # added to every norm weight (Gemma's 1 + w, as llama.cpp keeps it)
+    # what llama.cpp reads of this family beyond Llama's fields: (writer, config, head_dim)
+    hparams: Callable[[Any, dict, int], None] | None = None
+
+
+def check_gemma3(config: dict, head_dim: int) -> None:
+    """llama.cpp's gemma3 keeps in code what a config may say otherwise: refused where it does."""
+    layers = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+              for i in range(config["num_hidden_layers"])]  # fmt: skip
+    wanted = {"layer_types": layers, "query_pre_attn_scalar": head_dim,
+              "rope_local_base_freq": 10000.0}  # fmt: skip
+    for key, value in wanted.items():
+        if config.get(key, value) != value:
+            raise ModelFileError(
+                f"{key} is {config[key]!r}, where llama.cpp's gemma3 computes {value!r}; this "
+                "Gemma 3 cannot be converted to GGUF (export it to ONNX instead)"
+            )
+
+
+def gemma3_hparams(writer, config: dict, head_dim: int) -> None:
+    check_gemma3(config, head_dim)
+    writer.add_sliding_window(config["sliding_window"])
+
+
+def phi3_hparams(writer, config: dict, head_dim: int) -> None:
+    """As llama.cpp's converter writes them: the window (0 for none) and longrope's original
+    context."""
+    writer.add_sliding_window(config.get("sliding_window") or 0)
+    original = config.get("original_max_position_embeddings")
+    writer.add_rope_scaling_orig_ctx_len(original or config.get("max_position_embeddings", 4096))
 
 
 ARCHS = {  # the architectures export/checkpoint.py reads (HF_ARCHS)
@@ -48,8 +79,8 @@ ARCHS = {  # the architectures export/checkpoint.py reads (HF_ARCHS)
     "MistralForCausalLM": ArchSpec("llama", True, "llama-bpe"),
     "Qwen2ForCausalLM": ArchSpec("qwen2", False, "qwen2"),
     "Qwen3ForCausalLM": ArchSpec("qwen3", False, "qwen2"),
-    "Gemma3ForCausalLM": ArchSpec("gemma3", False, "default", norm_shift=1.0),
-    "Phi3ForCausalLM": ArchSpec("phi3", False, "default"),
+    "Gemma3ForCausalLM": ArchSpec("gemma3", False, "default", 1.0, gemma3_hparams),
+    "Phi3ForCausalLM": ArchSpec("phi3", False, "default", hparams=phi3_hparams),
 }
 
 
@@ -140,27 +171,10 @@ def write_hparams(writer, config: dict, outtype: str) -> None:
     writer.add_value_length(head_dim)
     writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
     writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
-    if config["architectures"][0] == "Gemma3ForCausalLM":
-        check_gemma3(config, head_dim)
-        writer.add_sliding_window(config["sliding_window"])
-    if config["architectures"][0] == "Phi3ForCausalLM":  # as llama.cpp's converter: 0 for none
-        writer.add_sliding_window(config.get("sliding_window") or 0)
-        writer.add_rope_scaling_orig_ctx_len(config["original_max_position_embeddings"])
+    spec = ARCHS[config["architectures"][0]]
+    if spec.hparams is not None:
+        spec.hparams(writer, config, head_dim)
     writer.add_file_type(1 if outtype == "f16" else 0)
-
-
-def check_gemma3(config: dict, head_dim: int) -> None:
-    """llama.cpp's gemma3 keeps in code what a config may say otherwise: refused where it does."""
-    layers = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
-              for i in range(config["num_hidden_layers"])]  # fmt: skip
-    wanted = {"layer_types": layers, "query_pre_attn_scalar": head_dim,
-              "rope_local_base_freq": 10000.0}  # fmt: skip
-    for key, value in wanted.items():
-        if config.get(key, value) != value:
-            raise ModelFileError(
-                f"{key} is {config[key]!r}, where llama.cpp's gemma3 computes {value!r}; this "
-                "Gemma 3 cannot be converted to GGUF (export it to ONNX instead)"
-            )
 
 
 def rope_tensors(writer, config: dict) -> list[tuple[str, Rows]]:
