@@ -491,11 +491,9 @@ class GgufWeights(LazyTensors):
         self.norm_offset = np.float32(family.norm_offset)  # llama.cpp stores Gemma's 1 + w
         arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
         names = gguf.TensorNameMap(arch_id, config["num_hidden_layers"])
-        # a fused family's gguf names its parts' names too (up_proj is ffn_up): fused ones only
-        layer: tuple[str, ...] = HF_LAYER_TENSORS
-        if family.fused:
-            parts = {part for fused in FUSED_PARTS.values() for part in fused}
-            layer = tuple(FUSED_PARTS) + tuple(t for t in layer if t not in parts)
+        # a fused family's tensors first: llama.cpp names one part as the fused tensor (Phi-3's
+        # up_proj and gate_up_proj are both ffn_up), and a GGUF tensor is read under one name
+        layer = (tuple(FUSED_PARTS) if family.fused else ()) + HF_LAYER_TENSORS
         wanted = list(HF_MODEL_TENSORS) + [
             f"model.layers.{i}.{t}" for i in range(config["num_hidden_layers"]) for t in layer
         ]
@@ -504,7 +502,7 @@ class GgufWeights(LazyTensors):
         for hf_name in wanted:
             gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
             if gguf_name in by_gguf:
-                self.entries[hf_name] = by_gguf[gguf_name]
+                self.entries[hf_name] = by_gguf.pop(gguf_name)
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(int(d) for d in reversed(self.entries[name].shape.tolist()))
