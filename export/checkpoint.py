@@ -25,7 +25,7 @@ import numpy as np
 
 from edgespec.errors import ModelFileError
 from edgespec.export.families import FAMILIES, GGUF_ARCHS, HF_ARCHS
-from edgespec.export.rope import GGUF_FREQ_FACTORS
+from edgespec.export.rope import GGUF_FREQ_FACTORS, rope_notes
 
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 REQUIRED_CONFIG_KEYS = (
@@ -54,6 +54,10 @@ HF_LAYER_TENSORS = (
     "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
 )  # fmt: skip
+FUSED_PARTS = {  # Family.fused: a fused layer tensor -> its parts, in the order it holds them
+    "self_attn.qkv_proj.weight": HF_LAYER_TENSORS[4:7],
+    "mlp.gate_up_proj.weight": HF_LAYER_TENSORS[13:15],
+}
 HF_MODEL_TENSORS = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
 
 
@@ -153,11 +157,20 @@ class LazyTensors(Mapping[str, np.ndarray]):
 def read_checkpoint(source: Path) -> Checkpoint:
     """An HF checkpoint folder or a .gguf file; anything else is refused by name."""
     source = Path(source)
-    if source.is_dir():
-        return read_hf_checkpoint(source)
     if not source.exists():
         raise ModelFileError(f"{source} not found; give an HF checkpoint folder or a .gguf file")
-    return read_gguf_checkpoint(source)
+    ckpt = read_hf_checkpoint(source) if source.is_dir() else read_gguf_checkpoint(source)
+    ckpt.notes += rope_notes(ckpt.config)
+    return ckpt
+
+
+def unfused(weights: LazyTensors, config: dict) -> LazyTensors:
+    """The weights under the names the graph reads: a fused family's split (export/unfused.py)."""
+    if not FAMILIES[config["architectures"][0]].fused:
+        return weights
+    from edgespec.export.unfused import Unfused
+
+    return Unfused(weights, config)
 
 
 # --- HF folder ------------------------------------------------------------------------------
@@ -171,7 +184,7 @@ def read_hf_checkpoint(hf_dir: Path) -> Checkpoint:
     return Checkpoint(
         source=hf_dir,
         config=config,
-        weights=SafetensorsIndex(hf_dir),
+        weights=unfused(SafetensorsIndex(hf_dir), config),
         tokenizer_json=tokenizer.read_text(encoding="utf-8"),
         tokenizer_config=read_json(hf_dir / "tokenizer_config.json"),
         generation_config=read_json(generation) if generation.is_file() else None,
@@ -367,7 +380,7 @@ def read_gguf_checkpoint(path: Path) -> Checkpoint:
     return Checkpoint(
         source=path,
         config=config,
-        weights=GgufWeights(path, reader, arch, config),
+        weights=unfused(GgufWeights(path, reader, arch, config), config),
         tokenizer_json=tokenizer_json,
         tokenizer_config=tok_config,
         notes=["weights dequantized from GGUF"] if quantized(reader) else [],
@@ -404,6 +417,7 @@ def gguf_config(path: Path, reader, meta: GgufMetadata, arch: str, n_vocab: int)
 
     scaling = gguf_rope_scaling(path, reader, meta, arch)
     n_head = need("attention.head_count")
+    head_dim = meta.get(f"{arch}.attention.key_length") or need("embedding_length") // n_head
     config = {
         "architectures": [GGUF_ARCHS[arch]],
         "num_hidden_layers": need("block_count"),
@@ -411,11 +425,12 @@ def gguf_config(path: Path, reader, meta: GgufMetadata, arch: str, n_vocab: int)
         "intermediate_size": need("feed_forward_length"),
         "num_attention_heads": n_head,
         "num_key_value_heads": meta.get(f"{arch}.attention.head_count_kv") or n_head,
-        "head_dim": meta.get(f"{arch}.attention.key_length") or need("embedding_length") // n_head,
+        "head_dim": head_dim,
         "max_position_embeddings": need("context_length"),
         "rms_norm_eps": need("attention.layer_norm_rms_epsilon"),
         "rope_theta": meta.get(f"{arch}.rope.freq_base") or 10000.0,
         "rope_scaling": scaling,
+        "partial_rotary_factor": (meta.get(f"{arch}.rope.dimension_count") or head_dim) / head_dim,
         "vocab_size": n_vocab,
         "use_sliding_window": False,
     }
@@ -426,18 +441,22 @@ def gguf_config(path: Path, reader, meta: GgufMetadata, arch: str, n_vocab: int)
 
 
 def gguf_rope_scaling(path: Path, reader, meta: GgufMetadata, arch: str) -> dict | None:
-    """The GGUF's RoPE scaling as an HF rope_scaling entry: linear (a factor), or the
+    """The GGUF's RoPE scaling as an HF rope_scaling entry: linear (a factor), the
     per-frequency divisors llama.cpp's converter writes as the rope_freqs tensor for Llama
-    3.x's llama3 scaling; any other kind is refused by name."""
+    3.x's llama3 scaling, or Phi-3's longrope (its two factor tensors and attention factor);
+    any other kind is refused by name."""
     kind = meta.get(f"{arch}.rope.scaling.type")
-    freqs = next((t for t in reader.tensors if t.name == "rope_freqs.weight"), None)
+    by_name = {t.name: t for t in reader.tensors}
+    freqs = by_name.get("rope_freqs.weight")
+    if kind in (None, "none") and "rope_factors_short.weight" in by_name:  # Phi-3's longrope
+        factors = {f"{w}_factor": read_factors(path, by_name[f"rope_factors_{w}.weight"])
+                   for w in ("short", "long")}  # fmt: skip
+        attention = meta.get(f"{arch}.rope.scaling.attn_factor")
+        return {"rope_type": "longrope", "attention_factor": attention, **factors}
     if kind in (None, "none") and freqs is None:
         return None
     if freqs is not None and kind in (None, "none"):
-        from edgespec.quant.gguf_quant import read_rows
-
-        factors = read_rows(path, freqs, 0, int(freqs.shape[-1])).reshape(-1)
-        return {"rope_type": GGUF_FREQ_FACTORS, "factors": [float(f) for f in factors]}
+        return {"rope_type": GGUF_FREQ_FACTORS, "factors": read_factors(path, freqs)}
     if kind == "linear" and freqs is None:
         return {"rope_type": "linear", "factor": float(meta.get(f"{arch}.rope.scaling.factor"))}
     raise ModelFileError(
@@ -445,6 +464,13 @@ def gguf_rope_scaling(path: Path, reader, meta: GgufMetadata, arch: str) -> dict
         "GGUF is not supported by the ONNX exporter (linear and Llama 3's rope_freqs are); "
         "export from the HF checkpoint folder instead"
     )
+
+
+def read_factors(path: Path, tensor) -> list[float]:
+    """A GGUF's 1-D RoPE factor tensor (rope_freqs, rope_factors_short/long) as floats."""
+    from edgespec.quant.gguf_quant import read_rows
+
+    return [float(f) for f in read_rows(path, tensor, 0, int(tensor.shape[-1])).reshape(-1)]
 
 
 def quantized(reader) -> bool:
@@ -465,17 +491,18 @@ class GgufWeights(LazyTensors):
         self.norm_offset = np.float32(family.norm_offset)  # llama.cpp stores Gemma's 1 + w
         arch_id = next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch)
         names = gguf.TensorNameMap(arch_id, config["num_hidden_layers"])
+        # a fused family's tensors first: llama.cpp names one part as the fused tensor (Phi-3's
+        # up_proj and gate_up_proj are both ffn_up), and a GGUF tensor is read under one name
+        layer = (tuple(FUSED_PARTS) if family.fused else ()) + HF_LAYER_TENSORS
         wanted = list(HF_MODEL_TENSORS) + [
-            f"model.layers.{i}.{t}"
-            for i in range(config["num_hidden_layers"])
-            for t in HF_LAYER_TENSORS
+            f"model.layers.{i}.{t}" for i in range(config["num_hidden_layers"]) for t in layer
         ]
         by_gguf = {t.name: t for t in reader.tensors}
         self.entries: dict[str, Any] = {}
         for hf_name in wanted:
             gguf_name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
             if gguf_name in by_gguf:
-                self.entries[hf_name] = by_gguf[gguf_name]
+                self.entries[hf_name] = by_gguf.pop(gguf_name)
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(int(d) for d in reversed(self.entries[name].shape.tolist()))

@@ -31,6 +31,7 @@ class Family:
     embed_scale: bool = False  # embeddings times sqrt(hidden_size) (Gemma)
     gate: str = "silu"  # the gated MLP's activation: silu (SwiGLU) or gelu_tanh (GeGLU)
     local_layers: bool = False  # layer_types' sliding layers: a window, their own RoPE base
+    fused: bool = False  # q, k, v stored as one qkv_proj, gate and up as one gate_up_proj (Phi-3)
     # config fields this family's exporter does not compute: refused unless null or false
     refused: tuple[str, ...] = ()
     gguf_fields: Callable[[Get, dict], dict] | None = None  # what a GGUF leaves implicit
@@ -94,6 +95,16 @@ def gemma3_gguf_fields(get: Get, config: dict) -> dict:
     }
 
 
+def phi3_gguf_fields(get: Get, config: dict) -> dict:
+    """What llama.cpp's converter writes of Phi-3 beyond Llama's fields: the sliding window
+    (0 where there is none, as Phi-4's) and longrope's original context."""
+    return {
+        "sliding_window": get("attention.sliding_window") or None,
+        "use_sliding_window": True,
+        "original_max_position_embeddings": get("rope.scaling.original_context_length"),
+    }
+
+
 FAMILIES = {
     "LlamaForCausalLM": Family("llama", "llama", permuted_qk=True),
     "MistralForCausalLM": Family("mistral", None),  # a Mistral GGUF is a llama one
@@ -106,6 +117,9 @@ FAMILIES = {
                  "use_bidirectional_attention"),
         gguf_fields=gemma3_gguf_fields,
     ),
+    # Phi-3 and Phi-4 (mini and 14B) alike; Microsoft's remote code reads these two biases
+    "Phi3ForCausalLM": Family("phi3", "phi3", fused=True, refused=("lm_head_bias", "mlp_bias"),
+                              gguf_fields=phi3_gguf_fields),
 }  # fmt: skip
 HF_ARCHS = tuple(FAMILIES)
 GGUF_ARCHS = {f.gguf_arch: hf for hf, f in FAMILIES.items() if f.gguf_arch}

@@ -1,10 +1,11 @@
-"""Hugging Face checkpoint folder (Llama, Mistral, Qwen2, Qwen3) -> float GGUF.
+"""Hugging Face checkpoint folder (Llama, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3) -> float GGUF.
 
 The gguf package does the writing and the tensor-name mapping; this module only decides what
 goes in: hyperparameters from config.json, weights and tokenizer as export/checkpoint.py reads
 them (bf16 widened exactly), and the byte-level BPE tokenizer with its chat template.
 llama.cpp's Llama architecture applies RoPE to interleaved pairs where HF rotates halves, so
-q and k of Llama/Mistral are permuted on the way (Qwen2 uses the halves form, as HF does).
+q and k of Llama/Mistral are permuted on the way (Qwen2 uses the halves form, as HF does);
+Phi-3's fused tensors stay fused, as llama.cpp's converter keeps them.
 Each tensor is written as it is read, a block of rows at a time, so memory stays bounded by
 one block whatever the model's size.
 """
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,11 +25,12 @@ from edgespec.errors import ModelFileError
 from edgespec.export.checkpoint import (
     Checkpoint,
     Rows,
+    SafetensorsIndex,
     permute_for_interleaved_rope,
     read_hf_checkpoint,
     special_id,
 )
-from edgespec.export.rope import scale_inv_freq
+from edgespec.export.rope import attention_factor, rotary_dim, scale_inv_freq, scaling_kind
 from edgespec.plumbing.progress import progress
 
 log = logging.getLogger(__name__)
@@ -39,6 +43,35 @@ class ArchSpec:
     permute_qk: bool  # HF halves-RoPE -> llama.cpp interleaved RoPE
     pre_tokenizer: str  # llama.cpp's tokenizer.ggml.pre for byte-level BPE of this family
     norm_shift: float = 0.0  # added to every norm weight (Gemma's 1 + w, as llama.cpp keeps it)
+    # what llama.cpp reads of this family beyond Llama's fields: (writer, config, head_dim)
+    hparams: Callable[[Any, dict, int], None] | None = None
+
+
+def check_gemma3(config: dict, head_dim: int) -> None:
+    """llama.cpp's gemma3 keeps in code what a config may say otherwise: refused where it does."""
+    layers = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+              for i in range(config["num_hidden_layers"])]  # fmt: skip
+    wanted = {"layer_types": layers, "query_pre_attn_scalar": head_dim,
+              "rope_local_base_freq": 10000.0}  # fmt: skip
+    for key, value in wanted.items():
+        if config.get(key, value) != value:
+            raise ModelFileError(
+                f"{key} is {config[key]!r}, where llama.cpp's gemma3 computes {value!r}; this "
+                "Gemma 3 cannot be converted to GGUF (export it to ONNX instead)"
+            )
+
+
+def gemma3_hparams(writer, config: dict, head_dim: int) -> None:
+    check_gemma3(config, head_dim)
+    writer.add_sliding_window(config["sliding_window"])
+
+
+def phi3_hparams(writer, config: dict, head_dim: int) -> None:
+    """As llama.cpp's converter writes them: the window (0 for none) and longrope's original
+    context."""
+    writer.add_sliding_window(config.get("sliding_window") or 0)
+    original = config.get("original_max_position_embeddings")
+    writer.add_rope_scaling_orig_ctx_len(original or config.get("max_position_embeddings", 4096))
 
 
 ARCHS = {  # the architectures export/checkpoint.py reads (HF_ARCHS)
@@ -46,7 +79,8 @@ ARCHS = {  # the architectures export/checkpoint.py reads (HF_ARCHS)
     "MistralForCausalLM": ArchSpec("llama", True, "llama-bpe"),
     "Qwen2ForCausalLM": ArchSpec("qwen2", False, "qwen2"),
     "Qwen3ForCausalLM": ArchSpec("qwen3", False, "qwen2"),
-    "Gemma3ForCausalLM": ArchSpec("gemma3", False, "default", norm_shift=1.0),
+    "Gemma3ForCausalLM": ArchSpec("gemma3", False, "default", 1.0, gemma3_hparams),
+    "Phi3ForCausalLM": ArchSpec("phi3", False, "default", hparams=phi3_hparams),
 }
 
 
@@ -62,13 +96,14 @@ def convert_hf_to_gguf(hf_dir: Path, out_path: Path, *, outtype: str = "f16") ->
     write_tokenizer(writer, ckpt, spec)
     names = gguf.TensorNameMap(arch, config["num_hidden_layers"])
     tensors: list[tuple[Rows, np.dtype]] = []  # (rows as written, dtype)
-    for hf_name in ckpt.weights:
+    stored = SafetensorsIndex(hf_dir)  # as stored: a fused tensor stays one
+    for hf_name in stored:
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
             if hf_name.endswith("rotary_emb.inv_freq"):
                 continue  # recomputed by llama.cpp from rope_theta
             raise ModelFileError(f"{hf_dir}: tensor {hf_name} has no GGUF name; not supported")
-        rows = ckpt.weights.rows(hf_name)
+        rows = stored.rows(hf_name)
         if spec.permute_qk and name.endswith(("attn_q.weight", "attn_k.weight")):
             heads = config["num_attention_heads"]
             if name.endswith("attn_k.weight"):
@@ -131,29 +166,15 @@ def write_hparams(writer, config: dict, outtype: str) -> None:
     writer.add_feed_forward_length(config["intermediate_size"])
     writer.add_head_count(n_head)
     writer.add_head_count_kv(config.get("num_key_value_heads", n_head))
-    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_dimension_count(rotary_dim(config, head_dim))
     writer.add_key_length(head_dim)  # Qwen3's heads are wider than hidden_size / heads
     writer.add_value_length(head_dim)
     writer.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
     writer.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
-    if config["architectures"][0] == "Gemma3ForCausalLM":
-        check_gemma3(config, head_dim)
-        writer.add_sliding_window(config["sliding_window"])
+    spec = ARCHS[config["architectures"][0]]
+    if spec.hparams is not None:
+        spec.hparams(writer, config, head_dim)
     writer.add_file_type(1 if outtype == "f16" else 0)
-
-
-def check_gemma3(config: dict, head_dim: int) -> None:
-    """llama.cpp's gemma3 keeps in code what a config may say otherwise: refused where it does."""
-    layers = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
-              for i in range(config["num_hidden_layers"])]  # fmt: skip
-    wanted = {"layer_types": layers, "query_pre_attn_scalar": head_dim,
-              "rope_local_base_freq": 10000.0}  # fmt: skip
-    for key, value in wanted.items():
-        if config.get(key, value) != value:
-            raise ModelFileError(
-                f"{key} is {config[key]!r}, where llama.cpp's gemma3 computes {value!r}; this "
-                "Gemma 3 cannot be converted to GGUF (export it to ONNX instead)"
-            )
 
 
 def rope_tensors(writer, config: dict) -> list[tuple[str, Rows]]:
@@ -162,14 +183,18 @@ def rope_tensors(writer, config: dict) -> list[tuple[str, Rows]]:
     import gguf
 
     scaling = config.get("rope_scaling") or {}
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    kind = scaling_kind(scaling)
+    if kind == "longrope":  # llama.cpp picks long or short by n_ctx against the original context
+        writer.add_rope_scaling_attn_factors(attention_factor(config))
+        return [(f"rope_factors_{w}.weight", Rows.of(np.array(scaling[f"{w}_factor"], np.float32)))
+                for w in ("long", "short")]  # fmt: skip
     if kind == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(float(scaling["factor"]))
     if kind not in ("default", "linear", "llama3"):
         raise ModelFileError(
             f"rope_scaling type {kind!r} cannot be converted to GGUF by edgespec (default, "
-            "linear, llama3 can); use llama.cpp's convert_hf_to_gguf.py"
+            "linear, llama3, Phi-3's longrope can); use llama.cpp's convert_hf_to_gguf.py"
         )
     if kind != "llama3":
         return []

@@ -53,7 +53,7 @@ from edgespec.export.checkpoint import (
     special_id,
 )
 from edgespec.export.families import FAMILIES, Family, family
-from edgespec.export.rope import rope_caches, rope_configs
+from edgespec.export.rope import context_limit, rope_caches, rope_configs
 from edgespec.plumbing.progress import progress
 from edgespec.quant.reference import ErrorSum, TensorError, error_summary
 from edgespec.runtimes.shared import check_logit_ranges
@@ -261,7 +261,7 @@ def model_info(
         head_dim=config.get("head_dim") or config["hidden_size"] // n_head,
         n_embd=config["hidden_size"],
         n_vocab=config["vocab_size"],
-        context_length=config.get("max_position_embeddings", 4096),
+        context_length=context_limit(config),
         quant=quant,
         compute=compute,
         block_size=block_size if quant in NBITS else None,
@@ -493,7 +493,7 @@ class GraphBuilder:
     def prepare(self, info: ModelInfo, config: dict) -> None:
         """Constants every layer's attention reads (here: GroupQueryAttention's RoPE caches)."""
         for suffix, cfg in rope_configs(config, self.local).items():
-            cos, sin = rope_caches(cfg, info.head_dim, info.context_length)
+            cos, sin = rope_caches(cfg, info.head_dim, info.context_length, pairs_multiple=8)
             self.const("cos_cache" + suffix, cos.astype(self.dtype))
             self.const("sin_cache" + suffix, sin.astype(self.dtype))
 

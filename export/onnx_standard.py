@@ -52,6 +52,8 @@ class StandardGraphBuilder(GraphBuilder):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.rope: dict[str, str] = {}
+        self.head_dim = 0
+        self.pairs: dict[str, int] = {}  # the pairs RoPE turns, by suffix (partial rotary: not all)
         self.positions = self.mask = self.mask_local = ""
         self.const("zero_axis", np.array([0], np.int64))
         self.const("score_zero", np.array(0.0, np.float32))
@@ -79,6 +81,7 @@ class StandardGraphBuilder(GraphBuilder):
         self.positions = self.op("Add", "position", steps)  # [n] int32
         for suffix, cfg in rope_configs(config, self.local).items():
             cos, sin = rope_caches(cfg, info.head_dim, info.context_length)
+            self.head_dim, self.pairs[suffix] = info.head_dim, cos.shape[1]
             for name, table in (("cos", cos), ("sin", sin)):
                 rows = self.op("Gather", self.const(f"{name}_cache{suffix}",
                                table.astype(self.dtype)), self.positions, axis=0)  # fmt: skip
@@ -142,15 +145,24 @@ class StandardGraphBuilder(GraphBuilder):
         return self.op("Transpose", x, perm=[0, 2, 1, 3])
 
     def rotate(self, x: str, suffix: str = "") -> str:
-        """HF rotate-half RoPE on x [1, n, heads, hd]: (x1 cos - x2 sin, x2 cos + x1 sin)."""
+        """HF rotate-half RoPE on x [1, n, heads, hd]: (x1 cos - x2 sin, x2 cos + x1 sin), x1
+        and x2 the halves of the turned dimensions; the unturned ones pass as they are."""
         from onnx import helper
 
-        x1, x2 = self.name("x1"), self.name("x2")
-        self.nodes.append(helper.make_node("Split", [x], [x1, x2], axis=-1, num_outputs=2))
         cos, sin = self.rope["cos" + suffix], self.rope["sin" + suffix]
+        parts = [self.name("x1"), self.name("x2")]
+        half = self.pairs[suffix]
+        if 2 * half < self.head_dim:
+            parts.append(self.name("unturned"))
+            widths = np.array([half, half, self.head_dim - 2 * half])
+            sizes = self.const(self.name("rope_parts"), widths)
+            self.nodes.append(helper.make_node("Split", [x, sizes], parts, axis=-1))
+        else:
+            self.nodes.append(helper.make_node("Split", [x], parts, axis=-1, num_outputs=2))
+        x1, x2 = parts[:2]
         first = self.op("Sub", self.op("Mul", x1, cos), self.op("Mul", x2, sin))
         second = self.op("Add", self.op("Mul", x2, cos), self.op("Mul", x1, sin))
-        return self.op("Concat", first, second, axis=-1)
+        return self.op("Concat", first, second, *parts[2:], axis=-1)
 
     def scatter(self, past: str, new: str, present: str, info: ModelInfo) -> str:
         """past [1, nkv, C, hd] with new [1, nkv, n, hd] written at rows position..+n-1."""

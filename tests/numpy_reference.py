@@ -1,5 +1,5 @@
-"""A plain float64 numpy forward pass of a Llama/Mistral/Qwen2/Qwen3 HF checkpoint: the
-reference that llama.cpp's (and ONNX Runtime's) logits are compared with."""
+"""A plain float64 numpy forward pass of a Llama/Mistral/Qwen2/Qwen3 (Gemma 3, Phi-3) HF
+checkpoint: the reference that llama.cpp's (and ONNX Runtime's) logits are compared with."""
 
 from __future__ import annotations
 
@@ -128,3 +128,50 @@ def gemma3_forward(folder: Path, tokens: list[int]) -> np.ndarray:
         out = (gelu * up) @ w[p + "mlp.down_proj.weight"].T
         x = x + norm(out, p + "post_feedforward_layernorm.weight")
     return norm(x, "model.norm.weight") @ w["model.embed_tokens.weight"].T
+
+
+def phi3_forward(folder: Path, tokens: list[int]) -> np.ndarray:
+    """[len(tokens), n_vocab] float64 logits of a Phi-3 / Phi-4 checkpoint, as HF's Phi3 model
+    computes them: Llama's layer with q, k, v cut from one qkv_proj and gate, up from one
+    gate_up_proj (gate first); RoPE on the first partial_rotary_factor of each head; longrope
+    (within the original context) divides each frequency by its short factor and scales cos
+    and sin by sqrt(1 + ln(max / original) / ln(original))."""
+    folder = Path(folder)
+    cfg, w = load(folder)
+    n_head, n_kv, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["rms_norm_eps"]
+    hd = cfg["hidden_size"] // n_head
+    rot = int(hd * cfg.get("partial_rotary_factor", 1.0))
+    inv_freq = cfg["rope_theta"] ** (-np.arange(0, rot, 2) / rot)
+    scale = 1.0
+    if cfg["rope_scaling"]:  # longrope ("su" in the first 128k configs)
+        inv_freq = inv_freq / np.array(cfg["rope_scaling"]["short_factor"])
+        original = cfg["original_max_position_embeddings"]
+        scale = np.sqrt(1 + np.log(cfg["max_position_embeddings"] / original) / np.log(original))
+    n = len(tokens)
+    angles = np.arange(n)[:, None] * inv_freq[None, :]
+    cos, sin = scale * np.cos(angles), scale * np.sin(angles)
+
+    def rope(x: np.ndarray) -> np.ndarray:  # [heads, n, hd]: the first rot dims turn
+        x1, x2, rest = x[..., : rot // 2], x[..., rot // 2 : rot], x[..., rot:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], axis=-1)
+
+    x = w["model.embed_tokens.weight"][tokens]
+    mask = np.triu(np.full((n, n), -np.inf), k=1)
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        qkv = (
+            rms_norm(x, w[p + "input_layernorm.weight"], eps) @ w[p + "self_attn.qkv_proj.weight"].T
+        )
+        q, k, v = np.split(qkv, [n_head * hd, (n_head + n_kv) * hd], axis=-1)
+        q, k, v = (y.reshape(n, -1, hd).transpose(1, 0, 2) for y in (q, k, v))
+        q, k = rope(q), rope(k)
+        k, v = np.repeat(k, n_head // n_kv, axis=0), np.repeat(v, n_head // n_kv, axis=0)
+        scores = q @ k.transpose(0, 2, 1) / np.sqrt(hd) + mask
+        att = np.exp(scores - scores.max(-1, keepdims=True))
+        att /= att.sum(-1, keepdims=True)
+        x = x + (att @ v).transpose(1, 0, 2).reshape(n, -1) @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate, up = np.split(h @ w[p + "mlp.gate_up_proj.weight"].T, 2, axis=-1)
+        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    return rms_norm(x, w["model.norm.weight"], eps) @ head.T

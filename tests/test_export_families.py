@@ -3,8 +3,10 @@ test_onnx.py covers): a tiny checkpoint in the publisher's layout, exported in b
 its fp32 logits held to the float64 numpy reference of the family's forward pass (max |diff|
 < 1e-4 on logits up to ~100: float32 rounding, measured ~3e-5), and its float32 GGUF, where
 llama.cpp reads the family, to llama.cpp's logits (max |diff| < 0.2% of the largest logit:
-llama.cpp's f16 KV cache, measured 0.015 of 52 on Qwen3 and 0.021 of 114 on Gemma 3) and to
-the ONNX export of the HF folder (< 1e-5: the same weights)."""
+llama.cpp's f16 KV cache, measured 0.015 of 52 on Qwen3, 0.021 of 114 on Gemma 3, 0.007 of 15
+on Phi-3 mini, 0.030 of 90 on Phi-4 mini) and to the ONNX export of the HF folder (< 1e-5: the
+same weights; Phi-4 mini's < 1e-4: its longrope factors and attention factor are float32 in
+the GGUF, measured 2.3e-5)."""
 
 from __future__ import annotations
 
@@ -26,9 +28,13 @@ from edgespec.runtimes.onnxrt import OnnxRuntime  # noqa: E402
 from edgespec.runtimes.onnxrt_standard import StandardOnnxRuntime  # noqa: E402
 
 TOKENS = [5, 17, 42, 99, 150, 7, 33, 250, 12, 64]
-FAMILIES = ["qwen3", "gemma3"]
-REFERENCE = {"qwen3": numpy_reference.forward, "gemma3": numpy_reference.gemma3_forward}
+FAMILIES = ["qwen3", "gemma3", "phi3", "phi4mini"]
+REFERENCE = {"qwen3": numpy_reference.forward, "gemma3": numpy_reference.gemma3_forward,
+             "phi3": numpy_reference.phi3_forward}  # fmt: skip
 LAYERS = {"gemma3": 6}  # five sliding layers and a global one, as llama.cpp's pattern
+# Phi-4 mini's heads (128 wide, 96 turned) at half size: ONNX Runtime's GroupQueryAttention
+# turns a multiple of 16 dimensions, so 48 of 64
+SHAPES = {"phi4mini": {"n_embd": 128, "n_head": 2, "n_head_kv": 1}}
 # Llama 3.1's rope_scaling fields, its original context cut so that ten tokens feel it
 LLAMA3_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                   "original_max_position_embeddings": 8, "rope_type": "llama3"}  # fmt: skip
@@ -38,7 +44,8 @@ LLAMA3_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0
 def checkpoint(request, tmp_path_factory) -> Path:
     arch = request.param
     folder = tmp_path_factory.mktemp(arch)
-    return make_tiny_hf(folder, arch=arch, seed=3, n_layer=LAYERS.get(arch, 2))
+    return make_tiny_hf(folder, arch=arch, seed=3, n_layer=LAYERS.get(arch, 2),
+                        **SHAPES.get(arch, {}))  # fmt: skip
 
 
 def reference(checkpoint: Path, tokens: list[int]) -> np.ndarray:
@@ -71,7 +78,8 @@ def test_its_gguf_gives_llama_cpps_logits_and_the_same_onnx_graph(checkpoint, tm
     assert np.abs(llama_cpp - ref).max() < 2e-3 * np.abs(ref).max()
     from_gguf = OnnxRuntime(export_onnx(gguf, tmp_path / "g"), n_ctx=64).forward(TOKENS)
     from_hf = OnnxRuntime(export_onnx(checkpoint, tmp_path / "h"), n_ctx=64).forward(TOKENS)
-    assert np.abs(from_gguf - from_hf).max() < 1e-5
+    config = json.loads((checkpoint / "config.json").read_text())
+    assert np.abs(from_gguf - from_hf).max() < (1e-4 if config["rope_scaling"] else 1e-5)
 
 
 def test_a_llama_3_gguf_keeps_its_rope_freqs(tmp_path):
@@ -219,6 +227,60 @@ def test_a_gemma3_field_the_graph_does_not_compute_is_refused(tmp_path, field, v
     from edgespec.errors import ModelFileError
 
     hf = make_tiny_hf(tmp_path / "hf", arch="gemma3", n_layer=6)
+    config = json.loads((hf / "config.json").read_text())
+    config[field] = value
+    (hf / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelFileError) as e:
+        export_onnx(hf, tmp_path / "onnx")
+    assert str(e.value) == message
+
+
+def test_phi4_minis_rope_is_computed_and_cuts_the_context(tmp_path):
+    """Partial rotary and longrope move the logits by far more than the bound the references
+    hold them to; the export's context stops at the original one, and says so."""
+    hf = make_tiny_hf(tmp_path / "hf", arch="phi4mini", seed=3, **SHAPES["phi4mini"])
+    ref = numpy_reference.phi3_forward(hf, TOKENS)
+    config = json.loads((hf / "config.json").read_text())
+    plain = config | {"rope_scaling": None, "partial_rotary_factor": 1.0}
+    (hf / "config.json").write_text(json.dumps(plain))
+    assert np.abs(numpy_reference.phi3_forward(hf, TOKENS) - ref).max() > 1.0
+    (hf / "config.json").write_text(json.dumps(config))
+    from edgespec.export.checkpoint import read_checkpoint
+
+    assert read_checkpoint(hf).notes == [
+        "context 512 cut to 256: longrope's long factors are not computed"
+    ]
+    info = json.loads((export_onnx(hf, tmp_path / "onnx") / "model.json").read_text())
+    assert info["context_length"] == 256
+
+
+GQA_TURNS = (
+    "partial_rotary_factor 0.375 turns 24 of 64 dimensions of a head, and ONNX "
+    "Runtime's GroupQueryAttention turns a multiple of 16; export with --format tensorrt or "
+    "to GGUF instead"
+)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("lm_head_bias", True, "config.json: lm_head_bias is True, which the ONNX exporter does "
+         "not compute for phi3; export to GGUF instead"),
+        ("mlp_bias", True, "config.json: mlp_bias is True, which the ONNX exporter does not "
+         "compute for phi3; export to GGUF instead"),
+        ("rope_scaling", {"type": "yarn", "factor": 2.0}, "rope_scaling type 'yarn' is not "
+         "supported by the ONNX exporter (default, linear, llama3, longrope are); export to "
+         "GGUF instead"),
+        ("rope_scaling", {"type": "longrope", "short_factor": [1.0] * 23, "long_factor": [1.0]},
+         "rope_scaling short_factor has 23 entries where the rotary dimension needs 24 (one per "
+         "rotated pair); check config.json"),
+        ("partial_rotary_factor", 0.375, GQA_TURNS),
+    ],
+)  # fmt: skip
+def test_a_phi3_field_the_graph_does_not_compute_is_refused(tmp_path, field, value, message):
+    from edgespec.errors import ModelFileError
+
+    hf = make_tiny_hf(tmp_path / "hf", arch="phi4mini", n_layer=1, **SHAPES["phi4mini"])
     config = json.loads((hf / "config.json").read_text())
     config[field] = value
     (hf / "config.json").write_text(json.dumps(config))

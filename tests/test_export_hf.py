@@ -78,7 +78,7 @@ def test_missing_files_and_unknown_architectures(tmp_path):
     assert str(e.value) == (
         f"{tmp_path}: architecture GPT2LMHeadModel is not supported; supported: "
         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-        "Gemma3ForCausalLM"
+        "Gemma3ForCausalLM, Phi3ForCausalLM"
     )
 
 

@@ -1,4 +1,5 @@
-"""Tiny Hugging Face checkpoint folders (Llama, Mistral, Qwen2, Qwen3) made in the test run.
+"""Tiny Hugging Face checkpoint folders (Llama, Mistral, Qwen2, Qwen3, Gemma 3, Phi-3 and
+Phi-4 mini) made in the test run.
 
 A real byte-level BPE tokenizer trained with the `tokenizers` library on a small corpus, and
 random float32 weights under the HF tensor names, written as model.safetensors.
@@ -24,7 +25,8 @@ CORPUS = [
 ] * 20
 HF_ARCH = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
            "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-           "gemma3": "Gemma3ForCausalLM"}  # fmt: skip
+           "gemma3": "Gemma3ForCausalLM", "phi3": "Phi3ForCausalLM",
+           "phi4mini": "Phi3ForCausalLM"}  # fmt: skip
 # Qwen3's config.json fields beyond Llama's, as Qwen/Qwen3-0.6B publishes them (head_dim is
 # not hidden_size / heads there: 128 against 1024 / 16)
 QWEN3_FIELDS = {"attention_bias": False, "attention_dropout": 0.0, "hidden_act": "silu",
@@ -40,6 +42,26 @@ GEMMA3_FIELDS = {"_sliding_window_pattern": 6, "attention_bias": False,
                  "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": 4,
                  "use_bidirectional_attention": False, "torch_dtype": "bfloat16",
                  "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}  # fmt: skip
+# microsoft/Phi-3-mini-4k-instruct's config.json fields beyond Llama's
+PHI3_FIELDS = {"attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 1,
+               "embd_pdrop": 0.0, "hidden_act": "silu", "initializer_range": 0.02,
+               "model_type": "phi3", "original_max_position_embeddings": 4096,
+               "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+               "max_position_embeddings": 4096, "rope_scaling": None, "sliding_window": 2047,
+               "torch_dtype": "bfloat16",
+               "use_cache": True}  # fmt: skip
+# microsoft/Phi-4-mini-instruct's (longrope's factors one per rotated pair of a head of 64, 48
+# of them turned; its contexts cut, their ratio, 2 here, kept above 1: attention_factor 1.06)
+PHI4_MINI_FIELDS = {"attention_bias": False, "attention_dropout": 0.0, "embd_pdrop": 0.0,
+                    "full_attn_mod": 1, "hidden_act": "silu", "initializer_range": 0.02,
+                    "interpolate_factor": 1, "lm_head_bias": False, "mlp_bias": False,
+                    "model_type": "phi3", "original_max_position_embeddings": 256,
+                    "partial_rotary_factor": 0.75, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+                    "rope_scaling": {"long_factor": [round(1.2**i, 4) for i in range(24)],
+                                     "short_factor": [round(1.05**i, 4) for i in range(24)],
+                                     "type": "longrope"},
+                    "sliding_window": 262144, "tie_word_embeddings": True,
+                    "torch_dtype": "bfloat16", "use_cache": True}  # fmt: skip
 WIDE_HEADS = {"qwen3": 2, "gemma3": 2}  # head_dim / (hidden_size / heads), as published
 
 
@@ -96,7 +118,7 @@ def make_tiny_hf(
         "model.norm.weight": (1 + 0.1 * rng.standard_normal(n_embd)).astype(np.float32),
         "lm_head.weight": w(n_vocab, n_embd, scale=4.0),
     }
-    if arch in WIDE_HEADS:  # tied: the output layer is the embedding
+    if arch in WIDE_HEADS or arch == "phi4mini":  # tied: the output layer is the embedding
         del tensors["lm_head.weight"]
     offset = 0.0 if arch == "gemma3" else 1.0  # Gemma's norms scale by 1 + w
 
@@ -129,6 +151,8 @@ def make_tiny_hf(
                 tensors[p + f"self_attn.{name}_proj.bias"] = (
                     0.1 * rng.standard_normal(rows)
                 ).astype(np.float32)
+    if arch.startswith("phi"):
+        tensors = fuse(tensors, n_layer)
     save_file(tensors, str(folder / "model.safetensors"))
     config = {
         "architectures": [HF_ARCH[arch]], "model_type": arch, "vocab_size": n_vocab,
@@ -141,8 +165,22 @@ def make_tiny_hf(
         config |= QWEN3_FIELDS | {"head_dim": hd}
     if arch == "gemma3":
         config |= GEMMA3_FIELDS | {"head_dim": hd, "query_pre_attn_scalar": hd}
+    if arch.startswith("phi"):
+        config |= PHI4_MINI_FIELDS if arch == "phi4mini" else PHI3_FIELDS
     (folder / "config.json").write_text(json.dumps(config, indent=1))
     return folder
+
+
+def fuse(tensors: dict[str, np.ndarray], n_layer: int) -> dict[str, np.ndarray]:
+    """Phi-3's layout: q, k, v as one qkv_proj, gate and up as one gate_up_proj (gate first)."""
+    for i in range(n_layer):
+        p = f"model.layers.{i}."
+        for fused, parts in (("self_attn.qkv_proj", ["self_attn.q_proj", "self_attn.k_proj",
+                                                     "self_attn.v_proj"]),
+                             ("mlp.gate_up_proj", ["mlp.gate_proj", "mlp.up_proj"])):  # fmt: skip
+            rows = [tensors.pop(p + part + ".weight") for part in parts]
+            tensors[p + fused + ".weight"] = np.concatenate(rows)
+    return tensors
 
 
 def noisy_copy(hf_dir: Path, folder: Path, *, seed: int = 7, noise: float = 0.3) -> Path:
