@@ -2066,6 +2066,27 @@ MUTANTS = (
         "found.sort(reverse=True)",
         ("tests/test_export_families.py",),
     ),
+    Mutant(  # uvicorn's signal handling again: its re-raised Ctrl-C lands inside the loop
+        "serve-uvicorn-signals",
+        "SignalledServer.capture_signals",
+        "        yield  #",
+        "        with super().capture_signals():\n            yield\n        #",
+        ("tests/test_serve_shutdown.py",),
+    ),
+    Mutant(  # a second Ctrl-C while a request is in flight changes nothing
+        "serve-second-signal-ignored",
+        "SignalledServer.drop_when_asked",
+        "            connection.transport.abort()",
+        "            pass",
+        ("tests/test_serve_shutdown.py",),
+    ),
+    Mutant(  # a server stopped by a signal exits 0
+        "serve-signal-exits-0",
+        "SignalledServer.exit_code",
+        "128 + self.first_signal",
+        "0",
+        ("tests/test_serve_shutdown.py",),
+    ),
 )
 
 
