@@ -2087,6 +2087,48 @@ MUTANTS = (
         "0",
         ("tests/test_serve_shutdown.py",),
     ),
+    Mutant(  # model.json's eos_id one past the vocabulary indexes past a logits row
+        "model-json-ids-unbounded",
+        "check_special_ids",
+        'token >= info["n_vocab"]',
+        'token > info["n_vocab"]',
+        ("tests/test_hostile_json_readers.py",),
+    ),
+    Mutant(  # a FIFO named model.json taken for no model folder: a misleading refusal
+        "model-folder-needs-a-regular-model-json",
+        "is_model_folder",
+        '(path / "model.json").exists()',
+        '(path / "model.json").is_file()',
+        ("tests/test_hostile_json_readers.py",),
+    ),
+    Mutant(  # offsets as strings reached the reads: a TypeError traceback
+        "safetensors-offsets-untyped",
+        "tensor_entry",
+        "len(offsets) == 2 and all(map(is_count, offsets))",
+        "len(offsets) == 2",
+        ("tests/test_hostile_json_readers.py",),
+    ),
+    Mutant(  # a header length within the file but past the format's bound read whole
+        "safetensors-header-unbounded",
+        "read_safetensors_header",
+        "        if header_len > SAFETENSORS_MAX_HEADER:",
+        "        if False:",
+        ("tests/test_hostile_json_readers.py",),
+    ),
+    Mutant(  # a scalar fc.weight indexed for its width: an IndexError traceback
+        "fc-weight-shape-unchecked",
+        "HeadShape.of",
+        'if len(weights.shape("fc.weight")) != 2:',
+        "if False:",
+        ("tests/test_hostile_json_readers.py",),
+    ),
+    Mutant(  # an engine plan sized by a missing context_length: a TypeError traceback
+        "trt-plan-context-unchecked",
+        "plan_engine",
+        'if info.get("context_length") is None:',
+        "if False:",
+        ("tests/test_hostile_json_readers.py",),
+    ),
 )
 
 
