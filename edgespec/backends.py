@@ -173,7 +173,8 @@ def declares_mtp_layers(path: Path) -> bool:
 
 def is_model_folder(path: Path) -> bool:
     """An exported model folder (ONNX Runtime or TensorRT), not a GGUF file."""
-    return path.is_dir() and (path / "model.json").is_file()
+    # anything named model.json: read_model_json names what it is when it is no file
+    return path.is_dir() and (path / "model.json").exists()
 
 
 def starts_with(path: Path, magic: bytes) -> bool:

@@ -13,7 +13,6 @@ a memory map, so an export holds a few blocks of one tensor at once whatever the
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,8 +24,16 @@ import numpy as np
 
 from edgespec.errors import ModelFileError
 from edgespec.export.families import FAMILIES, GGUF_ARCHS, HF_ARCHS
+from edgespec.export.gguf_tokenizer import gguf_tokenizer_json
 from edgespec.export.rope import GGUF_FREQ_FACTORS, rope_notes
+from edgespec.plumbing.jsonfile import json_kind, load_object, load_optional_object, parse_json
+from edgespec.plumbing.schema import shown
 
+AGAIN = "download or copy the checkpoint again"
+CONFIG_MAX_BYTES = 64 << 20  # config.json, tokenizer_config.json (chat templates): kilobytes
+TOKENIZER_MAX_BYTES = 512 << 20  # tokenizer.json: tens of megabytes for a large vocabulary
+SAFETENSORS_MAX_HEADER = 100_000_000  # the format's own bound (the safetensors library's)
+CORRUPT = "the file is corrupt (download or copy it again)"
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 REQUIRED_CONFIG_KEYS = (
     "hidden_size",
@@ -37,15 +44,7 @@ REQUIRED_CONFIG_KEYS = (
 )
 SAFETENSORS_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 SAFETENSORS_INT_DTYPES = {"I64": np.int64, "I32": np.int32}  # index tensors (EAGLE-3's d2t)
-# llama.cpp's tokenizer.ggml.pre -> the regex split HF tokenizers of that family use
-PRE_TOKENIZER_REGEX = {
-    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+"
-    r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-    "llama-bpe": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}"
-    r"\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-}
 SIZED_DTYPES = {**SAFETENSORS_DTYPES, **SAFETENSORS_INT_DTYPES}  # checked against the file
-TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
 HF_LAYER_TENSORS = (
     "input_layernorm.weight", "post_attention_layernorm.weight",
     "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight",
@@ -180,39 +179,27 @@ def read_hf_checkpoint(hf_dir: Path) -> Checkpoint:
     config = read_hf_config(hf_dir)
     generation = hf_dir / "generation_config.json"
     tokenizer = hf_dir / "tokenizer.json"
-    read_json(tokenizer)  # refused here, by name, if it is not a JSON object
+    read_json(tokenizer, TOKENIZER_MAX_BYTES)  # refused here, by name, if not a JSON object
     return Checkpoint(
         source=hf_dir,
         config=config,
         weights=unfused(SafetensorsIndex(hf_dir), config),
         tokenizer_json=tokenizer.read_text(encoding="utf-8"),
         tokenizer_config=read_json(hf_dir / "tokenizer_config.json"),
-        generation_config=read_json(generation) if generation.is_file() else None,
+        generation_config=load_optional_object(generation, CONFIG_MAX_BYTES, AGAIN, ModelFileError),
     )
 
 
-def read_json(path: Path) -> dict:
-    """A checkpoint's JSON file as an object; a file that is not one is refused by name."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ModelFileError(
-            f"{path} is not valid JSON ({str(e)[:200]}); download or copy the checkpoint again"
-        ) from None
-    except OSError as e:
-        raise ModelFileError(f"cannot read {path}: {e.strerror}") from None
-    if not isinstance(doc, dict):
-        raise ModelFileError(
-            f"{path} holds a JSON {type(doc).__name__}, not an object; "
-            "download or copy the checkpoint again"
-        )
-    return doc
+def read_json(path: Path, max_bytes: int = CONFIG_MAX_BYTES) -> dict:
+    """A checkpoint's JSON file as an object; anything else is refused by name (a FIFO, a
+    folder, a file over max_bytes, not JSON, not an object)."""
+    return load_object(path, max_bytes, AGAIN, ModelFileError)
 
 
 def read_hf_config(hf_dir: Path) -> dict:
     if not hf_dir.is_dir():
         raise ModelFileError(f"{hf_dir} is not a folder; give a Hugging Face checkpoint folder")
-    missing = [f for f in REQUIRED_FILES if not (hf_dir / f).is_file()]
+    missing = [f for f in REQUIRED_FILES if not (hf_dir / f).exists()]  # a FIFO: read_json's
     if not any(hf_dir.glob("*.safetensors")):
         missing.append("*.safetensors")
     if missing:
@@ -281,45 +268,65 @@ class SafetensorsIndex(LazyTensors):
 
 def read_safetensors_header(path: Path) -> tuple[int, dict]:
     """A safetensors file's header, checked against the file: a header or a tensor that ends
-    past the end of the file (a truncated download) is refused before anything is read."""
+    past the end of the file (a truncated download) is refused before anything is read, and
+    so is an entry whose dtype, shape or data_offsets is not what the format says."""
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(8)
         (header_len,) = struct.unpack("<Q", head) if len(head) == 8 else (size,)
         if header_len > size - 8:
             raise ModelFileError(truncated(path, size, 8 + header_len))
+        if header_len > SAFETENSORS_MAX_HEADER:
+            raise ModelFileError(
+                f"{path}: the safetensors header is {header_len:,} bytes, more than the "
+                f"format allows ({SAFETENSORS_MAX_HEADER:,}); {CORRUPT}"
+            )
         try:
-            header = json.loads(f.read(header_len))
-        except (UnicodeDecodeError, ValueError):
-            header = None
+            header = parse_json(f.read(header_len))
+        except ValueError as e:
+            raise ModelFileError(f"{path}: the safetensors header {e}; {CORRUPT}") from None
     if not isinstance(header, dict):
         raise ModelFileError(
-            f"{path}: the safetensors header is not a JSON object; the file is corrupt "
-            "(download or copy it again)"
+            f"{path}: the safetensors header is not a JSON object (a {json_kind(header)}); "
+            f"{CORRUPT}"
         )
     end_of_data = 0
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        try:
-            start, end = (int(x) for x in info["data_offsets"])
-            n = math.prod(int(d) for d in info["shape"])
-            itemsize = np.dtype(SIZED_DTYPES.get(info["dtype"], np.uint8)).itemsize
-        except (KeyError, TypeError, ValueError):
-            raise ModelFileError(
-                f"{path}: tensor {name} has no valid dtype, shape and data_offsets; the file is "
-                "corrupt (download or copy it again)"
-            ) from None
+        start, end, shape, dtype = tensor_entry(path, name, info)
+        n = math.prod(shape)
+        itemsize = np.dtype(SIZED_DTYPES.get(dtype, np.uint8)).itemsize
         end_of_data = max(end_of_data, end)
-        if not 0 <= start <= end or (info["dtype"] in SIZED_DTYPES and end - start != n * itemsize):
+        if not start <= end or (dtype in SIZED_DTYPES and end - start != n * itemsize):
             raise ModelFileError(
                 f"{path}: tensor {name} spans bytes {start}..{end}, which does not fit its shape "
-                f"{info['shape']} and dtype {info['dtype']}; the file is corrupt (download or "
-                "copy it again)"
+                f"{shape} and dtype {dtype}; {CORRUPT}"
             )
     if 8 + header_len + end_of_data > size:
         raise ModelFileError(truncated(path, size, 8 + header_len + end_of_data))
     return header_len, header
+
+
+def tensor_entry(path: Path, name: str, info: object) -> tuple[int, int, list[int], str]:
+    """A header entry's data_offsets, shape and dtype, each of the type the format gives it
+    (offsets as strings once reached the reads as text)."""
+    if not isinstance(info, dict):
+        raise ModelFileError(f"{path}: tensor {name} is not an object; {CORRUPT}")
+    offsets, shape, dtype = info.get("data_offsets"), info.get("shape"), info.get("dtype")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(is_count, offsets))):
+        why = f"data_offsets must be two whole numbers >= 0, got {shown(offsets)}"
+    elif not (isinstance(shape, list) and all(map(is_count, shape))):
+        why = f"shape must be a list of whole numbers >= 0, got {shown(shape)}"
+    elif not isinstance(dtype, str):
+        why = f"dtype must be a string, got {shown(dtype)}"
+    else:
+        return offsets[0], offsets[1], shape, dtype
+    raise ModelFileError(f"{path}: tensor {name}: {why}; {CORRUPT}")
+
+
+def is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def truncated(path: Path, size: int, needed: int) -> str:
@@ -529,69 +536,3 @@ class GgufWeights(LazyTensors):
         source = unpermute_from_interleaved_rope(np.arange(n_rows), heads)[start:stop]
         lo, hi = int(source.min()), int(source.max()) + 1
         return self.read_stored(name, lo, hi)[source - lo]
-
-
-def gguf_tokenizer_json(path: Path, reader, meta: GgufMetadata, tokens: list[str]) -> str:
-    """A `tokenizers` tokenizer.json equivalent to the GGUF's vocabulary: byte-level BPE, or
-    SentencePiece (export/spm_tokenizer.py)."""
-    model, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre")
-    types = list(meta.get("tokenizer.ggml.token_type"))
-    if model == "llama":
-        from edgespec.export.spm_tokenizer import spm_tokenizer_json
-
-        scores = [float(x) for x in meta.get("tokenizer.ggml.scores")]
-        prefix = meta.get("tokenizer.ggml.add_space_prefix")
-        return spm_tokenizer_json(tokens, scores, types, bos_template(meta, tokens),
-                                  add_space_prefix=prefix is None or bool(prefix))  # fmt: skip
-    if model != "gpt2" or (pre not in PRE_TOKENIZER_REGEX and pre != "gpt-2"):
-        raise ModelFileError(
-            f"{path}: tokenizer {model}/{pre} cannot be rebuilt for ONNX (SentencePiece, and "
-            f"byte-level BPE with pre-tokenizer gpt-2, {', '.join(PRE_TOKENIZER_REGEX)} can); "
-            "export from the HF checkpoint folder, whose tokenizer.json travels as it is"
-        )
-    merges_field = reader.fields.get("tokenizer.ggml.merges")
-    merges = [] if merges_field is None else list(merges_field.contents())
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                  "use_regex": pre == "gpt-2"}  # fmt: skip
-    pre_tokenizer: dict = byte_level
-    if pre in PRE_TOKENIZER_REGEX:
-        split = {"type": "Split", "pattern": {"Regex": PRE_TOKENIZER_REGEX[pre]},
-                 "behavior": "Isolated", "invert": False}  # fmt: skip
-        pre_tokenizer = {"type": "Sequence", "pretokenizers": [split, byte_level]}
-    added = [
-        {"id": i, "content": text, "single_word": False, "lstrip": False, "rstrip": False,
-         "normalized": False, "special": kind == TOKEN_CONTROL}
-        for i, (text, kind) in enumerate(zip(tokens, types))
-        if kind in (TOKEN_CONTROL, TOKEN_USER_DEFINED)
-    ]  # fmt: skip
-    post_processor = bos_template(meta, tokens) or byte_level
-    return json.dumps({
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": {"type": "NFC"} if pre == "qwen2" else None,
-        "pre_tokenizer": pre_tokenizer, "post_processor": post_processor, "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None,
-                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
-                  "fuse_unk": False, "byte_fallback": False,
-                  "ignore_merges": pre == "llama-bpe",
-                  # added tokens too: `tokenizers` numbers an added token by its vocab entry,
-                  # else after len(vocab), which is wrong wherever ids have gaps
-                  "vocab": {t: i for i, (t, k) in enumerate(zip(tokens, types))
-                            if k in (TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED)},
-                  "merges": merges},
-    }, ensure_ascii=False)  # fmt: skip
-
-
-def bos_template(meta: GgufMetadata, tokens: list[str]) -> dict | None:
-    """The post-processor that adds BOS where the GGUF says to (add_bos_token); else None."""
-    bos = meta.get("tokenizer.ggml.bos_token_id")
-    if not meta.get("tokenizer.ggml.add_bos_token") or bos is None:
-        return None
-    return {
-        "type": "TemplateProcessing",
-        "single": [{"SpecialToken": {"id": tokens[bos], "type_id": 0}},
-                   {"Sequence": {"id": "A", "type_id": 0}}],
-        "pair": [{"Sequence": {"id": "A", "type_id": 0}},
-                 {"Sequence": {"id": "B", "type_id": 1}}],
-        "special_tokens": {tokens[bos]: {"id": tokens[bos], "ids": [bos],
-                                         "tokens": [tokens[bos]]}},
-    }  # fmt: skip

@@ -235,6 +235,11 @@ class HeadShape:
     def of(folder: Path, config: dict, weights: LazyTensors) -> HeadShape:
         if "fc.weight" not in weights:
             raise ModelFileError(f"{folder} lacks tensor fc.weight; download the head again")
+        if len(weights.shape("fc.weight")) != 2:  # its width below, its rows in plan_tensors
+            raise ModelFileError(
+                f"{folder}: tensor fc.weight has shape {list(weights.shape('fc.weight'))}, not "
+                "a matrix; download the head again"
+            )
         hidden, n_head = config["hidden_size"], config["num_attention_heads"]
         target_hidden = config.get("target_hidden_size") or weights.shape("fc.weight")[-1] // 3
         return HeadShape(

@@ -24,6 +24,7 @@ from pathlib import Path
 from edgespec.bundle import Bundle, write_bundle
 from edgespec.errors import EdgespecError
 from edgespec.export.options import BuiltModels, ExportOptions
+from edgespec.plumbing.jsonfile import read_json_object
 from edgespec.quant.gguf_quant import no_space_message
 from edgespec.quant.policy import PrecisionChoice
 from edgespec.runtime import VocabInfo
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 FORMATS = ("gguf", "onnx", "tensorrt")
 STAGING_TAG = "edgespec-staging-"
 STAGING_MARKER = "edgespec-staging.json"
+MARKER_MAX_BYTES = 4096  # a pid, a host name and a path
 Builder = Callable[[ExportOptions, Path, Path], BuiltModels]  # (opts, work_dir, staging)
 
 
@@ -129,7 +131,7 @@ def sweep_stale_staging(folder: Path) -> list[Path]:
         if path.is_symlink() or not marker.is_file():
             continue
         try:
-            doc = json.loads(marker.read_text())
+            doc = read_json_object(marker, MARKER_MAX_BYTES)  # a FIFO there cannot hang it
             pid, host = int(doc["pid"]), doc["host"]
         except (OSError, ValueError, KeyError, TypeError):
             continue

@@ -15,11 +15,11 @@ on any machine and written into the bundle before a GPU ever sees it:
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
+from edgespec.runtimes.model_folder import read_model_json
 
 TRT_TARGET_QUANTS = ("fp8", "int4", "fp16")
 TRT_DRAFT_QUANTS = ("fp16", "fp8")
@@ -85,7 +85,12 @@ def plan_engine(
 ) -> EnginePlan:
     """The plan for one role's standard-flavour model folder (model.json + model.onnx)."""
     folder = bundle_dir / model
-    info = json.loads((folder / "model.json").read_text())
+    info = read_model_json(folder)  # every field checked (runtimes/model_folder.py)
+    if info.get("context_length") is None:
+        raise EdgespecError(
+            f"{folder / 'model.json'} gives no context_length, which an engine's KV buffers "
+            "are sized by; export the model again"
+        )
     if info.get("flavour") != "standard":
         raise EdgespecError(
             f"{folder} is not a standard-operator ONNX model (model.json flavour "

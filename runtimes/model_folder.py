@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from edgespec.errors import ModelFileError
+from edgespec.plumbing.jsonfile import load_optional_object
 from edgespec.plumbing.schema import Field, check_fields
 from edgespec.runtime import Runtime, VocabInfo
 from edgespec.runtimes.shared import check_logit_ranges, padding_text, token_text_hash
@@ -25,6 +26,10 @@ from edgespec.runtimes.shared import check_logit_ranges, padding_text, token_tex
 log = logging.getLogger(__name__)
 
 MODEL_JSON = "model.json"
+AGAIN = "export the model again"
+# model.json, tokenizer_config.json (chat templates), generation_config.json: kilobytes to a
+# few megabytes; a larger file is not an export's
+FOLDER_JSON_MAX_BYTES = 64 << 20
 # token texts llama.cpp ends generation on, in any vocabulary entry (llama-vocab.cpp matches
 # by text; the FIM pad/repo/file-separator tokens included): the same vocabulary must stop
 # at the same tokens on either back-end
@@ -38,21 +43,29 @@ def read_model_json(model_dir: Path) -> dict:
     if not model_dir.is_dir():
         raise ModelFileError(f"{model_dir} is not a folder; give an exported ONNX model folder")
     path = model_dir / MODEL_JSON
-    try:
-        info = json.loads(path.read_text())
-    except FileNotFoundError:
+    info = load_optional_object(path, FOLDER_JSON_MAX_BYTES, AGAIN, ModelFileError)
+    if info is None:
         raise ModelFileError(
             f"{path} is missing; export the model with `edgespec export --format onnx`"
-        ) from None
-    except (OSError, ValueError) as e:
-        raise ModelFileError(f"{path} is not valid JSON ({e}); export the model again") from e
-    if isinstance(info, dict):  # where it may load from first, then every field's type
-        check_model_file(path, info.get("model_file", "model.onnx"))
-    check_fields(info, MODEL_JSON_FIELDS, str(path), "export the model again", ModelFileError)
+        )
+    check_model_file(path, info.get("model_file", "model.onnx"))  # where it may load from first
+    check_fields(info, MODEL_JSON_FIELDS, str(path), AGAIN, ModelFileError)
+    check_special_ids(path, info)
     for name in (info.get("model_file", "model.onnx"), "tokenizer.json"):
         if not (model_dir / name).is_file():
-            raise ModelFileError(f"{model_dir / name} is missing; export the model again")
+            raise ModelFileError(f"{model_dir / name} is missing; {AGAIN}")
     return info
+
+
+def check_special_ids(path: Path, info: dict) -> None:
+    """bos_id and eos_id index the vocabulary: one past it would index past a logits row."""
+    for name in ("bos_id", "eos_id"):
+        token = info.get(name)
+        if token is not None and token >= info["n_vocab"]:
+            raise ModelFileError(
+                f"{path}: field '{name}' is {token}, outside the vocabulary of "
+                f"{info['n_vocab']:,} tokens (n_vocab); {AGAIN}"
+            )
 
 
 # model.json as read: types and bounds before any size in it is used (edgespec/plumbing/schema.py)
@@ -181,7 +194,7 @@ class ExportedModelFolder(Runtime):
     def vocab_info(self) -> VocabInfo:
         if self._vocab_info is None:
             path = self.path / "generation_config.json"
-            gen = read_json_object(path)
+            gen = load_optional_object(path, FOLDER_JSON_MAX_BYTES, AGAIN, ModelFileError)
             ids = (gen or {}).get("eos_token_id")
             if ids is not None and not all(map(is_id, ids if isinstance(ids, list) else [ids])):
                 raise ModelFileError(
@@ -199,29 +212,13 @@ class ExportedModelFolder(Runtime):
         return self._vocab_info
 
     def chat_template(self) -> str | None:
-        config = read_json_object(self.path / "tokenizer_config.json")
+        path = self.path / "tokenizer_config.json"
+        config = load_optional_object(path, FOLDER_JSON_MAX_BYTES, AGAIN, ModelFileError)
         template = (config or {}).get("chat_template")
         if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
             named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
             template = named.get("default")
         return template if isinstance(template, str) else None
-
-
-def read_json_object(path: Path) -> dict | None:
-    """An optional JSON file of the folder (generation_config.json, tokenizer_config.json):
-    None where absent; refused by name where it is not a JSON object."""
-    if not path.is_file():
-        return None
-    try:
-        doc = json.loads(path.read_bytes())
-    except OSError as e:
-        raise ModelFileError(f"cannot read {path}: {e.strerror}") from None
-    except (ValueError, RecursionError) as e:  # ValueError: not JSON, or not UTF-8
-        raise ModelFileError(f"{path} is not valid JSON ({e}); export the model again") from None
-    if not isinstance(doc, dict):
-        kind = type(doc).__name__
-        raise ModelFileError(f"{path} is not a JSON object (a {kind}); export the model again")
-    return doc
 
 
 def is_id(value: object) -> bool:

@@ -26,7 +26,6 @@ once). An engine built for another GPU or TensorRT version is refused with the f
 from __future__ import annotations
 
 import ctypes
-import json
 import logging
 import os
 import subprocess
@@ -40,6 +39,7 @@ import numpy as np
 
 from edgespec.bundle import sha256_file
 from edgespec.errors import ModelFileError
+from edgespec.plumbing.jsonfile import load_optional_object
 from edgespec.runtimes.model_folder import ExportedModelFolder
 from edgespec.runtimes.shared import forward_in_chunks
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from edgespec.runtime import Runtime
 
 log = logging.getLogger(__name__)
+ENGINE_JSON_MAX_BYTES = 1 << 20  # a few sizes, widths and hashes
 _fallback_said = False  # the fallback is announced once per process, not once per model
 
 
@@ -93,12 +94,7 @@ def import_tensorrt() -> tuple[ModuleType, str] | None:
 def engine_metadata(model_dir: Path) -> dict | None:
     """engines/<model>.json beside the model folder (export/trt_build.py writes it)."""
     path = model_dir.parent / "engines" / f"{model_dir.name}.json"
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError as e:
-        raise ModelFileError(f"{path} is not valid JSON ({e}); rebuild the engines") from e
+    return load_optional_object(path, ENGINE_JSON_MAX_BYTES, "rebuild the engines", ModelFileError)
 
 
 def check_engine(

@@ -5,6 +5,7 @@ exit 2, no traceback, and nothing left beside --out."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 from collections.abc import Callable
@@ -63,14 +64,14 @@ CASES = {
     ),
     "config binary": (
         write("config.json", b"\xff\xfe\x00garbage"),
-        lambda hf: (
-            f"{hf / 'config.json'} is not valid JSON ('utf-8' codec can't decode byte "
-            f"0xff in position 0: invalid start byte); {AGAIN}"
+        lambda hf: (  # a UTF-16 byte order mark: read as UTF-16, then not JSON
+            f"{hf / 'config.json'} is not valid JSON (Expecting value: line 1 column 1 "
+            f"(char 0)); {AGAIN}"
         ),
     ),
     "config a list": (
         write("config.json", b"[1, 2]"),
-        lambda hf: f"{hf / 'config.json'} holds a JSON list, not an object; {AGAIN}",
+        lambda hf: f"{hf / 'config.json'} is not a JSON object (a list); {AGAIN}",
     ),
     "config lacks keys": (
         edit_config(lambda c: [c.pop("num_hidden_layers"), c.update(hidden_size="64")]),
@@ -92,6 +93,18 @@ CASES = {
             f"{hf / 'generation_config.json'} is not valid JSON (Expecting property "
             f"name enclosed in double quotes: line 1 column 2 (char 1)); {AGAIN}"
         ),
+    ),
+    "config a FIFO": (
+        lambda hf: [(hf / "config.json").unlink(), os.mkfifo(hf / "config.json")],
+        lambda hf: f"{hf / 'config.json'} is a FIFO, not a file; {AGAIN}",
+    ),
+    "generation_config /dev/zero": (
+        lambda hf: (hf / "generation_config.json").symlink_to("/dev/zero"),
+        lambda hf: f"{hf / 'generation_config.json'} is a character device, not a file; {AGAIN}",
+    ),
+    "tokenizer a folder": (
+        lambda hf: [(hf / "tokenizer.json").unlink(), (hf / "tokenizer.json").mkdir()],
+        lambda hf: f"{hf / 'tokenizer.json'} is a folder, not a file; {AGAIN}",
     ),
     "tokenizer not JSON": (
         write("tokenizer.json", b""),

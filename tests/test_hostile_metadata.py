@@ -198,24 +198,36 @@ def test_an_onnx_kv_cache_larger_than_free_memory_is_refused(onnx_model, tmp_pat
          ": eos_token_id must be a token id or a list of them, got ['</s>']"),
         ("tokenizer_config.json", b'{"chat_template": "{{ x }}', True,
          " is not valid JSON (Unterminated string starting at: line 1 column 19 (char 18))"),
-        ("tokenizer_config.json", b'{"chat_template": "caf\xe9"}', True,
-         " is not valid JSON ('utf-8' codec can't decode byte 0xe9 in position 22: invalid "
-         "continuation byte)"),
-        ("tokenizer_config.json", b'"a template"', True, " is not a JSON object (a str)"),
+        ("tokenizer_config.json", b'{"chat_template": "caf\xe9"}', True, " is not UTF-8 text"),
+        ("tokenizer_config.json", b'"a template"', True, " is not a JSON object (a string)"),
+        ("generation_config.json", "fifo", False, " is a FIFO, not a file"),
+        ("tokenizer_config.json", "folder", True, " is a folder, not a file"),
     ],
     ids=["gen truncated", "gen a list", "gen eos text", "tok truncated", "tok latin-1",
-         "tok a string"],
+         "tok a string", "gen a fifo", "tok a folder"],
 )  # fmt: skip
 def test_a_malformed_json_file_of_an_onnx_folder_is_refused_by_name(onnx_model, tmp_path, name,
                                                                    content, chat, why):  # fmt: skip
     """generation_config.json is read for the end-of-generation ids, tokenizer_config.json for
     the chat template (--chat): JSONDecodeError tracebacks."""
     folder = copy_model(onnx_model, tmp_path, {})
-    (folder / name).write_bytes(content)
+    plant(folder / name, content)
     argv = ["run", "--target", str(folder), "--prompt", "hi", "--drafter", "none",
             "--max-tokens", "2", "--n-ctx", "64", *(["--chat"] if chat else [])]  # fmt: skip
     done = run_edgespec(tmp_path, *argv, models=folder)
     assert done.error_line() == f"{folder / name}{why}; export the model again"
+
+
+def plant(path: Path, content: bytes | str) -> None:
+    """content at path; "fifo" a FIFO without a writer, "folder" a folder."""
+    path.unlink(missing_ok=True)
+    if content == "fifo":
+        os.mkfifo(path)
+    elif content == "folder":
+        path.mkdir()
+    else:
+        assert isinstance(content, bytes)
+        path.write_bytes(content)
 
 
 def copy_model(source: Path, tmp_path: Path, change: dict) -> Path:

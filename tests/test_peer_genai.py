@@ -177,7 +177,8 @@ def test_a_failed_start_leaves_no_files(onnx_pair, tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / "model.json").write_text((onnx_pair[0] / "model.json").read_text())
+    for name in ("model.json", "tokenizer.json"):  # model.json is read checked: both there
+        (broken / name).write_text((onnx_pair[0] / name).read_text())
     (broken / "model.onnx").write_bytes(b"not a graph")
     with pytest.raises(EdgespecError) as e:
         GenaiPeer(broken, None, [0], 64, 1)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from edgespec.errors import EdgespecError
+from edgespec.runtimes.model_folder import read_model_json
 
 GENAI_PLAIN = "onnxruntime-genai"
 GENAI_DRAFT = "onnxruntime-genai-draft"
@@ -164,13 +165,13 @@ class GenaiPeer:
 
     def open_models(self, target_dir: Path, draft_dir: Path | None, n_ctx: int, threads) -> dict:
         """genai Models by method: one on the target alone, one with the draft model."""
-        target_info = json.loads((target_dir / "model.json").read_text())
+        target_info = read_model_json(target_dir)  # checked: sizes go into genai_config
         genai_graph(target_dir, self.work / "graphs" / "target")
         plain = self.open("plain", target_info, None, n_ctx, threads)
         models = {GENAI_PLAIN: plain, GENAI_NGRAM: plain}
         if draft_dir is not None:
             genai_graph(draft_dir, self.work / "graphs" / "draft")
-            draft_info = json.loads((draft_dir / "model.json").read_text())
+            draft_info = read_model_json(draft_dir)
             models[GENAI_DRAFT] = self.open("draft", target_info, draft_info, n_ctx, threads)
         return models
 

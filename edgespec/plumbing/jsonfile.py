@@ -86,3 +86,27 @@ def read_json_object(path: Path, max_bytes: int) -> dict:
 def json_kind(value: Any) -> str:
     names = {list: "list", str: "string", bool: "boolean", dict: "object"}
     return "null" if value is None else names.get(type(value), "number")
+
+
+def load_object(path: Path, max_bytes: int, fix: str, error: type[Exception]) -> dict:
+    """read_json_object for a file a command needs: every failure one `error` line naming the
+    file and ending in fix ("... is missing; fix" where nothing is there)."""
+    doc = load_optional_object(path, max_bytes, fix, error)
+    if doc is None:
+        raise error(f"{path} is missing; {fix}")
+    return doc
+
+
+def load_optional_object(
+    path: Path, max_bytes: int, fix: str, error: type[Exception]
+) -> dict | None:
+    """load_object for a file that may be absent (None); anything else at the path that is
+    not a JSON object (a FIFO, a folder, a huge file) is refused as load_object refuses it."""
+    try:
+        return read_json_object(path, max_bytes)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise error(f"{path} cannot be read ({e.strerror or e}); {fix}") from None
+    except ValueError as e:
+        raise error(f"{path} {e}; {fix}") from None

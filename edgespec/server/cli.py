@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from edgespec.app.options import (
@@ -125,6 +124,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         from edgespec.server import create_app
         from edgespec.server.deadline import request_deadline_protocol
+        from edgespec.server.shutdown import run_server
     except ImportError as e:
         raise EdgespecError(
             f"edgespec serve needs the serve extra ({e.name} is missing): "
@@ -155,11 +155,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     warn_context_cut(args, decoder.target.n_ctx)
     app = create_app(decoder, config)
-    print(
+    http = request_deadline_protocol(config.request_timeout_s)
+    served = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", http=http)
+    return run_server(
+        served,
         f"edgespec: serving {config.model_id} on http://{args.host}:{args.port}/ "
         "(OpenAI API under /v1)",
-        file=sys.stderr,
     )
-    http = request_deadline_protocol(config.request_timeout_s)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http=http)
-    return 0
