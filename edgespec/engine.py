@@ -30,7 +30,8 @@ from edgespec.verify import Verdict, verify_greedy, verify_gumbel, verify_stocha
 log = logging.getLogger(__name__)
 
 GUESS = "guess"  # the stats' name for padding_guess's tokens
-GREEDY = SamplingParams()  # what padding_guess asks prompt lookup under: no randomness
+# what padding_guess asks prompt lookup under: a draft judged by the Gumbel rule plain steps use
+PLAIN_RULE = SamplingParams()
 
 
 @dataclass
@@ -427,8 +428,7 @@ class SpeculativeDecoder:
         each one kept saves a pass."""
         if self.guesser is None or room < 2:
             return Draft.empty()
-        guess = self.guesser.propose(tokens, 1, GREEDY)
-        return Draft(guess.tokens, None, gumbel=True) if len(guess.tokens) else guess
+        return self.guesser.propose(tokens, 1, PLAIN_RULE)
 
     def emit(
         self, verdict: Verdict, tokens: list[int], text: TextStream, stats: Stats, max_tokens: int

@@ -687,9 +687,9 @@ MUTANTS = (
     ),
     Mutant(  # a padded plain step's guess judged by rejection sampling: another sample
         "padding-guess-judged-by-rejection",
-        "SpeculativeDecoder.padding_guess",
-        "gumbel=True",
-        "gumbel=False",
+        "engine:PLAIN_RULE",
+        "PLAIN_RULE = SamplingParams()",
+        'PLAIN_RULE = SamplingParams(sampler="rejection")',
         ("tests/test_engine.py",),
     ),
     Mutant(  # the padding row left dead: the same output, a pass for every token
