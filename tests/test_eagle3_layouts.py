@@ -98,12 +98,7 @@ def test_transformers5_rope_parameters_and_yarn_reach_the_gguf(target, tmp_path)
     assert meta["eagle3.rope.scaling.yarn_beta_fast"] == 32.0
     rt = open_target(target)
     head = rt.open_head(str(tmp_path / "h.gguf"))
-    tokens = rt.tokenize(PROMPT, special=True)
-    plain = SpeculativeDecoder(rt).generate(tokens, max_tokens=12, speculative=False)
-    out = SpeculativeDecoder(rt, [HeadDrafter(rt, head)], FixedPolicy("eagle", 4)).generate(
-        tokens, max_tokens=12
-    )
-    assert out.tokens == plain.tokens
+    check_output_equals_plain(rt, head, *plain_reference(rt), 4)
 
 
 def test_mrope_and_nested_norm_before_fc_convert(target, tmp_path):
@@ -127,12 +122,7 @@ def test_a_head_without_lm_head_uses_the_targets_output(target, tmp_path):
     assert "output.weight" not in tensors
     rt = open_target(target)
     head = rt.open_head(str(tmp_path / "h.gguf"))
-    tokens = rt.tokenize(PROMPT, special=True)
-    plain = SpeculativeDecoder(rt).generate(tokens, max_tokens=12, speculative=False)
-    out = SpeculativeDecoder(rt, [HeadDrafter(rt, head)], FixedPolicy("eagle", 4)).generate(
-        tokens, max_tokens=12
-    )
-    assert out.tokens == plain.tokens
+    check_output_equals_plain(rt, head, *plain_reference(rt), 4)
 
 
 def test_export_head_folder_in_the_eagle_bin_layout_runs_exact(target, tmp_path, capsys):

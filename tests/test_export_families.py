@@ -224,15 +224,20 @@ NOT_COMPUTED = ", which the ONNX exporter does not compute for gemma3; export to
     ],
 )  # fmt: skip
 def test_a_gemma3_field_the_graph_does_not_compute_is_refused(tmp_path, field, value, message):
+    assert export_refusal(tmp_path, {field: value}, arch="gemma3", n_layer=6) == message
+
+
+def export_refusal(tmp_path: Path, fields: dict, **tiny) -> str:
+    """The one-line error exporting a tiny checkpoint (make_tiny_hf's **tiny) to ONNX gives,
+    its config.json's fields set as given."""
     from edgespec.errors import ModelFileError
 
-    hf = make_tiny_hf(tmp_path / "hf", arch="gemma3", n_layer=6)
+    hf = make_tiny_hf(tmp_path / "hf", **tiny)
     config = json.loads((hf / "config.json").read_text())
-    config[field] = value
-    (hf / "config.json").write_text(json.dumps(config))
+    (hf / "config.json").write_text(json.dumps(config | fields))
     with pytest.raises(ModelFileError) as e:
         export_onnx(hf, tmp_path / "onnx")
-    assert str(e.value) == message
+    return str(e.value)
 
 
 def test_phi4_minis_rope_is_computed_and_cuts_the_context(tmp_path):
@@ -278,12 +283,5 @@ GQA_TURNS = (
     ],
 )  # fmt: skip
 def test_a_phi3_field_the_graph_does_not_compute_is_refused(tmp_path, field, value, message):
-    from edgespec.errors import ModelFileError
-
-    hf = make_tiny_hf(tmp_path / "hf", arch="phi4mini", n_layer=1, **SHAPES["phi4mini"])
-    config = json.loads((hf / "config.json").read_text())
-    config[field] = value
-    (hf / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelFileError) as e:
-        export_onnx(hf, tmp_path / "onnx")
-    assert str(e.value) == message
+    tiny = {"arch": "phi4mini", "n_layer": 1, **SHAPES["phi4mini"]}
+    assert export_refusal(tmp_path, {field: value}, **tiny) == message
